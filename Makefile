@@ -1,0 +1,43 @@
+# The two commands of the README quickstart: `make run` and `make test`. Each sets itself up.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The model ships inside a Python package; nothing is ever fetched from a model hub.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: run test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch is installed first and pinned: an unpinned torch pulls a CUDA build of several GB.
+$(VENV)/.installed-server: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[server]'
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed-server
+	$(BIN)/pip install --quiet -e '.[server,dev]'
+	touch $@
+
+run: $(VENV)/.installed-server
+	$(BIN)/memory-server --data-dir .data/demo index examples/demo-project --index demo
+	$(BIN)/memory-server --data-dir .data/demo search "how do we keep webhook handling idempotent" --index demo --limit 3
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf .data .pytest_cache .mypy_cache .ruff_cache .hypothesis
