@@ -1,0 +1,375 @@
+"""The engine end to end on real SQLite, sqlite-vec and the real model."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from server.index.engine import MemoryIndex
+from server.index.errors import InvalidArgumentError, UnknownIndexError
+from server.index.search import build_options
+from tests.conftest import EXAMPLE
+from tests.fakes.embedder import HashingEmbedder
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    target = tmp_path / "project"
+    shutil.copytree(EXAMPLE, target)
+    return target
+
+
+@pytest.fixture
+def index(tmp_path: Path, local_embedder) -> MemoryIndex:
+    opened = MemoryIndex.open(tmp_path / "data", "demo", local_embedder, create=True)
+    yield opened
+    opened.close()
+
+
+def _write(path: Path, text: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, "utf-8")
+
+
+def test_indexing_the_example_makes_it_searchable_with_citations(index, folder):
+    report = index.index(folder)
+    assert report.files_indexed == 5 and report.chunks_written == report.chunks_embedded > 5
+    result = index.search("how do we avoid processing the same webhook event twice")
+    assert result.mode == "hybrid" and result.notice is None
+    top = result.hits[0]
+    assert top.path == "memory/2026-11-18.md" and "Webhook retries" in top.heading
+    assert top.citation == f"memory/2026-11-18.md#L{top.start_line}-L{top.end_line}"
+    lines = (folder / top.path).read_text().splitlines()
+    assert "processed_events" in "\n".join(lines[top.start_line - 1 : top.end_line])
+    assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
+    assert all(0 < h.score <= 1 for h in result.hits)
+
+
+def test_an_unchanged_tree_embeds_nothing_and_an_edit_reembeds_only_its_chunk(index, folder, local_embedder):
+    index.index(folder)
+    again = index.index(folder)
+    assert (again.files_indexed, again.files_unchanged, again.chunks_embedded) == (0, 5, 0)
+
+    log = folder / "memory" / "2026-11-16.md"
+    original = log.read_text()
+    log.write_text(original.replace("burst 20", "burst 50"))
+    edited = index.index(folder)
+    assert (edited.files_indexed, edited.chunks_embedded) == (1, 1)
+    assert index.search("burst 50 token bucket").hits[0].path == "memory/2026-11-16.md"
+
+    log.write_text(original)  # a revert is free: the old chunk's vector is still in the cache
+    reverted = index.index(folder)
+    assert (reverted.files_indexed, reverted.chunks_embedded) == (1, 0)
+
+
+def test_a_touched_file_with_the_same_bytes_is_not_reindexed(index, folder):
+    index.index(folder)
+    path = folder / "MEMORY.md"
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 5_000_000_000))
+    report = index.index(folder)
+    assert (report.files_indexed, report.files_unchanged) == (0, 5)
+
+
+def test_deleted_files_leave_the_index(index, folder):
+    index.index(folder)
+    (folder / "memory" / "decisions.md").unlink()
+    report = index.index(folder)
+    assert report.files_removed == 1
+    hits = index.search("advisory lock settlement job", build_options(limit=20)).hits
+    assert all(h.path != "memory/decisions.md" for h in hits)
+    assert index.status().files == {"memory": 4}
+
+
+def test_only_memory_files_are_indexed_and_symlinks_are_not_followed(index, folder, tmp_path):
+    _write(folder / "notes.md", "not memory: outside the patterns")
+    _write(folder / "memory" / "deep" / "nested" / "topic.md", "# Topic\nnested memory about kubernetes")
+    _write(folder / "memory" / "image.png", b"\x89PNG")
+    outside = tmp_path / "secret.md"
+    _write(outside, "the outside secret zebra")
+    (folder / "memory" / "link.md").symlink_to(outside)
+    (folder / "memory" / "linked-dir").symlink_to(tmp_path)
+    index.index(folder)
+    paths = {h.path for h in index.search("kubernetes zebra outside", build_options(limit=50)).hits}
+    assert "memory/deep/nested/topic.md" in paths
+    assert not paths & {"notes.md", "memory/link.md"} and not any("linked-dir" in p for p in paths)
+
+
+def test_filters_by_source_path_prefix_and_date_range(index, folder):
+    index.index(folder)
+    only_logs = build_options(limit=50, path_prefix="memory/", date_from="2026-11-17", date_to="2026-11-20")
+    paths = {h.path for h in index.search("deploy database test", only_logs).hits}
+    assert paths == {"memory/2026-11-18.md", "memory/2026-11-20.md"}
+    prefixed = {h.path for h in index.search("decisions", build_options(limit=50, path_prefix="memory/dec")).hits}
+    assert prefixed == {"memory/decisions.md"}
+    assert index.search("deploy", build_options(sources=["sessions"])).hits == []
+    assert index.search("deploy", build_options(sources=["memory"])).hits
+
+
+def test_min_score_drops_weak_hits(index, folder):
+    index.index(folder)
+    everything = index.search("integer cents for money", build_options(limit=50)).hits
+    strong = index.search("integer cents for money", build_options(limit=50, min_score=0.5)).hits
+    assert strong and len(strong) < len(everything) and all(h.score >= 0.5 for h in strong)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "C++",
+        '"unterminated',
+        "AND OR NOT",
+        "*",
+        "-x",
+        "NEAR(",
+        "col:value",
+        "a' OR 1=1 --",
+        "^start",
+        "((((",
+        "\x00",
+    ],
+)
+def test_fts5_syntax_in_a_query_is_searched_as_text(index, folder, query):
+    index.index(folder)
+    result = index.search(query)
+    assert result.mode in ("hybrid", "vector")
+
+
+def test_keyword_search_finds_code_identifiers(index, folder):
+    index.index(folder)
+    hits = index.search("processed_events", build_options(mode="keyword")).hits
+    assert hits[0].path == "memory/2026-11-18.md" and hits[0].keyword_score == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 10_000}, "limit"),
+        ({"limit": True}, "limit"),
+        ({"min_score": 2}, "min_score"),
+        ({"sources": ["bogus"]}, "source"),
+        ({"path_prefix": "../etc"}, "path"),
+        ({"path_prefix": "/etc"}, "path"),
+        ({"date_from": "2026-13-01"}, "date_from"),
+        ({"date_from": "yesterday"}, "date_from"),
+        ({"date_from": "2026-11-20", "date_to": "2026-11-01"}, "after"),
+        ({"mode": "magic"}, "mode"),
+    ],
+)
+def test_bad_search_arguments_are_clear_errors(kwargs, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        build_options(**kwargs)
+
+
+@pytest.mark.parametrize("query", ["", "   \n\t", "x" * 5000])
+def test_empty_or_huge_queries_are_clear_errors(index, query):
+    with pytest.raises(InvalidArgumentError):
+        index.search(query)
+
+
+def test_unknown_and_badly_named_indexes_are_clear_errors(tmp_path, local_embedder):
+    with pytest.raises(UnknownIndexError):
+        MemoryIndex.open(tmp_path, "missing", local_embedder)
+    for name in ("../escape", "UPPER", "", "a/b", ".hidden", "x" * 65):
+        with pytest.raises(InvalidArgumentError):
+            MemoryIndex.open(tmp_path, name, local_embedder, create=True)
+
+
+def test_bad_files_are_skipped_with_a_reason_and_never_crash(tmp_path, folder, local_embedder):
+    from server.index.engine import EngineSettings
+    from server.index.scan import ScanConfig
+
+    _write(folder / "memory" / "latin1.md", "caf\xe9 cr\xe8me".encode("latin-1"))
+    _write(folder / "memory" / "binary.md", b"\x00\x01\x02binary")
+    _write(folder / "memory" / "empty.md", "")
+    _write(folder / "memory" / "huge.md", "word " * 30_000)
+    _write(folder / "memory" / "bom.md", "\ufeff# BOM\r\nwindows line endings with a bom\r\n")
+    settings = EngineSettings(scan=ScanConfig(max_file_bytes=100_000))
+    index = MemoryIndex.open(tmp_path / "data", "bad", local_embedder, create=True, settings=settings)
+    try:
+        report = index.index(folder)
+        reasons = dict(report.skipped)
+        assert set(reasons) == {"memory/latin1.md", "memory/binary.md", "memory/huge.md"}
+        assert "UTF-8" in reasons["memory/latin1.md"] and "binary" in reasons["memory/binary.md"]
+        assert "larger" in reasons["memory/huge.md"]
+        assert index.status().files == {"memory": 7}  # the five examples, the empty file and the BOM file
+        hit = index.search("windows line endings", build_options(mode="keyword")).hits[0]
+        assert hit.path == "memory/bom.md" and (hit.start_line, hit.end_line) == (1, 2)
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "zeroed-pages"])
+def test_a_corrupt_database_is_detected_and_rebuilt_from_the_files(tmp_path, folder, local_embedder, damage):
+    index = MemoryIndex.open(tmp_path / "data", "demo", local_embedder, create=True)
+    index.index(folder)
+    db_path = index.db_path
+    index.close()
+    data = bytearray(db_path.read_bytes())
+    if damage == "garbage":
+        data = bytearray(b"this is not a database" * 1000)
+    elif damage == "truncated":
+        data = data[: len(data) // 3]
+    else:
+        data[4096:] = bytes(len(data) - 4096)
+    db_path.write_bytes(bytes(data))
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+
+    reopened = MemoryIndex.open(tmp_path / "data", "demo", local_embedder)
+    try:
+        result = reopened.search("webhook idempotent processed events")
+        assert result.hits[0].path == "memory/2026-11-18.md"
+        assert reopened.status().files == {"memory": 5}
+        assert list(db_path.parent.glob("index.sqlite3.corrupt-*")), "the damaged file is kept for inspection"
+    finally:
+        reopened.close()
+
+
+CRASHING_INDEXER = """
+import os, sys
+from pathlib import Path
+from server.index.engine import MemoryIndex
+from tests.fakes.embedder import HashingEmbedder
+
+index = MemoryIndex.open(Path(sys.argv[1]), "demo", HashingEmbedder())
+db = index.store.connection()
+inserted = []
+
+def crash():
+    inserted.append(1)
+    if len(inserted) == 2:
+        os._exit(9)  # the process dies inside the file's transaction, with no chance to roll back
+    return 0
+
+db.create_scalar_function("crash", crash, 0)
+db.execute("CREATE TEMP TRIGGER die BEFORE INSERT ON chunks BEGIN SELECT crash(); END")
+index.index(Path(sys.argv[2]))
+"""
+
+
+def test_a_process_killed_while_writing_a_file_leaves_a_consistent_index(tmp_path, folder):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    data = tmp_path / "data"
+    index = MemoryIndex.open(data, "demo", HashingEmbedder(), create=True)
+    index.index(folder)
+    index.close()
+    log = folder / "memory" / "2026-11-20.md"
+    log.write_text(log.read_text() + "\n## 18:00 — Crash test\nThe unicorn migration runs tonight.\n")
+
+    child = subprocess.run(
+        [sys.executable, "-c", CRASHING_INDEXER, str(data), str(folder)], cwd=REPO, timeout=120, check=False
+    )
+    assert child.returncode == 9
+
+    index = MemoryIndex.open(data, "demo", HashingEmbedder())
+    try:
+        assert index.store.connection().execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert not index.search("unicorn", build_options(mode="keyword")).hits
+        old = index.search("deploy checklist rollback", build_options(mode="keyword")).hits
+        assert old and old[0].path == "memory/2026-11-20.md"  # the file's previous content is whole
+        assert index.index(folder).files_indexed == 1
+        assert index.search("unicorn", build_options(mode="keyword")).hits
+    finally:
+        index.close()
+
+
+def test_without_a_model_search_falls_back_to_keywords_and_says_so(tmp_path, folder):
+    index = MemoryIndex.open(tmp_path / "data", "plain", None, create=True)
+    try:
+        index.index(folder)
+        result = index.search("webhook retries idempotent")
+        assert result.mode == "keyword" and "keyword" in (result.notice or "")
+        assert result.hits[0].path == "memory/2026-11-18.md"
+        assert index.status().search_modes == ["keyword"]
+    finally:
+        index.close()
+
+
+def test_without_sqlite_vec_search_falls_back_to_keywords_and_says_so(tmp_path, folder, local_embedder, monkeypatch):
+    from server.index import store
+
+    monkeypatch.setattr(store, "vec_available", lambda: False)
+    index = MemoryIndex.open(tmp_path / "data", "novec", local_embedder, create=True)
+    try:
+        index.index(folder)
+        result = index.search("webhook retries")
+        assert result.mode == "keyword" and "sqlite-vec" in (result.notice or "")
+        assert result.hits[0].path == "memory/2026-11-18.md"
+    finally:
+        index.close()
+
+
+def test_a_failing_model_leaves_chunks_pending_until_it_recovers(tmp_path, folder):
+    embedder = HashingEmbedder()
+    embedder.fail = True
+    index = MemoryIndex.open(tmp_path / "data", "flaky", embedder, create=True)
+    try:
+        report = index.index(folder)
+        assert report.chunks_written > 0 and report.chunks_pending == report.chunks_written
+        failing = index.search("webhook retries")
+        assert failing.mode == "keyword" and "unavailable" in (failing.notice or "") and failing.hits
+        embedder.fail = False
+        index.index(folder)
+        assert index.status().pending_vectors == 0
+        assert index.search("webhook retries", build_options(mode="vector")).hits
+    finally:
+        index.close()
+
+
+def test_switching_model_rebuilds_vectors_in_the_background_while_keywords_answer(tmp_path, folder, local_embedder):
+    old = HashingEmbedder()
+    first = MemoryIndex.open(tmp_path / "data", "switch", old, create=True)
+    first.index(folder)
+    first.close()
+
+    gate = threading.Event()
+    entered = threading.Event()
+
+    class GatedLocal:
+        provider, model, dimensions, max_tokens = (
+            local_embedder.provider,
+            local_embedder.model,
+            local_embedder.dimensions,
+            local_embedder.max_tokens,
+        )
+        tokenizer = local_embedder.tokenizer
+
+        def embed(self, texts, *, kind="document"):
+            if kind == "document":
+                entered.set()
+                assert gate.wait(60), "the test never opened the gate"
+            return local_embedder.embed(texts, kind=kind)
+
+    index = MemoryIndex.open(tmp_path / "data", "switch", GatedLocal())
+    try:
+        assert index.vector_state()[0] == "rebuilding"
+        thread = index.start_background_rebuild()
+        assert entered.wait(60)
+        during = index.search("webhook retries idempotent")
+        assert during.mode == "keyword" and "rebuilt" in (during.notice or "")
+        assert during.hits[0].path == "memory/2026-11-18.md"
+        assert index.status().model == "hashing-v1"  # the old vectors stay live until the swap
+        gate.set()
+        thread.join(120)
+        assert not thread.is_alive()
+        after = index.search("webhook retries idempotent")
+        assert after.mode == "hybrid" and after.hits[0].path == "memory/2026-11-18.md"
+        status = index.status()
+        assert (status.model, status.dimensions, status.pending_vectors) == (local_embedder.model, 384, 0)
+        tables = {r[0] for r in index.store.connection().execute("SELECT name FROM sqlite_master")}
+        assert "vectors_1" not in tables and "vectors_2" in tables
+    finally:
+        gate.set()
+        index.close()
