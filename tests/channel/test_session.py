@@ -1,0 +1,135 @@
+"""Server-side session bookkeeping and the handshake rate limit, on a clock the test moves."""
+
+from __future__ import annotations
+
+import os
+
+from channel.ratelimit import MAX_TRACKED, Rate, RateLimiter
+from channel.session import Session, SessionTable
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def session(clock: Clock, caller: str = "alice", static: bytes = b"K" * 32, lifetime: float = 3600.0) -> Session:
+    return Session(
+        id=os.urandom(16),
+        caller=caller,
+        static_key=static,
+        receive_key=os.urandom(32),
+        send_key=os.urandom(32),
+        created=clock.now,
+        expires_at=clock.now + lifetime,
+        last_used=clock.now,
+    )
+
+
+def test_a_session_is_found_until_its_absolute_expiry_even_when_used():
+    clock = Clock()
+    table = SessionTable(clock, lifetime=100, idle=60)
+    live = session(clock, lifetime=100)
+    assert table.open(live, 1)
+    for _ in range(3):
+        clock.now += 30
+        assert table.get(live.id) is live
+        table.touch(live)
+    clock.now += 10
+    assert table.get(live.id) is None and len(table) == 0
+
+
+def test_a_session_idle_too_long_is_gone():
+    clock = Clock()
+    table = SessionTable(clock, idle=60)
+    live = session(clock)
+    table.open(live, 1)
+    clock.now += 59
+    assert table.get(live.id) is live
+    clock.now += 1
+    assert table.get(live.id) is None
+
+
+def test_the_handshake_timestamp_must_grow_per_key_and_is_committed_only_on_open():
+    clock = Clock()
+    table = SessionTable(clock)
+    assert table.timestamp_is_fresh(b"K" * 32, 10)
+    assert table.open(session(clock), 10)
+    assert not table.timestamp_is_fresh(b"K" * 32, 10) and not table.open(session(clock), 10)
+    assert not table.open(session(clock), 9)
+    assert table.timestamp_is_fresh(b"J" * 32, 1)  # another key has its own timestamps
+    assert table.open(session(clock), 11)
+
+
+def test_a_caller_over_its_cap_loses_its_oldest_session_not_another_callers():
+    clock = Clock()
+    table = SessionTable(clock, max_per_caller=3)
+    bob = session(clock, caller="bob", static=b"B" * 32)
+    table.open(bob, 1)
+    mine = []
+    for timestamp in range(1, 5):
+        clock.now += 1
+        mine.append(session(clock))
+        assert table.open(mine[-1], timestamp)
+    assert table.get(mine[0].id) is None
+    assert all(table.get(s.id) is s for s in mine[1:]) and table.get(bob.id) is bob
+
+
+def test_a_full_server_refuses_new_sessions_but_purges_dead_ones_first():
+    clock = Clock()
+    table = SessionTable(clock, max_sessions=2, idle=60)
+    assert table.open(session(clock, "a", b"A" * 32), 1)
+    assert table.open(session(clock, "b", b"B" * 32), 1)
+    assert not table.open(session(clock, "c", b"C" * 32), 1)
+    assert table.timestamp_is_fresh(b"C" * 32, 1)  # a refused handshake commits nothing
+    clock.now += 61
+    assert table.open(session(clock, "c", b"C" * 32), 1)
+
+
+def test_drop_where_ends_every_session_of_a_key():
+    clock = Clock()
+    table = SessionTable(clock)
+    doomed = [session(clock) for _ in range(3)]
+    for timestamp, s in enumerate(doomed, 1):
+        table.open(s, timestamp)
+    other = session(clock, "bob", b"B" * 32)
+    table.open(other, 1)
+    assert table.drop_where(lambda s: s.static_key == b"K" * 32) == 3
+    assert len(table) == 1 and table.get(other.id) is other
+
+
+def test_a_request_id_is_usable_once_per_key_across_sessions():
+    clock = Clock()
+    table = SessionTable(clock)
+    assert table.first_use_of_request_id(b"K" * 32, b"r" * 16)
+    assert not table.first_use_of_request_id(b"K" * 32, b"r" * 16)
+    assert table.first_use_of_request_id(b"J" * 32, b"r" * 16)
+
+
+def test_session_secrets_stay_out_of_reprs_and_the_tag_is_a_prefix():
+    clock = Clock()
+    live = session(clock)
+    text = repr(live)
+    for secret in (live.id, live.send_key, live.receive_key):
+        assert repr(secret) not in text and secret.hex() not in text
+    assert live.tag == live.id[:4].hex()
+
+
+def test_the_rate_limit_allows_a_burst_then_refills():
+    clock = Clock()
+    limiter = RateLimiter(Rate(burst=3, per_second=1), clock)
+    assert [limiter.allow("10.0.0.1") for _ in range(4)] == [True, True, True, False]
+    assert limiter.allow("10.0.0.2")
+    clock.now += 1
+    assert limiter.allow("10.0.0.1") and not limiter.allow("10.0.0.1")
+
+
+def test_the_rate_limiter_memory_is_bounded_under_a_flood_of_addresses():
+    clock = Clock()
+    limiter = RateLimiter(Rate(burst=2, per_second=0.001), clock)
+    for n in range(MAX_TRACKED * 2):
+        limiter.allow(f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}")
+    assert len(limiter._buckets) <= MAX_TRACKED
