@@ -1,0 +1,130 @@
+"""`memory-proxy`: set up this device to reach a memory server.
+
+`memory-proxy init` creates this device's key and pins the server's key; `memory-proxy show` prints the device's
+public line again. Both print the command the server's operator runs to let this device in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import shlex
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from channel.errors import ChannelError
+from channel.keys import PrivateKey, read_private_key, write_private_key
+from client_proxy.config import (
+    CONFIG_FILE,
+    DEVICE_KEY_FILE,
+    ProxyConfig,
+    check_device_name,
+    default_device_name,
+    parse_server_key,
+    prepare_home,
+    proxy_home,
+    render_config,
+    validate_server_url,
+    write_config,
+)
+from client_proxy.errors import ProxyError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memory-proxy", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    init = commands.add_parser(
+        "init",
+        help="create this device's key and pin the server's key",
+        description="Config directory: $MEMORY_PROXY_HOME, else $XDG_CONFIG_HOME/memory-proxy, else "
+        "~/.config/memory-proxy. An existing device key is kept unless --force; proxy.toml is rewritten.",
+    )
+    init.add_argument("--server", required=True, metavar="URL", help="the server's base URL, e.g. https://memory.lan")
+    init.add_argument(
+        "--server-key", required=True, metavar="LINE", help="the line `memory-server keys show` prints on the server"
+    )
+    init.add_argument(
+        "--name", metavar="DEVICE", help="this device's caller name (default: the current one, else USER-HOST)"
+    )
+    init.add_argument("--force", action="store_true", help="replace an existing device key with a new one")
+    init.set_defaults(func=cmd_init)
+    show = commands.add_parser("show", help="print this device's public key and the server it is pinned to")
+    show.set_defaults(func=cmd_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ProxyError, ChannelError) as exc:
+        print(f"memory-proxy: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"memory-proxy: error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    home = proxy_home(os.environ)
+    server_url = validate_server_url(args.server)
+    server_key = parse_server_key(args.server_key)
+    previous = _previous(home)
+    if args.name:
+        name = check_device_name(args.name)
+    else:
+        name = previous.device_name if previous else default_device_name(_user(), socket.gethostname())
+    prepare_home(home)
+    key_path = home / DEVICE_KEY_FILE
+    keep = (key_path.exists() or key_path.is_symlink()) and not args.force
+    if keep:
+        read_private_key(key_path)  # an existing key must be sound before it is kept
+    else:
+        write_private_key(key_path, PrivateKey.generate(name), overwrite=args.force)
+    write_config(home, render_config(server_url, server_key, name))
+    config = ProxyConfig.load(home)
+    print(f"{'kept the existing' if keep else 'created a new'} device key {key_path} (private, mode 0600)")
+    print(f"wrote {home / CONFIG_FILE}")
+    if previous and previous.server_key != server_key:
+        print(f"re-pinned the server key: was {previous.server_key.fingerprint}, now {server_key.fingerprint}")
+    if previous and previous.device_public != config.device_public:
+        old = previous.device_public.fingerprint
+        print(f"the old device key {old} is gone; ask the operator to revoke it:")
+        print(f"  memory-server callers revoke {previous.device_name} --key {old}")
+    _print_device(config)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    _print_device(ProxyConfig.load(proxy_home(os.environ)))
+    return 0
+
+
+def _print_device(config: ProxyConfig) -> None:
+    line = config.device_public.line()
+    print(f"device key:  {line}")
+    print(f"fingerprint: {config.device_public.fingerprint}")
+    print(f"server:      {config.server_url} (pinned key {config.server_key.fingerprint})")
+    print("\nOn the server, the operator lets this device in with:")
+    print(f"  memory-server callers add {config.device_name} --key {shlex.quote(line)} --grant INDEX=rw")
+    print("(INDEX is the index this device may use; =r for read-only; repeat --grant for more indexes.)")
+
+
+def _previous(home: Path) -> ProxyConfig | None:
+    """The configuration being replaced, to report a changed pin or device key; None if absent or unreadable."""
+    try:
+        return ProxyConfig.load(home)
+    except (ProxyError, ChannelError):
+        return None
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry, as in some containers
+        return "user"
