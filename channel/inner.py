@@ -77,35 +77,32 @@ async def run_inner(
     """Run the inner app for an opened request; return an error class for the log, or ''.
 
     Whatever happens, the outer response ends: complete, as a sealed inner error, or cut before its FINAL frame
-    (which the client reports). Exception text never leaves this function.
+    (which the client reports). Exception text never leaves this function. A revoked caller's stream stops at
+    the next thing the app sends (the sealer refuses it) or, if the app is waiting for the client, within
+    `REVOCATION_POLL`: the app then receives `http.disconnect`, exactly as if the client had gone away.
     """
     if user is None:
         await sealer.error(403, json.dumps({"error": "index not granted to this caller"}).encode())
         return "forbidden-index"
     body_given = False
+    revoked = False
 
     async def inner_receive() -> Message:
-        nonlocal body_given
+        nonlocal body_given, revoked
         if not body_given:
             body_given = True
             return {"type": "http.request", "body": request.body, "more_body": False}
-        return await receive()  # after the body, the outer receive yields only http.disconnect
+        while True:  # after the body, the outer receive yields only http.disconnect
+            with anyio.move_on_after(REVOCATION_POLL):
+                return await receive()
+            if not keep_alive():
+                revoked = True
+                return {"type": "http.disconnect"}
 
     try:
-        async with anyio.create_task_group() as group:
-            watching = False
-
-            async def inner_send(message: Message) -> None:
-                nonlocal watching
-                await sealer.send(message)
-                if sealer.streaming and not watching and not sealer.complete:
-                    watching = True
-                    group.start_soon(_watch, keep_alive, group.cancel_scope)
-
-            await app(inner_scope(scope, request, user), inner_receive, inner_send)
-            group.cancel_scope.cancel()
+        await app(inner_scope(scope, request, user), inner_receive, sealer.send)
     except Exception as failure:
-        error = _unwrap(failure)
+        error = _unwrap(failure)  # apps that run tasks (e.g. streaming responses) may wrap it in a group
         if isinstance(error, Revoked):
             await sealer.cut()
             return "revoked"
@@ -116,15 +113,8 @@ async def run_inner(
         return f"{type(error).__name__} at {_where(error)}"
     if not sealer.complete:
         await sealer.cut()
-        return "revoked" if not keep_alive() else "incomplete-response"
+        return "revoked" if revoked or not keep_alive() else "incomplete-response"
     return ""
-
-
-async def _watch(keep_alive: Callable[[], bool], scope: anyio.CancelScope) -> None:
-    """Cancel a streaming response soon after its caller's key or session goes away."""
-    while keep_alive():
-        await anyio.sleep(REVOCATION_POLL)
-    scope.cancel()
 
 
 def _unwrap(error: BaseException) -> BaseException:

@@ -183,6 +183,8 @@ class ChannelMiddleware:
         sealer = ResponseSealer(send, session, counter, keep_alive)
         user = user_for(identity, request)
         error = await run_inner(self.app, scope, receive, request, user, sealer, keep_alive)
+        if not log.isEnabledFor(logging.INFO):
+            return
         log.info(
             "tunnel caller=%s key=%s session=%s %s %s status=%s in=%dB out=%dB %.1fms%s",
             identity.name,

@@ -1,8 +1,9 @@
 """Turns the inner app's ASGI response into sealed frames on the outer response.
 
-A response that the inner app completes in one body message goes out as one write with a Content-Length
+A response that the inner app completes in one small body message goes out as one write with a Content-Length
 (head, body and end frames together), so small requests cost one round of I/O. A streaming response (no
-Content-Length, or a body in several parts, e.g. SSE) is flushed frame by frame as the app produces it.
+Content-Length, a body in several parts, e.g. SSE) and a body larger than one frame are flushed frame by
+frame as they are sealed, so the client verifies one frame while the server seals the next.
 Before every write the session and the caller's key are checked again: a revoked caller gets no more bytes.
 """
 
@@ -70,14 +71,17 @@ class ResponseSealer:
             body = bytes(message.get("body", b""))
             more = bool(message.get("more_body", False))
             self.body_bytes += len(body)
+            if more or len(body) > MAX_CHUNK:
+                self.streaming = self.streaming or bool(body)
             for start in range(0, len(body), MAX_CHUNK):
                 self._frame(KIND_BODY, body[start : start + MAX_CHUNK])
+                if self.streaming and start + MAX_CHUNK < len(body):
+                    await self._flush(final=False)
             if not more:
                 self._frame(KIND_END, b"")
                 self.complete = True
                 await self._flush(final=True)
             elif body:
-                self.streaming = True
                 await self._flush(final=False)
         # Other messages (trailers, pathsend) are not offered in the inner scope's extensions.
 

@@ -109,6 +109,12 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             return httpx2.Response(head.status, headers=head.headers, stream=stream)
         raise TunnelRefused(401)
 
+    async def connect(self) -> None:
+        """Handshake now rather than on the first request: checks the pinned key and this device's authorization
+        (raising `ServerKeyMismatch` or `HandshakeRefused`), and replaces the current session."""
+        async with self._lock:
+            self._session = await self._handshake()
+
     async def aclose(self) -> None:
         await self._outer.aclose()
 

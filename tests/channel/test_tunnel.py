@@ -21,7 +21,7 @@ from channel.constants import (
     SESSION_LIFETIME,
     TUNNEL_PATH,
 )
-from channel.errors import ChannelError, FrameError
+from channel.errors import ChannelError, FrameError, HandshakeRefused, ServerKeyMismatch
 from channel.keys import PrivateKey
 from tests.channel.apps import WAIT, AppState, caller, inner_app, table
 from tests.channel.conftest import MutableDirectory
@@ -219,6 +219,19 @@ async def test_a_session_the_server_expired_is_renewed_and_the_mutating_call_run
     assert state.count == 2
 
 
+async def test_a_revoked_callers_stream_stops_at_its_next_event(server, state, directory):
+    async with server.client(DEVICE) as client, client.stream("GET", "/events") as response:
+        chunks = response.aiter_bytes()
+        with anyio.fail_after(WAIT):
+            assert await chunks.__anext__() == b"data: first\n\n"
+        directory.table = table()
+        state.release.set()  # the inner app sends its next event: the channel refuses to seal it
+        with anyio.fail_after(WAIT), pytest.raises(FrameError):
+            async for chunk in chunks:
+                assert chunk != b"data: second\n\n"
+    assert len(server.middleware.sessions) == 0
+
+
 async def test_a_revoked_caller_loses_its_open_stream_and_its_sessions(server, state, directory, monkeypatch):
     monkeypatch.setattr(channel.inner, "REVOCATION_POLL", 0.02)
     async with server.client(DEVICE) as client, client.stream("GET", "/hold") as response:
@@ -229,4 +242,19 @@ async def test_a_revoked_caller_loses_its_open_stream_and_its_sessions(server, s
         with anyio.fail_after(WAIT), pytest.raises(FrameError):
             async for _ in chunks:
                 pass
-    assert await anyio.to_thread.run_sync(state.cancelled.wait, WAIT)
+    assert await anyio.to_thread.run_sync(state.disconnected.wait, WAIT)  # to the app, the revoked client left
+
+
+async def test_connect_checks_the_pinned_key_and_authorization_before_any_request(server, make_relay):
+    relay = make_relay()
+    transport = server.transport(DEVICE, transport=relay)
+    await transport.connect()
+    async with httpx2.AsyncClient(transport=transport, base_url="http://memory") as client:
+        assert (await client.get("/echo")).status_code == 200
+    assert relay.paths() == [HANDSHAKE_PATH, TUNNEL_PATH]
+    async with server.transport(DEVICE, server_key=PrivateKey.generate().public) as wrong:
+        with pytest.raises(ServerKeyMismatch):
+            await wrong.connect()
+    async with server.transport(PrivateKey.generate()) as stranger:
+        with pytest.raises(HandshakeRefused):
+            await stranger.connect()
