@@ -19,6 +19,7 @@ import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anyio
 import httpx2
@@ -29,6 +30,7 @@ from channel.constants import (
     CONTENT_TYPE,
     HANDSHAKE_PATH,
     KIND_BODY,
+    MAX_BODY,
     REQUEST_ID_LEN,
     SERVER_KEY_HEADER,
     SESSION_HEADER,
@@ -73,7 +75,9 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         self._last_timestamp = 0
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        body = await request.aread()
+        body = await _read_request_body(request)
+        # The caller's timeouts apply to each outer request (handshake and tunnel) made on its behalf.
+        extensions = {"timeout": request.extensions["timeout"]} if "timeout" in request.extensions else {}
         inner = pack_request(
             InnerRequest(
                 self._random(REQUEST_ID_LEN),
@@ -85,7 +89,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         )
         stale: ClientSession | None = None
         for _ in range(2):
-            session = await self._current(stale)
+            session = await self._current(stale, extensions)
             counter = session.next_counter()
             frame = seal_request(session.send_key, session.id, counter, inner)
             outer = await self._outer.handle_async_request(
@@ -94,6 +98,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
                     self._tunnel_url,
                     headers={SESSION_HEADER: session.header, "content-type": CONTENT_TYPE},
                     content=frame,
+                    extensions=extensions,
                 )
             )
             if outer.status_code == 401:  # the server never opened it: safe to send again in a new session
@@ -118,38 +123,49 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
     async def aclose(self) -> None:
         await self._outer.aclose()
 
-    async def _current(self, stale: ClientSession | None) -> ClientSession:
+    async def _current(self, stale: ClientSession | None, extensions: dict[str, Any]) -> ClientSession:
         """A usable session: the current one, or a new one if it is missing, `stale`, or close to expiry."""
         session = self._session
         if session is None or session is stale or not session.usable(self._clock()):
             async with self._lock:  # one handshake at a time; the others wait for its session
                 session = self._session
                 if session is None or session is stale or not session.usable(self._clock()):
-                    session = await self._handshake()
+                    session = await self._handshake(extensions)
                     self._session = session
         session.last_used = self._clock()
         return session
 
-    async def _handshake(self) -> ClientSession:
-        # The timestamp must grow with every handshake of this key, even if the clock stalls or steps back.
-        timestamp = max(int(self._clock() * 1e9), self._last_timestamp + 1)
-        self._last_timestamp = timestamp
-        message, initiator = create_initiation(self._key, self._server, timestamp, self._random)
-        sent_at = self._clock()
-        response = await self._outer.handle_async_request(
-            httpx2.Request("POST", self._handshake_url, headers={"content-type": CONTENT_TYPE}, content=message)
-        )
-        try:
-            body = await _read_at_most(response, max(WELCOME_LEN, MAX_REFUSAL))
-        finally:
-            await response.aclose()
-        if response.status_code != 200:
+    async def _handshake(self, extensions: dict[str, Any] | None = None) -> ClientSession:
+        """Handshake, trying once more after a 403: another transport of this device key (the proxy runs
+        several) may have just handshaked with a later timestamp, which makes ours look replayed."""
+        for attempt in range(2):
+            # The timestamp must grow with every handshake of this key, even if the clock stalls or steps back.
+            timestamp = max(int(self._clock() * 1e9), self._last_timestamp + 1)
+            self._last_timestamp = timestamp
+            message, initiator = create_initiation(self._key, self._server, timestamp, self._random)
+            sent_at = self._clock()
+            response = await self._outer.handle_async_request(
+                httpx2.Request(
+                    "POST",
+                    self._handshake_url,
+                    headers={"content-type": CONTENT_TYPE},
+                    content=message,
+                    extensions=extensions or {},
+                )
+            )
+            try:
+                body = await _read_at_most(response, max(WELCOME_LEN, MAX_REFUSAL))
+            finally:
+                await response.aclose()
+            if response.status_code == 200:
+                welcome, keys = consume_response(initiator, body)
+                session = ClientSession.start(welcome, keys, sent_at)
+                log.info("handshake ok session=%s", session.tag)
+                return session
             self._check_server_key(response.headers.get(SERVER_KEY_HEADER))
-            raise HandshakeRefused(response.status_code, self._key.public.fingerprint)
-        welcome, keys = consume_response(initiator, body)
-        session = ClientSession.start(welcome, keys, sent_at)
-        log.info("handshake ok session=%s", session.tag)
-        return session
+            if response.status_code != 403 or attempt:
+                break
+        raise HandshakeRefused(response.status_code, self._key.public.fingerprint)
 
     def _check_server_key(self, presented: str | None) -> None:
         """After a refusal: if the server names a key other than the pinned one, that is the error to report."""
@@ -210,6 +226,20 @@ class FrameStream(httpx2.AsyncByteStream):
         if closer is not None:
             await closer()
         await self._outer.aclose()
+
+
+async def _read_request_body(request: httpx2.Request) -> bytes:
+    """The whole request body, refused as soon as it passes what one frame can carry."""
+    if not isinstance(request.stream, httpx2.AsyncByteStream):
+        raise ChannelError("the channel transport is asynchronous: use httpx2.AsyncClient")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream:
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise ChannelError(f"cannot tunnel a request body over {MAX_BODY} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _raw_chunks(response: httpx2.Response) -> AsyncIterator[bytes]:

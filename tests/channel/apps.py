@@ -65,6 +65,10 @@ def inner_app(state: AppState) -> Starlette:
         size = int(request.query_params["size"])
         return Response(bytes(range(256)) * (size // 256) + bytes(size % 256), media_type="application/octet-stream")
 
+    async def stall(request: Request) -> Response:
+        await anyio.to_thread.run_sync(state.release.wait, WAIT)
+        return Response(b"late")
+
     async def upload(request: Request) -> JSONResponse:
         body = await request.body()
         return JSONResponse({"size": len(body), "sha256": hashlib.sha256(body).hexdigest()})
@@ -77,6 +81,7 @@ def inner_app(state: AppState) -> Starlette:
             Route("/boom", boom),
             Route("/download", download),
             Route("/upload", upload, methods=["POST"]),
+            Route("/stall", stall),
             Route("/events", Events(state)),
             Route("/hold", Hold(state)),
         ]

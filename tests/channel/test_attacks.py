@@ -317,8 +317,8 @@ async def test_two_in_flight_responses_swapped_are_both_refused(make_relay, serv
     assert sorted(refused) == ["/echo/a", "/echo/b"]
 
 
-@pytest.mark.parametrize("cut", ["end", "end-and-body", "mid-frame", "head-only", "nothing"])
-async def test_a_response_stream_cut_before_its_final_frame_is_refused(make_relay, server, cut):
+@pytest.mark.parametrize("cut", ["end", "end-and-body", "mid-frame", "head-only", "nothing", "extended"])
+async def test_a_response_stream_cut_before_its_final_frame_or_extended_after_it_is_refused(make_relay, server, cut):
     async def truncate(outer: Outer, forward) -> Answer:
         answer = await forward(outer)
         if outer.path != TUNNEL_PATH:
@@ -331,6 +331,7 @@ async def test_a_response_stream_cut_before_its_final_frame_is_refused(make_rela
             "mid-frame": body[:-1],
             "head-only": body[: len(body) - end - (len(body) - end) // 2],
             "nothing": b"",
+            "extended": body + body[-end:],
         }[cut]
         return Answer(answer.status, answer.headers, kept)
 
