@@ -27,6 +27,8 @@ def valid_name(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Caller:
+    """One entry of callers.toml: a name, its device keys, and the indexes it may read (`r`) or write (`rw`)."""
+
     name: str
     keys: tuple[PublicKey, ...]
     grants: Mapping[str, Access]
@@ -57,6 +59,8 @@ class Identity:
 
 
 class CallerDirectory(Protocol):
+    """Anything that answers "whose key is this?" with the current authorization, on every call."""
+
     def lookup(self, static_key: bytes) -> Identity | None:
         """The identity whose key has this X25519 form, or None if unknown or revoked."""
 
@@ -79,6 +83,7 @@ class CallerTable:
         self.names = frozenset(names)
 
     def lookup(self, static_key: bytes) -> Identity | None:
+        """The identity whose key has this X25519 form, or None."""
         return self._by_static.get(static_key)
 
 
@@ -102,6 +107,7 @@ class ChannelUser:
         return self.fingerprint
 
     def can_write(self, index: str | None = None) -> bool:
+        """Whether the caller holds `rw` on `index` (default: the index this request works on)."""
         target = self.index if index is None else index
         return target is not None and self.grants.get(target) == "rw"
 
