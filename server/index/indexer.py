@@ -23,7 +23,7 @@ from server.index.vectors import VectorSpace, embed_missing
 
 log = logging.getLogger(__name__)
 
-EMBED_BATCH_CHUNKS = 256  # chunks gathered across files before one call to the model
+EMBED_BATCH_CHUNKS = 512  # chunks gathered across files before one call to the model (which sorts by length)
 
 
 @dataclass

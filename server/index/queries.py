@@ -39,23 +39,30 @@ def _file_conditions(filters: Filters, alias: str) -> tuple[list[str], list[obje
     return conditions, params
 
 
-def keyword_sql(match: str, filters: Filters, limit: int) -> tuple[str, list[object]]:
-    """BM25 candidates (more negative is better) with the text column weighted over the heading."""
+def keyword_sql(match: str, filters: Filters, limit: int, also: list[int]) -> tuple[str, list[object]]:
+    """BM25 (more negative is better) of the `limit` best keyword matches, plus of the chunks in `also` (the vector
+    candidates) that match at all, in one pass over the match.
+
+    FTS5 computes bm25 for every matching row whatever the LIMIT, so the cost is the match itself; it is paid once,
+    into a materialised table. Asking FTS5 for `rowid IN (...)` instead re-runs the query per rowid, recomputing the
+    IDF statistics each time (measured 1 ms per row on SciFact), and joining chunks and files onto every match
+    doubles the cost (measured at 100k chunks), so the join happens only when a filter needs it.
+    """
     conditions, params = _file_conditions(filters, "f")
-    where = "".join(f" AND {c}" for c in conditions)
+    if conditions:
+        best = (
+            "SELECT s.id, s.rank FROM scored s JOIN chunks c ON c.id = s.id JOIN files f ON f.id = c.file_id"
+            f" WHERE {' AND '.join(conditions)} ORDER BY s.rank LIMIT ?"
+        )
+    else:
+        best = "SELECT id, rank FROM scored ORDER BY rank LIMIT ?"
     sql = (
-        "SELECT c.id, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts"
-        " JOIN chunks c ON c.id = chunks_fts.rowid JOIN files f ON f.id = c.file_id"
-        f" WHERE chunks_fts MATCH ?{where} ORDER BY rank LIMIT ?"
+        "WITH scored AS MATERIALIZED (SELECT rowid AS id, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts"
+        f" WHERE chunks_fts MATCH ?) SELECT * FROM ({best})"
     )
-    return sql, [match, *params, limit]
-
-
-def keyword_scores_sql(match: str, chunk_ids: list[int]) -> tuple[str, list[object]]:
-    """BM25 of given chunks only; the score does not depend on which rows are asked for."""
-    marks = ", ".join("?" for _ in chunk_ids)
-    sql = f"SELECT rowid, bm25(chunks_fts, 1.0, 0.5) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({marks})"
-    return sql, [match, *chunk_ids]
+    if also:
+        sql += f" UNION SELECT id, rank FROM scored WHERE id IN ({', '.join('?' for _ in also)})"
+    return sql, [match, *params, limit, *also]
 
 
 def vector_sql(table: str, filters: Filters, k: int) -> tuple[str, list[object]]:
@@ -73,6 +80,17 @@ def vectors_by_id_sql(table: str, chunk_ids: list[int]) -> tuple[str, list[objec
         raise ValueError("bad vector table name")
     marks = ", ".join("?" for _ in chunk_ids)
     return f"SELECT chunk_id, embedding FROM {table} WHERE chunk_id IN ({marks})", list(chunk_ids)
+
+
+def cached_vectors_by_id_sql(provider: str, model: str, chunk_ids: list[int]) -> tuple[str, list[object]]:
+    """Chunk vectors from the embedding cache: a B-tree lookup each, where vec0 reads a whole 1,024-vector block
+    per row (measured 7.6 ms for 40 rows on SciFact)."""
+    marks = ", ".join("?" for _ in chunk_ids)
+    sql = (
+        "SELECT c.id, e.vector FROM chunks c JOIN embedding_cache e"
+        f" ON e.provider = ? AND e.model = ? AND e.hash = c.hash WHERE c.id IN ({marks})"
+    )
+    return sql, [provider, model, *chunk_ids]
 
 
 def create_vector_table_sql(table: str, dimensions: int) -> str:

@@ -18,8 +18,8 @@ from server.index.fts import match_expression, query_terms
 from server.index.fusion import FusionWeights, Scored, fuse
 from server.index.queries import (
     Filters,
+    cached_vectors_by_id_sql,
     hits_sql,
-    keyword_scores_sql,
     keyword_sql,
     vector_sql,
     vectors_by_id_sql,
@@ -184,13 +184,13 @@ def search(
         similarities = {chunk: 1.0 - distance for chunk, distance in db.execute(sql, params)}
     ranks: dict[int, float] = {}
     if match is not None:
-        sql, params = keyword_sql(match, options.filters, candidates)
+        # The vector candidates' BM25 comes in the same pass, so both sides score every candidate.
+        sql, params = keyword_sql(match, options.filters, candidates, list(similarities))
         ranks = dict(db.execute(sql, params))
 
     if query_vector is not None and match is not None:
         mode = "hybrid"
         _complete_similarities(db, space, query_vector, similarities, ranks)
-        _complete_ranks(db, match, similarities, ranks)
     elif query_vector is not None:
         mode = "vector"
         if match is None and options.mode != "vector":
@@ -216,18 +216,18 @@ def _complete_similarities(
     missing = [c for c in ranks if c not in similarities]
     if not missing or space is None:
         return
-    sql, params = vectors_by_id_sql(space.table, missing)
-    for chunk, blob in db.execute(sql, params):
-        similarities[chunk] = float(np.frombuffer(blob, dtype=np.float32) @ query_vector)
-
-
-def _complete_ranks(db: apsw.Connection, match: str, similarities: dict[int, float], ranks: dict[int, float]) -> None:
-    """BM25 for vector candidates that matched the keywords but were outside the keyword top list."""
-    missing = [c for c in similarities if c not in ranks]
-    if not missing:
-        return
-    sql, params = keyword_scores_sql(match, missing)
-    ranks.update(db.execute(sql, params))
+    sql, params = cached_vectors_by_id_sql(space.provider, space.model, missing)
+    size = space.dimensions * 4
+    found = {chunk: blob for chunk, blob in db.execute(sql, params) if len(blob) == size}
+    rest = [c for c in missing if c not in found]
+    if rest:  # not in the cache (an index written before it, or a vector inserted directly): ask vec0
+        sql, params = vectors_by_id_sql(space.table, rest)
+        found.update((chunk, blob) for chunk, blob in db.execute(sql, params) if len(blob) == size)
+    if found:
+        ids = list(found)
+        matrix = np.frombuffer(b"".join(found[c] for c in ids), dtype=np.float32).reshape(len(ids), -1)
+        for chunk, similarity in zip(ids, (matrix @ query_vector).tolist(), strict=True):
+            similarities[chunk] = similarity
 
 
 def _load_hits(db: apsw.Connection, scored: list[Scored], terms: list[str]) -> list[Hit]:

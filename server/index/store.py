@@ -16,6 +16,7 @@ from server.index.migrations import migrate
 
 log = logging.getLogger(__name__)
 
+MMAP_BYTES = 1 << 30
 BUSY_TIMEOUT_MS = 10_000
 _CORRUPTION = (apsw.CorruptError, apsw.NotADBError)
 
@@ -75,6 +76,9 @@ class Store:
             db.enable_load_extension(False)
         db.execute("PRAGMA journal_mode=WAL").fetchall()
         db.execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY")
+        # Reads through mmap skip a copy per page: a vec0 KNN scans every vector (measured 92 -> 80 ms at 100k
+        # chunks, 10.5 -> 5.5 ms at 10k). Address space only; pages stay in the OS cache as before.
+        db.execute(f"PRAGMA mmap_size={MMAP_BYTES}").fetchall()
         return db
 
     def close(self) -> None:

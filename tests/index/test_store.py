@@ -37,3 +37,29 @@ def test_each_thread_gets_its_own_connection(tmp_path):
     worker.join()
     assert seen[0] is not store.connection()
     store.close()
+
+
+def test_a_version_1_database_is_migrated_forward_keeping_its_embedding_cache(tmp_path):
+    from server.index.migrations import m001_initial
+
+    path = tmp_path / "index.sqlite3"
+    db = apsw.Connection(str(path))
+    with db:
+        m001_initial(db)
+        db.execute("PRAGMA user_version = 1")
+        db.execute("INSERT INTO embedding_cache VALUES('local', 'm', 'h1', x'00112233')")
+    db.close()
+    store = Store(path)
+    try:
+        migrated = store.connection()
+        assert migrated.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION >= 2
+        assert migrated.execute("SELECT provider, model, hash, vector FROM embedding_cache").fetchall() == [
+            ("local", "m", "h1", b"\x00\x11\x22\x33")
+        ]
+        # The cache key stays unique after the move to a rowid table.
+        with pytest.raises(apsw.ConstraintError):
+            migrated.execute(
+                "INSERT INTO embedding_cache(provider, model, hash, vector) VALUES('local', 'm', 'h1', x'')"
+            )
+    finally:
+        store.close()
