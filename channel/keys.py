@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import os
 import stat
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +44,10 @@ class PublicKey:
     def __post_init__(self) -> None:
         if len(self.raw) != 32:
             raise KeyFileError(f"an Ed25519 public key has 32 bytes, not {len(self.raw)}")
-        if "\n" in self.comment or "\r" in self.comment or len(self.comment) > MAX_COMMENT:
-            raise KeyFileError("a key comment is one short line")
+        # No control characters at all: comments are printed to terminals (`callers list`), where escape
+        # sequences in a pasted key line could rewrite what the operator sees.
+        if len(self.comment) > MAX_COMMENT or any(unicodedata.category(c) in ("Cc", "Cf") for c in self.comment):
+            raise KeyFileError("a key comment is one short line of printable text")
         try:
             converted = bindings.crypto_sign_ed25519_pk_to_curve25519(self.raw)
         except (CryptoError, ValueError, TypeError):

@@ -97,7 +97,7 @@ def test_an_unquoted_dotted_name_is_explained():
 
 
 names = st.from_regex(NAME_PATTERN, fullmatch=True).filter(lambda name: ".." not in name)
-comments = st.text(st.characters(exclude_categories=("Cs", "Cc")), max_size=30).map(str.strip)
+comments = st.text(st.characters(exclude_categories=("Cs", "Cc", "Cf")), max_size=30).map(str.strip)
 keys = st.builds(lambda seed, comment: PrivateKey(seed, comment).public, st.binary(min_size=32, max_size=32), comments)
 entries = st.builds(
     CallerEntry,
@@ -138,7 +138,10 @@ def test_load_render_load_is_identical(generated):
         ("[callers.bob]\nkeys = ['ssh-ed25519 AAAA']\n", "caller 'bob': keys\\[1\\]: a public key line starts with"),
         ("[callers.bob]\nrevoked_keys = ['x']\n", "caller 'bob': revoked_keys\\[1\\]"),
         ("[callers.bob]\ngrants = 'rw'\n", "caller 'bob': grants must be a table"),
-        (f'[callers.bob]\nkeys = ["{ALICE.line()}\\u001b[2J"]\n', "caller 'bob': key SHA256:.* control characters"),
+        (
+            f'[callers.bob]\nkeys = ["{ALICE.line()}\\u001b[2J"]\n',
+            "caller 'bob': keys\\[1\\]: a key comment is one short line of printable text",
+        ),
         ("[callers.bob]\ngrants = { team = 'w' }\n", "caller 'bob': grant on 'team' must be \"r\" or \"rw\", not 'w'"),
         ("[callers.bob]\ngrants = { team = 1 }\n", "grant on 'team' must be"),
         ("[callers.bob]\ngrants = { '../etc' = 'r' }\n", "caller 'bob': invalid index name '../etc'"),

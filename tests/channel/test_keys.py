@@ -36,6 +36,13 @@ def test_a_public_key_line_round_trips_with_its_comment():
     assert again == key and again.comment == "alice@laptop" and again.x25519 == key.x25519
 
 
+@pytest.mark.parametrize("comment", ["evil\x1b[2J", "two\nlines", "bell\x07", "rtl\u202eoverride", "x" * 201])
+def test_a_comment_with_control_characters_or_too_long_is_refused(comment):
+    raw = PrivateKey(SEED).public.raw
+    with pytest.raises(KeyFileError, match="printable"):
+        PublicKey(raw, comment)
+
+
 def test_the_fingerprint_is_sha256_of_the_raw_key_like_ssh():
     key = PrivateKey(SEED).public
     expected = "SHA256:" + base64.b64encode(hashlib.sha256(key.raw).digest()).decode().rstrip("=")
