@@ -77,6 +77,19 @@ def build(size: int, embedder: LocalEmbedder, pool: list[str]) -> MemoryIndex:
     return index
 
 
+class Precomputed:
+    """The local embedder with the benchmark's query vectors computed beforehand, so a search call does no
+    embedding and its time is the search alone."""
+
+    def __init__(self, embedder: LocalEmbedder, vectors: dict[str, np.ndarray]) -> None:
+        self.provider, self.model, self.dimensions = embedder.provider, embedder.model, embedder.dimensions
+        self.max_tokens, self.tokenizer = embedder.max_tokens, embedder.tokenizer
+        self.vectors = vectors
+
+    def embed(self, texts: list[str], *, kind: str = "document") -> np.ndarray:
+        return np.concatenate([self.vectors[t] for t in texts])
+
+
 def main() -> None:
     embedder = LocalEmbedder()
     pool = sentences()
@@ -87,15 +100,28 @@ def main() -> None:
         index = build(size, embedder, pool)
         for query in queries[:20]:  # warm the page cache and the model
             index.search(query)
-        search_ms, embed_ms, keyword_ms = [], [], []
+        search_ms, embed_ms, keyword_ms, total_ms = [], [], [], []
         options = build_options(limit=8)
         keyword_only = build_options(limit=8, mode="keyword")
+        vectors = {}
+        for query in queries:  # the query embedding alone, as the search call would do it
+            started = time.perf_counter()
+            vectors[query] = embedder.embed([query], kind="query")
+            embed_ms.append((time.perf_counter() - started) * 1000)
         for query in queries:
+            started = time.perf_counter()
             result = index.search(query, options)
+            total_ms.append((time.perf_counter() - started) * 1000)
             assert result.mode == "hybrid"
-            search_ms.append(result.search_ms)
-            embed_ms.append(result.embed_ms)
             keyword_ms.append(index.search(query, keyword_only).search_ms)
+        # The same searches with the query vector already known: everything but the embedding.
+        index.embedder = Precomputed(embedder, vectors)  # type: ignore[assignment]
+        for query in queries:
+            started = time.perf_counter()
+            result = index.search(query, options)
+            search_ms.append((time.perf_counter() - started) * 1000)
+            assert result.mode == "hybrid"
+        index.embedder = embedder
         size_bytes = index.store.size_bytes()
         index.close()
         per_thousand = size_bytes / (size / 1000) / 1e6
@@ -107,14 +133,23 @@ def main() -> None:
                 median(keyword_ms),
                 median(embed_ms),
                 percentile(embed_ms, 95),
+                median(total_ms),
                 f"{per_thousand:.2f} MB",
             ]
         )
-        out[size] = {"search_ms": search_ms, "embed_ms": embed_ms, "keyword_ms": keyword_ms, "bytes": size_bytes}
+        out[size] = {
+            "search_ms": search_ms,
+            "embed_ms": embed_ms,
+            "keyword_ms": keyword_ms,
+            "total_ms": total_ms,
+            "bytes": size_bytes,
+        }
     body = (
-        f"{len(queries)} SciFact queries, hybrid search, limit 8 (32+ candidates a side). 'search' is everything but "
-        "the query embedding; 'embed' is the query embedding alone. Targets: search p50 < 20 ms at 10k, "
-        "< 150 ms at 100k.\n\n"
+        f"{len(queries)} SciFact queries, hybrid search, limit 8 (40 candidates a side), wall time of the engine's "
+        "search call. 'search': the query vector is known beforehand, so this is everything but the embedding "
+        "(the keyword side runs in a second thread beside the KNN). 'embed': the query embedding alone. 'total': "
+        "the call with the real embedding inside (the keyword side overlaps it). 'keyword-only': the keyword mode "
+        "alone. Targets: search p50 < 20 ms at 10k, < 150 ms at 100k.\n\n"
         + table(
             [
                 "chunks",
@@ -123,6 +158,7 @@ def main() -> None:
                 "keyword-only p50 ms",
                 "embed p50 ms",
                 "embed p95 ms",
+                "total p50 ms",
                 "DB per 1k chunks",
             ],
             rows,
@@ -151,6 +187,7 @@ def _plot(out: dict[int, dict[str, list[float] | int]]) -> None:
         ("search_ms", "hybrid search (no embedding)"),
         ("keyword_ms", "keyword only"),
         ("embed_ms", "query embedding"),
+        ("total_ms", "whole search call"),
     ):
         ax.plot(sizes, [median(out[s][key]) for s in sizes], marker="o", label=f"{label} p50")  # type: ignore[arg-type]
     ax.set_xscale("log")

@@ -39,30 +39,34 @@ def _file_conditions(filters: Filters, alias: str) -> tuple[list[str], list[obje
     return conditions, params
 
 
-def keyword_sql(match: str, filters: Filters, limit: int, also: list[int]) -> tuple[str, list[object]]:
-    """BM25 (more negative is better) of the `limit` best keyword matches, plus of the chunks in `also` (the vector
-    candidates) that match at all, in one pass over the match.
+# The keyword side scores the whole match once into this per-connection temp table, then reads the best rows and
+# the vector candidates' rows from it. FTS5 computes bm25 for every matching row whatever the LIMIT, so the match
+# is the cost and is paid once; asking FTS5 for `rowid IN (...)` instead re-runs the query per rowid, recomputing
+# bm25's IDF statistics each time (measured 1 ms per row on SciFact), and joining chunks and files onto every
+# match doubles the cost (measured at 100k chunks), so that join happens only when a filter needs it.
+CREATE_KEYWORD_SCORES = "CREATE TEMP TABLE IF NOT EXISTS keyword_scores(id INTEGER PRIMARY KEY, rank REAL NOT NULL)"
+CLEAR_KEYWORD_SCORES = "DELETE FROM temp.keyword_scores"
+FILL_KEYWORD_SCORES = (
+    "INSERT INTO temp.keyword_scores(id, rank) SELECT rowid, bm25(chunks_fts, 1.0, 0.5) FROM chunks_fts"
+    " WHERE chunks_fts MATCH ?"
+)
 
-    FTS5 computes bm25 for every matching row whatever the LIMIT, so the cost is the match itself; it is paid once,
-    into a materialised table. Asking FTS5 for `rowid IN (...)` instead re-runs the query per rowid, recomputing the
-    IDF statistics each time (measured 1 ms per row on SciFact), and joining chunks and files onto every match
-    doubles the cost (measured at 100k chunks), so the join happens only when a filter needs it.
-    """
+
+def keyword_best_sql(filters: Filters, limit: int) -> tuple[str, list[object]]:
+    """The `limit` best-scored rows of the keyword scores (more negative bm25 is better) that pass the filters."""
     conditions, params = _file_conditions(filters, "f")
-    if conditions:
-        best = (
-            "SELECT s.id, s.rank FROM scored s JOIN chunks c ON c.id = s.id JOIN files f ON f.id = c.file_id"
-            f" WHERE {' AND '.join(conditions)} ORDER BY s.rank LIMIT ?"
-        )
-    else:
-        best = "SELECT id, rank FROM scored ORDER BY rank LIMIT ?"
+    if not conditions:
+        return "SELECT id, rank FROM temp.keyword_scores ORDER BY rank LIMIT ?", [limit]
     sql = (
-        "WITH scored AS MATERIALIZED (SELECT rowid AS id, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts"
-        f" WHERE chunks_fts MATCH ?) SELECT * FROM ({best})"
+        "SELECT s.id, s.rank FROM temp.keyword_scores s JOIN chunks c ON c.id = s.id JOIN files f ON f.id = c.file_id"
+        f" WHERE {' AND '.join(conditions)} ORDER BY s.rank LIMIT ?"
     )
-    if also:
-        sql += f" UNION SELECT id, rank FROM scored WHERE id IN ({', '.join('?' for _ in also)})"
-    return sql, [match, *params, limit, *also]
+    return sql, [*params, limit]
+
+
+def keyword_scores_of_sql(chunk_ids: list[int]) -> tuple[str, list[object]]:
+    """The keyword scores of given chunks (those that matched at all)."""
+    return f"SELECT id, rank FROM temp.keyword_scores WHERE id IN ({', '.join('?' for _ in chunk_ids)})", [*chunk_ids]
 
 
 def vector_sql(table: str, filters: Filters, k: int) -> tuple[str, list[object]]:

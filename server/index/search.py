@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 import posixpath
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,10 +18,14 @@ from server.index.errors import EmbeddingError, InvalidArgumentError
 from server.index.fts import match_expression, query_terms
 from server.index.fusion import FusionWeights, Scored, fuse
 from server.index.queries import (
+    CLEAR_KEYWORD_SCORES,
+    CREATE_KEYWORD_SCORES,
+    FILL_KEYWORD_SCORES,
     Filters,
     cached_vectors_by_id_sql,
     hits_sql,
-    keyword_sql,
+    keyword_best_sql,
+    keyword_scores_of_sql,
     vector_sql,
     vectors_by_id_sql,
 )
@@ -36,6 +41,9 @@ MAX_LIMIT = 100
 MAX_QUERY_CHARS = 2000
 CANDIDATE_MULTIPLIER = 4
 MIN_CANDIDATES = 40
+KEYWORD_WAIT_SECONDS = 120.0  # the keyword side waits this long at most for the vector candidates
+# Shared by every index in the process; each thread keeps its own connection per index (see Store).
+_KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-search")
 
 
 @dataclass(frozen=True)
@@ -164,29 +172,34 @@ def search(
     match = match_expression(query) if options.mode != "vector" else None
     notice = unavailable
 
+    # The keyword side runs on its own connection in a pool thread while this one embeds the query and runs the
+    # KNN (apsw releases the GIL inside SQLite): search takes the longer of the two, not their sum.
+    vector_ids: Future[list[int]] = Future()
+    keyword = (
+        _KEYWORD_POOL.submit(_keyword_side, store, match, options.filters, candidates, vector_ids) if match else None
+    )
+    similarities: dict[int, float] = {}
     query_vector = None
     embed_ms = 0.0
-    if options.mode != "keyword" and space is not None and embedder is not None:
-        t0 = time.perf_counter()
-        try:
-            query_vector = embedder.embed([query], kind="query")[0]
-        except EmbeddingError as exc:
-            notice = f"vector search is unavailable right now ({exc})"
-            log.warning("query embedding failed: %s", exc)
-        embed_ms = (time.perf_counter() - t0) * 1000
-    elif options.mode == "vector" and notice is None:
-        notice = "vector search is unavailable"
-
-    similarities: dict[int, float] = {}
-    if query_vector is not None and space is not None:
-        sql, params = vector_sql(space.table, options.filters, candidates)
-        params[0] = query_vector.astype(np.float32).tobytes()
-        similarities = {chunk: 1.0 - distance for chunk, distance in db.execute(sql, params)}
-    ranks: dict[int, float] = {}
-    if match is not None:
-        # The vector candidates' BM25 comes in the same pass, so both sides score every candidate.
-        sql, params = keyword_sql(match, options.filters, candidates, list(similarities))
-        ranks = dict(db.execute(sql, params))
+    try:
+        if options.mode != "keyword" and space is not None and embedder is not None:
+            t0 = time.perf_counter()
+            try:
+                query_vector = embedder.embed([query], kind="query")[0]
+            except EmbeddingError as exc:
+                notice = f"vector search is unavailable right now ({exc})"
+                log.warning("query embedding failed: %s", exc)
+            embed_ms = (time.perf_counter() - t0) * 1000
+        elif options.mode == "vector" and notice is None:
+            notice = "vector search is unavailable"
+        if query_vector is not None and space is not None:
+            sql, params = vector_sql(space.table, options.filters, candidates)
+            params[0] = query_vector.astype(np.float32).tobytes()
+            similarities = {chunk: 1.0 - distance for chunk, distance in db.execute(sql, params)}
+    finally:
+        vector_ids.set_result(list(similarities))  # the keyword side never waits for a search that failed
+    # Both sides score every candidate: the keyword side also reads the vector candidates' BM25.
+    ranks = keyword.result() if keyword is not None else {}
 
     if query_vector is not None and match is not None:
         mode = "hybrid"
@@ -203,6 +216,25 @@ def search(
     scored = [s for s in fuse(similarities, ranks, weights, mode) if s.score >= options.min_score and s.score > 0]
     hits = _load_hits(db, scored[: options.limit], query_terms(query))
     return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
+
+
+def _keyword_side(
+    store: Store, match: str, filters: Filters, limit: int, vector_ids: Future[list[int]]
+) -> dict[int, float]:
+    """BM25 of the best `limit` keyword matches and of the vector candidates that match, from one scoring pass."""
+    db = store.connection()
+    db.execute(CREATE_KEYWORD_SCORES)
+    try:
+        db.execute(FILL_KEYWORD_SCORES, (match,))
+        sql, params = keyword_best_sql(filters, limit)
+        ranks: dict[int, float] = dict(db.execute(sql, params))
+        wanted = [c for c in vector_ids.result(timeout=KEYWORD_WAIT_SECONDS) if c not in ranks]
+        if wanted:
+            sql, params = keyword_scores_of_sql(wanted)
+            ranks.update(db.execute(sql, params))
+        return ranks
+    finally:
+        db.execute(CLEAR_KEYWORD_SCORES)
 
 
 def _complete_similarities(
