@@ -159,7 +159,6 @@ def test_keys_come_from_secret_files(api, tmp_path):
     ("content", "message"),
     [
         (None, "cannot read"),
-        (b"", "exactly one key"),
         (b"two words\n", "exactly one key"),
         (b"\xff\xfe", "not UTF-8"),
         (b"k" * 5000, "too large"),
@@ -192,9 +191,19 @@ def test_bad_embedding_settings_are_clear_errors(env, message):
         EmbeddingSettings.from_env(env)
 
 
-def test_a_key_given_twice_is_an_error_not_a_guess(tmp_path):
-    with pytest.raises(InvalidArgumentError, match="both VOYAGE_API_KEY and VOYAGE_API_KEY_FILE"):
-        read_secret({"VOYAGE_API_KEY": "a", "VOYAGE_API_KEY_FILE": str(tmp_path)}, "VOYAGE_API_KEY")
+def test_the_secret_file_wins_an_empty_one_falls_back_to_the_environment(tmp_path, caplog):
+    empty, full = tmp_path / "empty", tmp_path / "full"
+    empty.write_text("\n")
+    full.write_text("from-file\n")
+    fallback = {"VOYAGE_API_KEY": "from-env", "VOYAGE_API_KEY_FILE": str(empty)}
+    assert read_secret(fallback, "VOYAGE_API_KEY") == "from-env"
+    assert read_secret({"VOYAGE_API_KEY_FILE": str(empty)}, "VOYAGE_API_KEY") is None
+    with caplog.at_level(logging.WARNING):
+        both = {"VOYAGE_API_KEY": "from-env", "VOYAGE_API_KEY_FILE": str(full)}
+        assert read_secret(both, "VOYAGE_API_KEY") == "from-file"
+    assert "using the file" in caplog.text and "from-" not in caplog.text
+    with pytest.raises(InvalidArgumentError, match="without spaces"):
+        read_secret({"VOYAGE_API_KEY": "two words"}, "VOYAGE_API_KEY")
 
 
 def test_an_index_built_on_a_remote_provider_searches_hybrid(api, tmp_path):

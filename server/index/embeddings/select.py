@@ -1,9 +1,9 @@
 """Choosing the embedding provider at start-up: the first usable one in the configured fallback order.
 
 A provider is skipped (with the reason kept for `status` and the log) when it is not configured (no API key), its
-package is missing, or its probe request fails. A provider that is configured wrongly (an unknown name, a key given
-both inline and as a file, an unreadable key file) is an error, not a silent fallback. With no usable provider the
-server runs keyword-only and says so in every search result.
+package is missing, or its probe request fails. A provider that is configured wrongly (an unknown name, an
+unreadable or malformed key file) is an error, not a silent fallback. With no usable provider the server runs
+keyword-only and says so in every search result.
 """
 
 from __future__ import annotations
@@ -116,15 +116,22 @@ def _positive(
 
 
 def read_secret(env: Mapping[str, str], name: str) -> str | None:
-    """`NAME` from the environment or the file named by `NAME_FILE` (Docker secrets); None when neither is set."""
+    """The key in the file named by `NAME_FILE` (compose secrets), else `NAME` from the environment; None when
+    neither holds one. An empty secret file counts as absent, so compose can always mount one (from /dev/null when
+    the operator has none) while a plain environment variable stays the fallback."""
     inline = env.get(name, "").strip()
     path = env.get(f"{name}_FILE", "").strip()
-    if inline and path:
-        raise InvalidArgumentError(f"both {name} and {name}_FILE are set; set only one")
-    if inline:
-        return inline
-    if not path:
-        return None
+    from_file = _secret_file(name, path) if path else None
+    if from_file is not None:
+        if inline:
+            log.warning("%s_FILE and %s are both set; using the file", name, name)
+        return from_file
+    if inline and any(c.isspace() for c in inline):
+        raise InvalidArgumentError(f"{name} must hold exactly one key, without spaces")
+    return inline or None
+
+
+def _secret_file(name: str, path: str) -> str | None:
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_SECRET_BYTES + 1)
@@ -136,9 +143,9 @@ def read_secret(env: Mapping[str, str], name: str) -> str | None:
         secret = data.decode("utf-8").strip()
     except UnicodeDecodeError:
         raise InvalidArgumentError(f"{name}_FILE {path}: not UTF-8 text") from None
-    if not secret or any(c.isspace() for c in secret):
+    if any(c.isspace() for c in secret):
         raise InvalidArgumentError(f"{name}_FILE {path}: must hold exactly one key on one line")
-    return secret
+    return secret or None
 
 
 def select_embedder(settings: EmbeddingSettings, env: Mapping[str, str]) -> tuple[Embedder | None, list[str]]:

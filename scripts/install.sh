@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The one install step: `make run`, `make test` (and so CI) and the Dockerfile all run it.
+#   scripts/install.sh VENV EXTRAS [--editable]      e.g. scripts/install.sh .venv server,dev --editable
+# torch goes first and pinned: an unpinned torch pulls a CUDA build of several GB. Set TORCH_INDEX_URL to the
+# PyTorch CPU wheel index where the default index would resolve torch to a CUDA build (the Dockerfile does).
+set -euo pipefail
+venv=${1:?usage: scripts/install.sh VENV EXTRAS [--editable]}
+extras=${2:?usage: scripts/install.sh VENV EXTRAS [--editable]}
+editable=()
+if [[ "${3:-}" == "--editable" ]]; then editable=(-e); fi
+cd "$(dirname "$0")/.."
+if [[ ! -x "$venv/bin/python" ]]; then
+    "${PYTHON:-python3}" -m venv "$venv"
+fi
+torch_index=()
+if [[ -n "${TORCH_INDEX_URL:-}" ]]; then torch_index=(--index-url "$TORCH_INDEX_URL"); fi
+"$venv/bin/pip" install --quiet --disable-pip-version-check "${torch_index[@]}" torch==2.13.0
+"$venv/bin/pip" install --quiet --disable-pip-version-check "${editable[@]}" ".[$extras]"
