@@ -19,6 +19,7 @@ from channel.constants import (
     SESSION_LIFETIME,
 )
 from channel.replay import ReplayWindow
+from channel.timestamps import MemoryTimestamps, TimestampStore
 
 Clock = Callable[[], float]
 
@@ -63,6 +64,7 @@ class SessionTable:
         idle: float = SESSION_IDLE,
         max_sessions: int = MAX_SESSIONS,
         max_per_caller: int = MAX_SESSIONS_PER_CALLER,
+        timestamps: TimestampStore | None = None,
     ) -> None:
         self._clock = clock
         self.lifetime = lifetime
@@ -70,7 +72,7 @@ class SessionTable:
         self._max = max_sessions
         self._max_per_caller = max_per_caller
         self._sessions: dict[bytes, Session] = {}
-        self._timestamps: dict[bytes, int] = {}
+        self._timestamps = timestamps if timestamps is not None else MemoryTimestamps()
         self._request_ids: dict[bytes, OrderedDict[bytes, float]] = {}
 
     def __len__(self) -> int:
@@ -78,7 +80,7 @@ class SessionTable:
 
     def timestamp_is_fresh(self, static_key: bytes, timestamp: int) -> bool:
         """Whether msg1's timestamp is newer than every one accepted from this key (a replayed msg1 is not)."""
-        return timestamp > self._timestamps.get(static_key, -1)
+        return timestamp > self._timestamps.latest(static_key)
 
     def open(self, session: Session, timestamp: int) -> bool:
         """Commit the msg1 timestamp and add the session, evicting the caller's oldest beyond its cap.
@@ -92,7 +94,7 @@ class SessionTable:
             self.purge()
             if len(self._sessions) >= self._max:
                 return False
-        self._timestamps[session.static_key] = timestamp
+        self._timestamps.commit(session.static_key, timestamp)
         if len(mine) >= self._max_per_caller:
             oldest = min(mine, key=lambda s: s.created)
             del self._sessions[oldest.id]
