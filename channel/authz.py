@@ -77,7 +77,9 @@ class CallerTable:
             names.add(caller.name)
             for key in caller.keys:
                 if key.x25519 in by_static:
-                    raise ChannelError(f"key {key.fingerprint} is listed for more than one caller")
+                    owner = by_static[key.x25519].name
+                    where = "twice" if owner == caller.name else f"for both {owner} and {caller.name}"
+                    raise ChannelError(f"key {key.fingerprint} is listed {where}")
                 by_static[key.x25519] = Identity(caller, key)
         self._by_static = by_static
         self.names = frozenset(names)

@@ -190,3 +190,14 @@ def test_a_public_key_file_is_one_line(tmp_path):
     write_public(path, key)
     assert path.read_text() == key.line() + "\n"
     assert PublicKey.parse(path.read_text()) == key
+
+
+def test_a_caller_table_names_a_key_listed_twice_or_shared_between_callers():
+    from channel.authz import Caller, CallerTable
+    from channel.errors import ChannelError
+
+    key = PrivateKey(SEED, "laptop").public
+    with pytest.raises(ChannelError, match=r"listed twice"):
+        CallerTable([Caller("alice", (key, key), {})])
+    with pytest.raises(ChannelError, match=r"listed for both alice and bob"):
+        CallerTable([Caller("alice", (key,), {}), Caller("bob", (key,), {})])
