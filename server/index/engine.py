@@ -32,6 +32,7 @@ from server.index.vectors import (
     ensure_live_space,
     fill_space,
     live_space,
+    prune_cache,
     rebuild,
 )
 
@@ -253,6 +254,7 @@ class MemoryIndex:
             if target is None:
                 raise InvalidArgumentError(f"index {self.name!r} has no folder yet; pass one")
             report = self._guard(lambda: self._indexer().run(target, force=force))
+            self._guard(lambda: prune_cache(self.store, self._live()))
             if rebuild_now and self.needs_rebuild:
                 self.rebuild_vectors()
             elif report.chunks_pending or self._pending_count():

@@ -80,7 +80,21 @@ def m002_embedding_cache_rowid(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [m001_initial, m002_embedding_cache_rowid]
+def m003_embedding_cache_used_at(db: apsw.Connection) -> None:
+    """When each cached vector was last written or reused, so entries nothing uses any more can be pruned."""
+    db.execute(
+        """
+        ALTER TABLE embedding_cache ADD COLUMN used_at REAL NOT NULL DEFAULT 0;
+        CREATE INDEX embedding_cache_used_at ON embedding_cache(used_at);
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
+    m001_initial,
+    m002_embedding_cache_rowid,
+    m003_embedding_cache_used_at,
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

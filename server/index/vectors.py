@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ from server.index.store import Store
 log = logging.getLogger(__name__)
 
 REBUILD_BATCH = 128
+CACHE_KEEP_DAYS = 30.0  # unused cached vectors live this long (reverts and switching back stay free)
+CACHE_PRUNE_EVERY = 86400.0  # seconds between prunes of one index
 
 
 @dataclass(frozen=True)
@@ -84,17 +87,46 @@ def ensure_live_space(store: Store, embedder: Embedder) -> VectorSpace:
 
 
 def cached_vectors(db: apsw.Connection, embedder: Embedder, hashes: Sequence[str]) -> dict[str, bytes]:
+    """Cached vectors of `hashes` for this model; each one found is marked as used now."""
     found: dict[str, bytes] = {}
     unique = list(dict.fromkeys(hashes))
+    now = time.time()
     for start in range(0, len(unique), 500):
         batch = unique[start : start + 500]
         marks = ", ".join("?" for _ in batch)
-        rows = db.execute(
-            f"SELECT hash, vector FROM embedding_cache WHERE provider = ? AND model = ? AND hash IN ({marks})",
-            (embedder.provider, embedder.model, *batch),
+        where = f"provider = ? AND model = ? AND hash IN ({marks})"
+        rows = dict(
+            db.execute(
+                f"SELECT hash, vector FROM embedding_cache WHERE {where}", (embedder.provider, embedder.model, *batch)
+            )
         )
-        found.update((h, v) for h, v in rows)
+        found.update(rows)
+        if rows:
+            with db:
+                db.execute(
+                    f"UPDATE embedding_cache SET used_at = ? WHERE {where}",
+                    (now, embedder.provider, embedder.model, *batch),
+                )
     return found
+
+
+def prune_cache(store: Store, space: VectorSpace | None, *, keep_days: float = CACHE_KEEP_DAYS) -> int:
+    """Forget cached vectors unused for `keep_days` unless the live model's vectors still need them; at most once
+    a day. Recent ones stay, so reverting an edit or switching back to a model stays free for that long."""
+    now = time.time()
+    last = float(store.get_meta("cache_pruned_at") or 0)
+    if now - last < CACHE_PRUNE_EVERY:
+        return 0
+    db = store.connection()
+    keep = "(provider = ? AND model = ? AND hash IN (SELECT hash FROM chunks))" if space is not None else "0"
+    params: list[object] = [now - keep_days * 86400]
+    if space is not None:
+        params += [space.provider, space.model]
+    with db:
+        db.execute(f"DELETE FROM embedding_cache WHERE used_at < ? AND NOT {keep}", params)
+        removed = db.changes()
+        store.set_meta("cache_pruned_at", str(now), db)
+    return removed
 
 
 def embed_missing(db: apsw.Connection, embedder: Embedder, items: dict[str, str]) -> tuple[dict[str, bytes], int]:
@@ -113,8 +145,9 @@ def embed_missing(db: apsw.Connection, embedder: Embedder, items: dict[str, str]
                 blob = vector.astype(np.float32).tobytes()
                 found[h] = blob
                 db.execute(
-                    "INSERT OR REPLACE INTO embedding_cache(provider, model, hash, vector) VALUES(?, ?, ?, ?)",
-                    (embedder.provider, embedder.model, h, blob),
+                    "INSERT OR REPLACE INTO embedding_cache(provider, model, hash, vector, used_at)"
+                    " VALUES(?, ?, ?, ?, ?)",
+                    (embedder.provider, embedder.model, h, blob, time.time()),
                 )
     return found, len(missing)
 

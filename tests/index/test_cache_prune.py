@@ -1,0 +1,49 @@
+"""The embedding cache forgets what nothing has used for a month, and never what the live vectors still need."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+from server.index.engine import MemoryIndex
+from server.index.vectors import live_space, prune_cache
+from tests.conftest import EXAMPLE
+from tests.fakes.embedder import HashingEmbedder
+
+
+def test_old_unused_vectors_are_pruned_and_live_ones_kept(tmp_path):
+    folder = tmp_path / "project"
+    shutil.copytree(EXAMPLE, folder)
+    embedder = HashingEmbedder()
+    index = MemoryIndex.open(tmp_path / "data", "demo", embedder, create=True)
+    try:
+        index.index(folder)
+        db = index.store.connection()
+        live = db.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0]
+        path = folder / "memory" / "2026-11-20.md"
+        path.write_text(path.read_text() + "\n- One more line about the deploy.\n")
+        index.index(folder)  # the file's old chunk vector is now unreferenced
+        with db:
+            db.execute(
+                "INSERT INTO embedding_cache(provider, model, hash, vector, used_at)"
+                " VALUES('old', 'model', 'h', x'00', 0)"
+            )
+        total = db.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0]
+        assert total == live + 2
+
+        # Everything was used just now: nothing is old enough, and the daily throttle holds the next prune back.
+        index.store.set_meta("cache_pruned_at", "0")
+        assert prune_cache(index.store, live_space(index.store)) == 1  # only the other model's month-old row
+        assert prune_cache(index.store, live_space(index.store)) == 0  # throttled
+
+        with db:
+            db.execute("UPDATE embedding_cache SET used_at = ?", (time.time() - 31 * 86400,))
+        index.store.set_meta("cache_pruned_at", "0")
+        assert prune_cache(index.store, live_space(index.store)) == 1  # the edited chunk's old vector
+        referenced = db.execute(
+            "SELECT count(*) FROM embedding_cache WHERE hash IN (SELECT hash FROM chunks)"
+        ).fetchall()[0][0]
+        assert db.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0] == referenced == live
+        assert index.search("deploy checklist").mode == "hybrid"
+    finally:
+        index.close()
