@@ -241,8 +241,17 @@ class MemoryIndex:
             self.store, self.embedder, self._live(), self.tokenizer, self.settings.chunker, self.settings.scan
         )
 
-    def index(self, root: Path | None = None, *, force: bool = False, rebuild_now: bool = True) -> IndexReport:
-        """Index the folder `root` (remembered for next time); rebuild vectors first if the model changed."""
+    def index(
+        self,
+        root: Path | None = None,
+        *,
+        force: bool = False,
+        rebuild_now: bool = True,
+        on_file: Callable[[str], None] | None = None,
+    ) -> IndexReport:
+        """Index the folder `root` (remembered for next time); rebuild vectors first if the model changed.
+        `on_file(path)` runs after each file is written (an exception from it stops the run there; every file
+        written so far stays consistent, each in its own transaction)."""
         with self._write_lock:
             if root is not None:
                 root = root.resolve()
@@ -253,7 +262,7 @@ class MemoryIndex:
             target = root or self.root
             if target is None:
                 raise InvalidArgumentError(f"index {self.name!r} has no folder yet; pass one")
-            report = self._guard(lambda: self._indexer().run(target, force=force))
+            report = self._guard(lambda: self._indexer().run(target, force=force, on_file=on_file))
             self._guard(lambda: prune_cache(self.store, self._live()))
             if rebuild_now and self.needs_rebuild:
                 self.rebuild_vectors()
