@@ -178,12 +178,18 @@ class Mirror:
         self.files_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._db = apsw.Connection(str(directory / "state.sqlite3"))
+        except apsw.Error as exc:
+            raise EngineError(f"the mirror state of {directory.name!r} cannot be opened") from exc
+        try:
             self._db.set_busy_timeout(BUSY_TIMEOUT_MS)
             self._db.execute("PRAGMA journal_mode=WAL").fetchall()
             self._db.execute("PRAGMA synchronous=FULL")  # the state is not rebuildable: durable commits
             migrate_state(self._db)
-        except apsw.Error as exc:
-            raise EngineError(f"the mirror state of {directory.name!r} cannot be opened") from exc
+        except BaseException as exc:
+            self._db.close()
+            if isinstance(exc, apsw.Error):
+                raise EngineError(f"the mirror state of {directory.name!r} cannot be opened") from exc
+            raise
 
     def close(self) -> None:
         with self.lock:
