@@ -386,8 +386,8 @@ class MemoryService:
                         replay = WriteOutput.model_validate_json(earlier.result)
                         return self._after_write(handle, replay, earlier, replayed=True)
                 current = handle.mirror.read(target)
+                check_expected(target, current.hash if current else None, expected)
                 if mode == "append":
-                    check_expected(target, current.hash if current else None, expected)
                     title = f"# {day}" if current is None and (day := day_of(target)) else None
                     heading = None
                     clean = clean_topic(topic)
