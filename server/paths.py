@@ -9,6 +9,7 @@ file here is synced to laptops.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import unicodedata
 
@@ -30,6 +31,18 @@ _ROOT_FILES = ("MEMORY.md", "memory.md")
 
 def normalise_memory_path(raw: str, *, argument: str = "path") -> str:
     """The canonical form of a memory file path, or InvalidArgumentError naming `argument` and the rule broken."""
+    if isinstance(raw, str):
+        return _canonical(raw, argument)
+    return _canonical_uncached(raw, argument)
+
+
+@functools.lru_cache(maxsize=16384)
+def _canonical(raw: str, argument: str) -> str:
+    # Listing a mirror checks every file name on every call; the answers never change. Errors are not cached.
+    return _canonical_uncached(raw, argument)
+
+
+def _canonical_uncached(raw: object, argument: str) -> str:
     segments = _segments(raw, argument)
     path = "/".join(segments)
     if not is_memory_file(path):

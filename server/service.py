@@ -17,6 +17,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -65,6 +66,9 @@ MAX_KEY_CHARS = 128
 MAX_LIST_LIMIT = 1000
 AUTO_INDEX_FILES = 32  # a search indexes at most this many files changed on disk first; more wait for sync
 CLOSE_WAIT_SECONDS = 60.0
+# A search looks for files changed on disk behind the service (a walk of the mirror, ~10 ms per 1,000 files) at
+# most this often per index; changes made through the service are indexed before the call returns anyway.
+RESCAN_SECONDS = 2.0
 _HASH = re.compile(r"^[0-9a-f]{64}$")
 _TIMEZONE = re.compile(r"^[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+){0,2}$")
 _MODE_RANK = {"keyword": 0, "vector": 1, "hybrid": 2}
@@ -108,6 +112,8 @@ class _Open:
     index: MemoryIndex
     mirror: Mirror
     unindexable: dict[str, str] = field(default_factory=dict)  # path -> hash the engine skipped (not UTF-8...)
+    scanned_at: float | None = None  # time.monotonic() of the last look for disk changes by a search
+    pending: int = 0  # files waiting for the index at that look
 
 
 class _Cancelled(Exception):
@@ -122,8 +128,10 @@ class MemoryService:
         settings: EngineSettings | None = None,
         *,
         clock: Callable[[], dt.datetime] = utc_now,
+        rescan_interval: float = RESCAN_SECONDS,
     ) -> None:
         self.data_dir = data_dir
+        self.rescan_interval = rescan_interval
         self.embedder = embedder
         self.settings = settings or EngineSettings()
         self.clock = clock
@@ -570,6 +578,7 @@ class MemoryService:
                     cancelled=True,
                 )
             self._remember_skipped(handle, report.skipped)
+            handle.scanned_at = None
             if progress is not None and done < total:
                 progress(total, total, "")
             return SyncOutput(
@@ -591,6 +600,7 @@ class MemoryService:
             log.error("indexing %s after a change failed: %s", handle.index.name, type(exc).__name__)
             return False
         self._remember_skipped(handle, report.skipped)
+        handle.scanned_at = None  # the next search looks at the disk again
         return True
 
     def _remember_skipped(self, handle: _Open, skipped: builtins.list[tuple[str, str]]) -> None:
@@ -600,10 +610,15 @@ class MemoryService:
                 handle.unindexable[path] = state.hash
 
     def _freshen(self, handle: _Open) -> int:
-        """Record disk changes, index them now when they are few; the number still waiting."""
+        """Record disk changes, index them now when they are few; the number still waiting. Looks at the disk
+        at most once per `rescan_interval` (a write through the service resets nothing: it indexes itself)."""
+        now = time.monotonic()
+        if handle.scanned_at is not None and now - handle.scanned_at < self.rescan_interval:
+            return handle.pending
         pending = self._pending(handle, handle.mirror.reconcile_all())
         if 0 < len(pending) <= AUTO_INDEX_FILES and self._index_quietly(handle):
             pending = self._pending(handle, handle.mirror.reconcile_all())
+        handle.scanned_at, handle.pending = now, len(pending)
         return len(pending)
 
     def _pending(self, handle: _Open, live: builtins.list[FileState], *, include_unindexable: bool = False) -> set[str]:

@@ -51,7 +51,7 @@ def embedder() -> HashingEmbedder:
 
 @pytest.fixture
 def service(tmp_path: Path, clock: Clock, embedder: HashingEmbedder) -> Iterator[MemoryService]:
-    svc = MemoryService(tmp_path / "data", embedder, clock=clock)
+    svc = MemoryService(tmp_path / "data", embedder, clock=clock, rescan_interval=0.0)
     yield svc
     svc.close()
 
@@ -435,6 +435,20 @@ def test_a_file_edited_on_disk_is_picked_up(service: MemoryService) -> None:
     assert service.get(ALICE, "memory/notes.md").updated_by == DISK
     target.unlink()
     assert service.search(ALICE, "quantum tunnelling").hits == []
+
+
+def test_search_looks_for_disk_changes_at_most_once_per_interval(tmp_path: Path, clock: Clock) -> None:
+    svc = MemoryService(tmp_path / "data", HashingEmbedder(), clock=clock, rescan_interval=3600)
+    try:
+        svc.write(ALICE, "first draft about gardening", path="memory/n.md")
+        assert svc.search(ALICE, "gardening").hits  # looks at the disk: the write asked for it
+        (files_dir(svc, "proj") / "memory" / "n.md").write_text("rewritten about sailing\n")
+        assert svc.search(ALICE, "sailing").hits == []  # not looked again yet
+        assert svc.get(ALICE, "memory/n.md").updated_by == DISK  # reads always look
+        assert svc.sync(ALICE).files_indexed == 1
+        assert [h.path for h in svc.search(ALICE, "sailing").hits] == ["memory/n.md"]
+    finally:
+        svc.close()
 
 
 def test_symlinks_planted_in_the_mirror_are_refused(service: MemoryService, tmp_path: Path) -> None:
