@@ -95,6 +95,46 @@ class MirrorFile:
 
 
 @dataclass(frozen=True)
+class _Snapshot:
+    """A file as read from disk: its bytes (None when over the size cap), and what the state records of it."""
+
+    data: bytes | None
+    digest: str
+    size: int
+    lines: int
+    mtime_ns: int
+
+
+def _read_snapshot(fd: int, mtime_ns: int, max_bytes: int) -> _Snapshot:
+    hasher = hashlib.sha256()
+    kept = bytearray()
+    size = lines = 0
+    last = b""
+    while block := os.read(fd, _READ_BLOCK):
+        hasher.update(block)
+        size += len(block)
+        if size <= max_bytes:
+            kept += block
+        else:
+            if kept:
+                lines += _newlines(bytes(kept))
+                last = bytes(kept[-1:])
+                kept = bytearray()
+            lines += _newlines(last + block) - _newlines(last)
+            last = block[-1:]
+    if size <= max_bytes:
+        data = bytes(kept)
+        return _Snapshot(data, hasher.hexdigest(), size, count_lines_of_bytes(data), mtime_ns)
+    # Line ends counted on the stream (a \r\n split over two blocks counts once); the last line may lack one.
+    lines += 0 if last in (b"\n", b"\r") else 1
+    return _Snapshot(None, hasher.hexdigest(), size, lines, mtime_ns)
+
+
+def _newlines(data: bytes) -> int:
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n")
+
+
+@dataclass(frozen=True)
 class IdempotencyRecord:
     caller: str
     key: str
@@ -202,11 +242,12 @@ class Mirror:
         Refuses symbolic links, non-files, files over the size cap and text that is not UTF-8."""
         path = normalise_memory_path(path)
         with self.lock:
-            data, mtime_ns = self._read_bytes(path)
-            state = self._reconcile(path, data, mtime_ns)
-        if data is None or state is None or state.hash is None:
+            snapshot = self._snapshot(path)
+            state = self._reconcile(path, snapshot)
+        if snapshot is None or state is None or state.hash is None:
             return None
-        if len(data) > self.max_file_bytes:
+        data = snapshot.data
+        if data is None:
             raise InvalidArgumentError(f"{path} is larger than {self.max_file_bytes} bytes and cannot be read here")
         if b"\x00" in data:
             raise InvalidArgumentError(f"{path} is not text (it contains NUL bytes)")
@@ -260,11 +301,9 @@ class Mirror:
                 old = known.get(path)
                 if old is not None and (old[1], old[2]) == (info.st_size, info.st_mtime_ns):
                     continue
-                data, mtime_ns = self._read_bytes(path, quiet=True)
-                self._reconcile(path, data, mtime_ns)
+                self._reconcile(path, self._snapshot(path, quiet=True))
             for path in sorted(set(known) - seen):
-                data, mtime_ns = self._read_bytes(path, quiet=True)
-                self._reconcile(path, data, mtime_ns)
+                self._reconcile(path, self._snapshot(path, quiet=True))
             rows = self._db.execute(
                 f"SELECT {_STATE_COLUMNS} FROM files WHERE hash IS NOT NULL ORDER BY path"
             ).fetchall()
@@ -387,26 +426,27 @@ class Mirror:
     # internals -----------------------------------------------------------------------------------------
 
     def _current(self, path: str) -> FileState | None:
-        data, mtime_ns = self._read_bytes(path)
-        state = self._reconcile(path, data, mtime_ns)
+        state = self._reconcile(path, self._snapshot(path))
         return state if state is not None and state.hash is not None else None
 
-    def _reconcile(self, path: str, data: bytes | None, mtime_ns: int) -> FileState | None:
-        """Record `data` (None: no file) as the state of `path` if it differs from what is recorded."""
+    def _reconcile(self, path: str, snapshot: _Snapshot | None) -> FileState | None:
+        """Record `snapshot` (None: no file) as the state of `path` if it differs from what is recorded."""
         rows = self._db.execute(f"SELECT {_STATE_COLUMNS} FROM files WHERE path = ?", (path,)).fetchall()
         state = _state(rows[0]) if rows else None
-        digest = sha256_hex(data) if data is not None else None
+        digest = snapshot.digest if snapshot is not None else None
         if state is not None and state.hash == digest:
-            if data is not None:
+            if snapshot is not None:
                 with self._db:
-                    self._db.execute("UPDATE files SET mtime_ns = ? WHERE path = ?", (mtime_ns, path))
+                    self._db.execute("UPDATE files SET mtime_ns = ? WHERE path = ?", (snapshot.mtime_ns, path))
             return state
-        if state is None and data is None:
+        if snapshot is None and state is None:
             return None
         log.info("mirror: %s changed on disk", path)
-        size, lines = (len(data), count_lines_of_bytes(data)) if data is not None else (0, 0)
         with self._db:
-            recorded = self._record(path, digest, size, mtime_ns if data is not None else 0, lines, DISK)
+            if snapshot is None:
+                recorded = self._record(path, None, 0, 0, 0, DISK)
+            else:
+                recorded = self._record(path, digest, snapshot.size, snapshot.mtime_ns, snapshot.lines, DISK)
         return recorded
 
     def _record(self, path: str, digest: str | None, size: int, mtime_ns: int, lines: int, by: str) -> FileState:
@@ -423,33 +463,31 @@ class Mirror:
         )
         return FileState(path, digest, size, lines, revision, by, at)
 
-    def _read_bytes(self, path: str, *, quiet: bool = False) -> tuple[bytes | None, int]:
-        """(bytes, mtime_ns) of the regular file at `path`, or (None, 0) when there is none. A symbolic link
-        or other non-file anywhere on the way raises UnsafePathError, or counts as no file when `quiet`."""
+    def _snapshot(self, path: str, *, quiet: bool = False) -> _Snapshot | None:
+        """The regular file at `path` as it is now, or None when there is none. A symbolic link or other
+        non-file anywhere on the way raises UnsafePathError, or counts as no file when `quiet`. A file over the
+        size cap is hashed and counted as it streams by, never held in memory."""
         try:
             with self._dir(path) as parent:
                 name = path.rsplit("/", 1)[-1]
                 try:
                     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=parent)
                 except FileNotFoundError:
-                    return None, 0
+                    return None
                 except OSError as exc:
                     raise _unsafe(path, exc) from None
                 try:
                     info = os.fstat(fd)
                     if not stat.S_ISREG(info.st_mode):
                         raise UnsafePathError(f"{path} is not a regular file in the mirror")
-                    digest_input = bytearray()
-                    while block := os.read(fd, _READ_BLOCK):
-                        digest_input += block
-                    return bytes(digest_input), info.st_mtime_ns
+                    return _read_snapshot(fd, info.st_mtime_ns, self.max_file_bytes)
                 finally:
                     os.close(fd)
         except FileNotFoundError:
-            return None, 0
+            return None
         except UnsafePathError:
             if quiet:
-                return None, 0
+                return None
             raise
 
     @contextlib.contextmanager

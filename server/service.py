@@ -384,51 +384,68 @@ class MemoryService:
             target = normalise_memory_path(path) if path is not None else daily_log_path(local.date())
             handle = self._handle(name)
             with handle.mirror.lock:
-                if key is not None:
-                    earlier = handle.mirror.recall(caller.name, key)
-                    if earlier is not None:
-                        if earlier.request != request:
-                            raise InvalidArgumentError(
-                                "idempotency_key was already used for a different write; use a new key"
-                            )
-                        replay = WriteOutput.model_validate_json(earlier.result)
-                        return self._after_write(handle, replay, earlier, replayed=True)
-                current = handle.mirror.read(target)
-                check_expected(target, current.hash if current else None, expected)
-                if mode == "append":
-                    title = f"# {day}" if current is None and (day := day_of(target)) else None
-                    heading = None
-                    clean = clean_topic(topic)
-                    if clean is not None or day_of(target) is not None:
-                        heading = entry_heading(local.strftime("%H:%M"), clean)
-                    added = compose_append(current.text if current else "", content, title=title, heading=heading)
-                    text, first, last = added.text, added.start_line, added.end_line
-                else:
-                    text, first, last = content, 1, count_lines(content)
-                data = text.encode("utf-8")
-                if len(data) > handle.mirror.max_file_bytes:
-                    raise InvalidArgumentError(
-                        f"{target} would be larger than {handle.mirror.max_file_bytes} bytes; write to another file"
+                earlier = handle.mirror.recall(caller.name, key) if key is not None else None
+                if earlier is None:
+                    output, record = self._write_locked(
+                        handle, caller, content, target, mode, topic, expected, local, key, request
                     )
-                output = WriteOutput(
-                    path=target,
-                    mode=mode,
-                    hash=sha256_hex(data),
-                    lines=count_lines(text),
-                    start_line=first,
-                    end_line=last,
-                    indexed=False,
-                    replayed=False,
-                )
-                record = IdempotencyRecord(caller.name, key, request, output.model_dump_json()) if key else None
-                handle.mirror.write(
-                    target,
-                    text,
-                    caller=caller.name,
-                    expected_hash=current.hash if current is not None else ABSENT,
-                    record=record,
-                )
+            if earlier is not None:
+                if earlier.request != request:
+                    raise InvalidArgumentError("idempotency_key was already used for a different write; use a new key")
+                replay = WriteOutput.model_validate_json(earlier.result)
+                return self._after_write(handle, replay, earlier, replayed=True)
             return self._after_write(handle, output, record, replayed=False)
+
+    def _write_locked(
+        self,
+        handle: _Open,
+        caller: CallerContext,
+        content: str,
+        target: str,
+        mode: Literal["append", "replace"],
+        topic: str | None,
+        expected: str | None,
+        local: dt.datetime,
+        key: str | None,
+        request: str,
+    ) -> tuple[WriteOutput, IdempotencyRecord | None]:
+        """The read-modify-write of `write`, under the mirror's lock."""
+        current = handle.mirror.read(target)
+        check_expected(target, current.hash if current else None, expected)
+        if mode == "append":
+            title = f"# {day}" if current is None and (day := day_of(target)) else None
+            heading = None
+            clean = clean_topic(topic)
+            if clean is not None or day_of(target) is not None:
+                heading = entry_heading(local.strftime("%H:%M"), clean)
+            added = compose_append(current.text if current else "", content, title=title, heading=heading)
+            text, first, last = added.text, added.start_line, added.end_line
+        else:
+            text, first, last = content, 1, count_lines(content)
+        data = text.encode("utf-8")
+        if len(data) > handle.mirror.max_file_bytes:
+            raise InvalidArgumentError(
+                f"{target} would be larger than {handle.mirror.max_file_bytes} bytes; write to another file"
+            )
+        output = WriteOutput(
+            path=target,
+            mode=mode,
+            hash=sha256_hex(data),
+            lines=count_lines(text),
+            start_line=first,
+            end_line=last,
+            indexed=False,
+            replayed=False,
+        )
+        record = IdempotencyRecord(caller.name, key, request, output.model_dump_json()) if key else None
+        handle.mirror.write(
+            target,
+            text,
+            caller=caller.name,
+            expected_hash=current.hash if current is not None else ABSENT,
+            record=record,
+        )
+        return output, record
 
     def _after_write(
         self, handle: _Open, output: WriteOutput, record: IdempotencyRecord | None, *, replayed: bool

@@ -10,9 +10,13 @@ from pathlib import Path
 
 import apsw
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import server.mirror as mirror_module
 from server.errors import ConflictError, UnsafePathError
 from server.index.errors import EngineError, InvalidArgumentError
+from server.memory_text import count_lines_of_bytes
 from server.mirror import (
     ABSENT,
     DISK,
@@ -361,3 +365,37 @@ def test_state_survives_reopening_and_carries_a_schema_version(tmp_path: Path, c
     db.close()
     with pytest.raises(EngineError, match="newer"):
         Mirror(tmp_path / "idx", clock=clock)
+
+
+def test_a_file_over_the_cap_on_disk_is_listed_but_never_loaded(mirror: Mirror) -> None:
+    (mirror.files_dir / "memory").mkdir()
+    data = b"line\r\n" * 2000 + b"tail"  # 12,004 bytes, cap 4,096
+    (mirror.files_dir / "memory" / "huge.md").write_bytes(data)
+    [entry] = mirror.list()
+    assert (entry.path, entry.size, entry.lines, entry.hash) == ("memory/huge.md", len(data), 2001, sha256_hex(data))
+    with pytest.raises(InvalidArgumentError, match="larger than 4096"):
+        mirror.read("memory/huge.md")
+    assert mirror.delete("memory/huge.md", caller="alice") is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64).map(lambda b: b.replace(b"\x00", b"")), st.integers(min_value=1, max_value=8))
+def test_streamed_line_counts_match_whole_file_counts(data: bytes, block: int) -> None:
+    read, write = os.pipe()
+    try:
+        os.write(write, data)
+        os.close(write)
+        write = -1
+        original = mirror_module._READ_BLOCK
+        mirror_module._READ_BLOCK = block
+        try:
+            snapshot = mirror_module._read_snapshot(read, 0, max_bytes=min(len(data), 3) - 1 if data else 0)
+        finally:
+            mirror_module._READ_BLOCK = original
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
+    assert snapshot.digest == sha256_hex(data)
+    assert snapshot.size == len(data)
+    assert snapshot.lines == count_lines_of_bytes(data)
