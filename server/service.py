@@ -14,15 +14,10 @@ the call returns, and an `idempotency_key` makes a retry return the first answer
 
 from __future__ import annotations
 
-import base64
-import binascii
 import builtins
 import contextlib
 import datetime as dt
-import hashlib
-import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,9 +25,20 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Literal, cast
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from channel.authz import ChannelUser
+from server.arguments import (
+    MAX_WRITE_BYTES,
+    check_content,
+    check_day,
+    check_expected_hash,
+    check_idempotency_key,
+    decode_cursor,
+    encode_cursor,
+    request_digest,
+    time_zone,
+    valid_index_name,
+)
 from server.errors import ConflictError, PermissionDeniedError, ServiceClosedError, UnsafePathError
 from server.index.embeddings.base import Embedder
 from server.index.engine import EngineSettings, MemoryIndex, index_dir, validate_name
@@ -71,16 +77,12 @@ log = logging.getLogger(__name__)
 
 Access = Literal["r", "rw"]
 MAX_GET_CHARS = 40_000  # about 10k tokens per memory_get answer
-MAX_WRITE_BYTES = 256 * 1024
-MAX_KEY_CHARS = 128
 MAX_LIST_LIMIT = 1000
 AUTO_INDEX_FILES = 32  # a search indexes at most this many files changed on disk first; more wait for sync
 CLOSE_WAIT_SECONDS = 60.0
 # A search looks for files changed on disk behind the service (a walk of the mirror, ~10 ms per 1,000 files) at
 # most this often per index; changes made through the service are indexed before the call returns anyway.
 RESCAN_SECONDS = 2.0
-_HASH = re.compile(r"^[0-9a-f]{64}$")
-_TIMEZONE = re.compile(r"^[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+){0,2}$")
 _MODE_RANK = {"keyword": 0, "vector": 1, "hybrid": 2}
 
 
@@ -250,7 +252,7 @@ class MemoryService:
             )
             names = [name]
             if scope == "all":
-                names += sorted(n for n in caller.grants if n != name and _valid_index_name(n))
+                names += sorted(n for n in caller.grants if n != name and valid_index_name(n))
             hits: list[SearchHit] = []
             modes: list[str] = []
             notices: list[str] = []
@@ -364,14 +366,14 @@ class MemoryService:
         caller names (`expected_hash`, or "absent" for a new file). Indexed before it returns."""
         with self._call():
             name, _access = self._authorise(caller, write=True)
-            _check_content(content)
+            check_content(content)
             if mode not in ("append", "replace"):
                 raise InvalidArgumentError("mode must be 'append' or 'replace'")
             if topic is not None and not isinstance(topic, str):
                 raise InvalidArgumentError("topic must be a string")
-            expected = _check_expected_hash(expected_hash)
-            key = _check_key(idempotency_key)
-            zone = _zone(timezone)
+            expected = check_expected_hash(expected_hash)
+            key = check_idempotency_key(idempotency_key)
+            zone = time_zone(timezone)
             if mode == "replace":
                 if path is None:
                     raise InvalidArgumentError("replace needs a path")
@@ -380,7 +382,7 @@ class MemoryService:
                         "replace needs expected_hash: the file's current hash (from memory_get or memory_list),"
                         f" or {ABSENT!r} to create a new file"
                     )
-            request = _digest(
+            request = request_digest(
                 {
                     "content": content,
                     "path": path,
@@ -484,12 +486,12 @@ class MemoryService:
         with self._call():
             name, _access = self._authorise(caller)
             clean_prefix = normalise_memory_prefix(prefix)
-            low, high = _day(date_from, "date_from"), _day(date_to, "date_to")
+            low, high = check_day(date_from, "date_from"), check_day(date_to, "date_to")
             if low and high and low > high:
                 raise InvalidArgumentError("date_from is after date_to")
             if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
                 raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIST_LIMIT}")
-            after = _decode_cursor(cursor)
+            after = decode_cursor(cursor)
             files = self._handle(name).mirror.list(clean_prefix, low, high)
             total = len(files)
             if after is not None:
@@ -507,7 +509,7 @@ class MemoryService:
                     )
                     for f in shown
                 ],
-                next_cursor=_encode_cursor(shown[-1].path) if len(files) > limit else None,
+                next_cursor=encode_cursor(shown[-1].path) if len(files) > limit else None,
                 total=total,
             )
 
@@ -524,7 +526,7 @@ class MemoryService:
         with self._call():
             name, _access = self._authorise(caller, write=True)
             path = normalise_memory_path(path)
-            expected = _check_expected_hash(expected_hash)
+            expected = check_expected_hash(expected_hash)
             handle = self._handle(name)
             previous = handle.mirror.delete(path, caller=caller.name, expected_hash=expected)
             if previous is not None:
@@ -663,97 +665,6 @@ class MemoryService:
             out.add(state.path)
         out.update(set(indexed) - {s.path for s in live})
         return out
-
-
-# argument checks (pure) ----------------------------------------------------------------------------------
-
-
-def _valid_index_name(name: str) -> bool:
-    try:
-        validate_name(name)
-    except InvalidArgumentError:
-        return False
-    return True
-
-
-def _check_content(content: object) -> None:
-    if not isinstance(content, str):
-        raise InvalidArgumentError("content must be a string")
-    if not content.strip():
-        raise InvalidArgumentError("content is empty")
-    if "\x00" in content:
-        raise InvalidArgumentError("content must not contain NUL characters")
-    try:
-        size = len(content.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidArgumentError("content is not valid Unicode text") from None
-    if size > MAX_WRITE_BYTES:
-        raise InvalidArgumentError(f"content is larger than {MAX_WRITE_BYTES // 1024} KiB; split it into parts")
-
-
-def _check_expected_hash(value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidArgumentError("expected_hash must be a string")
-    lowered = value.strip().lower()
-    if lowered == ABSENT or _HASH.match(lowered):
-        return lowered
-    raise InvalidArgumentError(f"expected_hash must be a sha256 hex digest (64 characters) or {ABSENT!r}")
-
-
-def _check_key(value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS or not value.isprintable():
-        raise InvalidArgumentError(f"idempotency_key must be 1 to {MAX_KEY_CHARS} printable characters")
-    return value
-
-
-def _zone(name: object) -> ZoneInfo:
-    if name is None or name == "":
-        return ZoneInfo("UTC")
-    if not isinstance(name, str) or len(name) > 64 or not _TIMEZONE.match(name):
-        raise InvalidArgumentError("timezone must be an IANA time zone name such as Europe/Paris")
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise InvalidArgumentError(f"unknown timezone {name!r}; use an IANA name such as Europe/Paris") from None
-
-
-def _day(value: object, argument: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str) and len(value) == 10:
-        try:
-            return dt.date.fromisoformat(value).isoformat()
-        except ValueError:
-            pass
-    raise InvalidArgumentError(f"{argument} must be a date written YYYY-MM-DD")
-
-
-def _digest(arguments: dict[str, object]) -> str:
-    return hashlib.sha256(json.dumps(arguments, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
-
-
-def _encode_cursor(path: str) -> str:
-    return base64.urlsafe_b64encode(f"after:{path}".encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: object) -> str | None:
-    if cursor is None or cursor == "":
-        return None
-    if isinstance(cursor, str) and len(cursor) <= 2048:
-        try:
-            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
-        except (binascii.Error, ValueError):
-            raw = ""
-        if raw.startswith("after:"):
-            try:
-                return normalise_memory_path(raw.removeprefix("after:"))
-            except InvalidArgumentError:
-                pass
-    raise InvalidArgumentError("cursor is not one this server handed out; start again without it")
 
 
 def _last_change(handle: _Open) -> str | None:
