@@ -1,4 +1,4 @@
-"""`memory-server`: index, search and inspect memory indexes (and, later, serve them)."""
+"""`memory-server`: serve memory indexes, and index, search and inspect them from the command line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from server import serve
 from server.index.embeddings.base import Embedder
 from server.index.engine import IndexStatus, MemoryIndex
 from server.index.errors import EngineError, InvalidArgumentError
@@ -70,6 +71,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     _register_admin(commands)
+    serve.register(commands, settings)
     return parser
 
 

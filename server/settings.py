@@ -21,6 +21,8 @@ class Settings:
     data_dir: Path = Path("data")
     keys_dir: Path = Path("keys")
     log_level: str = "warning"
+    host: str = "127.0.0.1"
+    port: int = 8765
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
 
@@ -38,6 +40,8 @@ class Settings:
             data_dir=Path(env.get("MEMORY_DATA_DIR", "data")),
             keys_dir=Path(env.get("MEMORY_KEYS_DIR", "keys")),
             log_level=log_level,
+            host=env.get("MEMORY_HOST") or "127.0.0.1",
+            port=_port(env),
             embedding=EmbeddingSettings.from_env(env),
             engine=EngineSettings(scan=scan, weights=weights),
         )
@@ -45,6 +49,13 @@ class Settings:
     def select_embedder(self, env: Mapping[str, str]) -> tuple[Embedder | None, list[str]]:
         """The first usable provider in the configured order, and why the ones before it were skipped."""
         return select_embedder(self.embedding, env)
+
+
+def _port(env: Mapping[str, str]) -> int:
+    raw = env.get("MEMORY_PORT") or "8765"
+    if not (raw.isascii() and raw.isdigit()) or not 0 <= int(raw) <= 65535:
+        raise InvalidArgumentError(f"MEMORY_PORT must be a TCP port (0-65535), not {raw!r}")
+    return int(raw)
 
 
 def _number(env: Mapping[str, str], key: str, default: float) -> float:
