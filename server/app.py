@@ -29,6 +29,7 @@ from starlette.routing import Route
 from channel.authz import CallerDirectory
 from channel.keys import PrivateKey
 from channel.middleware import ChannelMiddleware
+from channel.ratelimit import Rate
 from channel.session import SessionTable
 from channel.timestamps import FileTimestamps
 from server.mcp_caller import CallerBoundEndpoint
@@ -88,10 +89,12 @@ def create_app(
     callers: CallerDirectory,
     data_dir: Path | None = None,
     mcp: MCPServer | None = None,
+    handshake_rate: Rate | None = None,
 ) -> ChannelMiddleware:
     """The whole server: `create_inner_app` behind the channel, `/healthz` its only plain path.
 
     With `data_dir`, handshake timestamps are kept there, so a recorded handshake stays dead after a restart.
+    `handshake_rate` overrides the channel's per-address handshake limit (benchmarks open many at once).
     """
     sessions = None
     if data_dir is not None:
@@ -102,4 +105,5 @@ def create_app(
         callers=callers,
         plain_paths=(HEALTH_PATH,),
         sessions=sessions,
+        handshake_rate=handshake_rate,
     )

@@ -16,7 +16,7 @@ import socket
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from channel.errors import ChannelError
 from channel.keys import PrivateKey, read_private_key
@@ -25,6 +25,9 @@ from server.callers import CALLERS_FILE, CallersFileError
 from server.callers_file import CallersFile, prepare_keys_dir
 from server.index.errors import InvalidArgumentError
 from server.settings import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=_stdout(),
         flush=True,
     )
-    config = uvicorn.Config(
+    config = uvicorn_config(app)
+    try:
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        listener.close()
+    return 0
+
+
+def uvicorn_config(app: Any, *, graceful: int = GRACEFUL_SHUTDOWN) -> uvicorn.Config:
+    """How uvicorn runs the app: our logging, no access log or banners, the lifespan required."""
+    import uvicorn
+
+    return uvicorn.Config(
         app,
         log_config=None,  # our logging, configured by the CLI: stderr, MEMORY_LOG_LEVEL
         access_log=False,  # the channel logs each request with its caller; uvicorn would see only /v1/tunnel
@@ -101,13 +116,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         proxy_headers=False,
         server_header=False,
         date_header=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
+        timeout_graceful_shutdown=graceful,
     )
-    try:
-        uvicorn.Server(config).run(sockets=[listener])
-    finally:
-        listener.close()
-    return 0
 
 
 def ensure_server_key(keys_dir: Path, *, out: TextIO) -> PrivateKey:
