@@ -24,9 +24,10 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed-server
 	$(BIN)/pip install --quiet -e '.[server,dev]'
 	touch $@
 
+# The server on 127.0.0.1:8765: indexes and mirrors in .data/server, the server key and callers.toml in keys/
+# (git-ignored). The first run creates both and prints the key line laptops pin and how to let one in.
 run: $(VENV)/.installed-server
-	$(BIN)/memory-server --data-dir .data/demo index examples/demo-project --index demo
-	$(BIN)/memory-server --data-dir .data/demo search "how do we keep webhook handling idempotent" --index demo --limit 3
+	$(BIN)/memory-server --data-dir .data/server serve
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -9,6 +9,7 @@ reach: the service works on the index the request names, and checks the grant on
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import threading
@@ -33,8 +34,9 @@ from mcp_types import (
     TextContent,
     ToolAnnotations,
 )
-from pydantic import Field
+from pydantic import BaseModel, Field
 
+from server.arguments import encode_cursor
 from server.index.errors import EngineError
 from server.mcp_caller import channel_user
 from server.models import DeleteOutput, GetOutput, ListOutput, SearchOutput, StatusOutput, SyncOutput, WriteOutput
@@ -43,11 +45,18 @@ from server.service import SERVER_VERSION, CallerContext, MemoryService, Permiss
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 SERVER_NAME = "agent-memory"
 TIMEZONE_HEADER = "x-memory-timezone"  # the laptop's IANA time zone, sent by the proxy: daily logs use its date
 URI_SCHEME = "memory"
 RESOURCE_PAGE = 100
+# What one tool result may hold: Claude Code refuses results over ~25,000 tokens. JSON with 64-hex-digit hashes
+# runs at about two characters a token, so pages and hit lists are cut at MAX_ANSWER_CHARS (memory_get pieces
+# are capped by the service at ~40,000 characters of prose, about 10k tokens).
+MAX_RESULTS = 50
+MAX_LIST_PAGE = 200
+MAX_ANSWER_CHARS = 30_000
 PROGRESS_INTERVAL = 0.1  # seconds between progress notifications (the last one is always sent)
 
 INSTRUCTIONS = (
@@ -77,7 +86,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     async def memory_search(
         ctx: Context,
         query: Annotated[str, Field(description="what to look for, in plain words")],
-        max_results: Annotated[int, Field(description="hits to return, 1-100")] = 8,
+        max_results: Annotated[int, Field(description="hits to return", ge=1, le=MAX_RESULTS)] = 8,
         min_score: Annotated[float, Field(description="drop hits scoring below this, 0-1")] = 0.0,
         sources: Annotated[
             list[Literal["memory", "sessions"]] | None, Field(description="only these sources (default: all)")
@@ -89,11 +98,11 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             Literal["index", "all"],
             Field(description="'index': this project's memory; 'all': also every other memory you may read"),
         ] = "index",
-    ) -> SearchOutput:
+    ) -> Annotated[CallToolResult, SearchOutput]:
         """Search memory (meaning and keywords) for notes, decisions and past work. Returns the best passages
         with a path#Lx-Ly citation, heading, snippet and score; read more around a hit with memory_get."""
         caller = _caller(ctx)
-        return await _run(
+        found = await _run(
             "memory_search",
             service.search,
             caller,
@@ -106,8 +115,9 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             date_to=date_to,
             scope=scope,
         )
+        return compact(fit_search(found))
 
-    @mcp.tool(title="Read a memory file", annotations=READ_ONLY, structured_output=True)
+    @mcp.tool(title="Read a memory file", annotations=READ_ONLY)
     async def memory_get(
         ctx: Context,
         path: FilePath,
@@ -145,12 +155,12 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         idempotency_key: Annotated[
             str | None, Field(description="any unique string: a retried call with the same key writes only once")
         ] = None,
-    ) -> WriteOutput:
+    ) -> Annotated[CallToolResult, WriteOutput]:
         """Store a note in memory. By default appends to today's daily log under a '## HH:MM — topic' heading;
         'replace' rewrites a whole file and is refused (with the current hash) if it changed since you read it.
         The text is searchable as soon as this returns."""
         caller = _caller(ctx)
-        return await _run(
+        return await _answer(
             "memory_write",
             service.write,
             caller,
@@ -170,11 +180,11 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         date_from: Annotated[str | None, Field(description="only daily logs from this day, YYYY-MM-DD")] = None,
         date_to: Annotated[str | None, Field(description="only daily logs up to this day, YYYY-MM-DD")] = None,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
-        limit: Annotated[int, Field(description="files per page, 1-1000")] = 200,
-    ) -> ListOutput:
+        limit: Annotated[int, Field(description="files per page", ge=1, le=MAX_LIST_PAGE)] = 100,
+    ) -> Annotated[CallToolResult, ListOutput]:
         """List memory files with size, lines, hash and who changed them when, sorted by path."""
         caller = _caller(ctx)
-        return await _run(
+        listed = await _run(
             "memory_list",
             service.list,
             caller,
@@ -184,6 +194,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             cursor=cursor,
             limit=limit,
         )
+        return compact(fit_list(listed))
 
     @mcp.tool(
         title="Delete a memory file",
@@ -191,18 +202,20 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
         ),
     )
-    async def memory_delete(ctx: Context, path: FilePath, expected_hash: Hash = None) -> DeleteOutput:
+    async def memory_delete(
+        ctx: Context, path: FilePath, expected_hash: Hash = None
+    ) -> Annotated[CallToolResult, DeleteOutput]:
         """Delete a memory file everywhere (every synced laptop loses it too). With expected_hash, only if the
         file is still that version."""
         caller = _caller(ctx)
-        return await _run("memory_delete", service.delete, caller, path, expected_hash=expected_hash)
+        return await _answer("memory_delete", service.delete, caller, path, expected_hash=expected_hash)
 
     @mcp.tool(title="Memory status", annotations=READ_ONLY)
-    async def memory_status(ctx: Context) -> StatusOutput:
+    async def memory_status(ctx: Context) -> Annotated[CallToolResult, StatusOutput]:
         """Which memory you are using and what it holds: embedding model, files and chunks per source, pending
         indexing, last change, search modes available, your caller name and access."""
         caller = _caller(ctx)
-        return await _run("memory_status", service.status, caller)
+        return await _answer("memory_status", service.status, caller)
 
     @mcp.tool(
         title="Re-index memory",
@@ -213,7 +226,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     async def memory_sync(
         ctx: Context,
         force: Annotated[bool, Field(description="re-index every file, not only changed ones")] = False,
-    ) -> SyncOutput:
+    ) -> Annotated[CallToolResult, SyncOutput]:
         """Re-index memory files changed outside memory_write now (usually automatic). Reports progress and can
         be cancelled."""
         caller = _caller(ctx)
@@ -222,7 +235,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             return service.sync(caller, force=force, progress=progress, cancelled=cancelled)
 
         with translated("memory_sync", ToolError):
-            return await run_with_progress(ctx, sync)
+            return compact(await run_with_progress(ctx, sync))
 
     _add_resources(mcp, service)
     _add_prompts(mcp)
@@ -350,6 +363,45 @@ async def _run(what: str, call: Callable[..., T], *args: Any, kind: type[Excepti
     cancelled call returns only after the service has finished (a write is never left half done)."""
     with translated(what, kind):
         return await anyio.to_thread.run_sync(functools.partial(call, *args, **kwargs))
+
+
+async def _answer(what: str, call: Callable[..., BaseModel], *args: Any, **kwargs: Any) -> CallToolResult:
+    return compact(await _run(what, call, *args, **kwargs))
+
+
+def fit_search(output: SearchOutput) -> SearchOutput:
+    """The best hits that fit one tool result; the notice says how many were left out."""
+    kept = _within_budget(output.hits)
+    if len(kept) == len(output.hits):
+        return output
+    left_out = f"{len(output.hits) - len(kept)} lower-ranked hits left out to fit one answer; ask for fewer"
+    notice = "; ".join(part for part in (output.notice, left_out) if part)
+    return output.model_copy(update={"hits": kept, "notice": notice})
+
+
+def fit_list(output: ListOutput) -> ListOutput:
+    """A page that fits one tool result: a long page ends early, its cursor continuing after the last entry."""
+    kept = _within_budget(output.files)
+    if len(kept) == len(output.files):
+        return output
+    return output.model_copy(update={"files": kept, "next_cursor": encode_cursor(kept[-1].path)})
+
+
+def _within_budget(items: list[M]) -> list[M]:
+    used = 0
+    for count, item in enumerate(items):
+        used += len(item.model_dump_json()) + 1
+        if used > MAX_ANSWER_CHARS and count > 0:
+            return items[:count]
+    return items
+
+
+def compact(output: BaseModel) -> CallToolResult:
+    """The output as structured content, and as compact JSON text for clients that read only text (the SDK's
+    default text is indented, which costs an agent tokens for nothing)."""
+    data = output.model_dump(mode="json")
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
 @contextmanager

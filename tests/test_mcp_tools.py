@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 
 from server.errors import ConflictError, PermissionDeniedError, UnsafePathError
 from server.index.errors import EmbeddingError, EngineError, InvalidArgumentError
-from server.mcp_tools import render_get, translated
+from server.mcp_tools import MAX_ANSWER_CHARS, render_get, translated
 from server.models import GetOutput
 from server.service import MAX_GET_CHARS, MemoryService
 from tests.fakes.embedder import HashingEmbedder
@@ -191,6 +191,31 @@ async def test_a_long_file_is_returned_in_capped_pieces_that_say_where_to_contin
     assert "\n".join(pieces) + "\n" == body
 
 
+async def test_no_list_page_or_hit_list_outgrows_one_tool_result(service, tmp_path):
+    paragraph = " ".join(f"deployment pipeline step{i} rollback canary strategy" for i in range(60))
+    folder = "memory/projects/a-fairly-long-project-name/with-a-deep-folder"
+    for n in range(200):
+        plant(tmp_path, "alice-notes", f"{folder}/area-{n:03}-notes-about-things.md", f"# Area {n}\n\n{paragraph}\n")
+    async with connect(service, ALICE) as client:
+        await client.call_tool("memory_sync", {})
+        pages, seen = 0, []
+        arguments: dict[str, Any] = {"limit": 200}
+        while True:
+            result = await client.call_tool("memory_list", arguments)
+            assert len(text(result)) < MAX_ANSWER_CHARS + 500
+            page = structured(result)
+            seen += [f["path"] for f in page["files"]]
+            pages += 1
+            if page["next_cursor"] is None:
+                break
+            arguments["cursor"] = page["next_cursor"]
+        result = await client.call_tool("memory_search", {"query": "deployment rollback canary", "max_results": 50})
+    assert pages >= 2 and len(seen) == len(set(seen)) == 200  # cut short, and every file still listed once
+    assert len(text(result)) < MAX_ANSWER_CHARS + 500
+    found = structured(result)
+    assert found["hits"] and (len(found["hits"]) == 50 or "left out" in found["notice"])
+
+
 async def test_list_pages_with_a_cursor_and_filters_by_prefix_and_date(service):
     async with connect(service, ALICE) as client:
         for day in range(1, 8):
@@ -306,7 +331,8 @@ BAD_ARGUMENTS = [
     ("memory_get", {"path": "memory/a.md", "start_line": 9, "end_line": 3}, "start_line"),
     ("memory_get", {}, "path"),
     ("memory_search", {"query": ""}, "query"),
-    ("memory_search", {"query": "x", "max_results": 0}, "limit"),
+    ("memory_search", {"query": "x", "max_results": 0}, "max_results"),
+    ("memory_search", {"query": "x", "max_results": 51}, "max_results"),
     ("memory_search", {"query": "x", "max_results": "lots"}, "max_results"),
     ("memory_search", {"query": "x", "min_score": 2}, "min_score"),
     ("memory_search", {"query": "x", "date_from": "yesterday"}, "date_from"),
@@ -319,6 +345,7 @@ BAD_ARGUMENTS = [
     ("memory_write", {"content": "x", "mode": "replace", "path": "MEMORY.md", "expected_hash": "abc"}, "sha256"),
     ("memory_write", {"content": "x", "idempotency_key": ""}, "idempotency_key"),
     ("memory_list", {"limit": 0}, "limit"),
+    ("memory_list", {"limit": 201}, "limit"),
     ("memory_list", {"date_from": "2026-13-01"}, "date_from"),
     ("memory_list", {"prefix": "/abs"}, "relative"),
     ("memory_delete", {"path": "memory/../MEMORY.md"}, "'..'"),
