@@ -2,24 +2,16 @@
 
 Each handler finds its caller in the HTTP request the channel authenticated (`scope["user"]`), runs the blocking
 service call in a worker thread (never abandoned, so a cancelled or interrupted write still finishes), and turns
-the service's errors into tool errors an agent can act on (`translate`). Nothing here widens what the caller may
-reach: the service works on the index the request names, and checks the grant on every call.
+the service's errors into tool errors an agent can act on (`server.mcp_calls`). Nothing here widens what the
+caller may reach: the service works on the index the request names, and checks the grant on every call.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
-import math
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-import anyio
-import anyio.from_thread
 import anyio.to_thread
 from mcp.server import MCPServer, ServerRequestContext
 from mcp.server.mcpserver import Context
@@ -31,33 +23,25 @@ from mcp_types import (
     ListResourcesResult,
     PaginatedRequestParams,
     Resource,
-    TextContent,
     ToolAnnotations,
 )
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from server.arguments import encode_cursor
 from server.index.errors import EngineError
+from server.mcp_answers import compact, fit_list, fit_search, get_answer
 from server.mcp_caller import channel_user
+from server.mcp_calls import Progress, in_thread, run_with_progress, translated
 from server.models import DeleteOutput, GetOutput, ListOutput, SearchOutput, StatusOutput, SyncOutput, WriteOutput
 from server.service import SERVER_VERSION, CallerContext, MemoryService, PermissionDeniedError
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-M = TypeVar("M", bound=BaseModel)
-
 SERVER_NAME = "agent-memory"
 TIMEZONE_HEADER = "x-memory-timezone"  # the laptop's IANA time zone, sent by the proxy: daily logs use its date
 URI_SCHEME = "memory"
 RESOURCE_PAGE = 100
-# What one tool result may hold: Claude Code refuses results over ~25,000 tokens. JSON with 64-hex-digit hashes
-# runs at about two characters a token, so pages and hit lists are cut at MAX_ANSWER_CHARS (memory_get pieces
-# are capped by the service at ~40,000 characters of prose, about 10k tokens).
-MAX_RESULTS = 50
+MAX_RESULTS = 50  # hits, and list entries per page, that fit one tool result (see server.mcp_answers)
 MAX_LIST_PAGE = 200
-MAX_ANSWER_CHARS = 30_000
-PROGRESS_INTERVAL = 0.1  # seconds between progress notifications (the last one is always sent)
 
 INSTRUCTIONS = (
     "Long-term memory shared by this project's agents, kept as markdown files (MEMORY.md, memory/*.md, daily "
@@ -69,7 +53,6 @@ INSTRUCTIONS = (
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 FilePath = Annotated[str, Field(description="file path inside memory: MEMORY.md or memory/<folders>/<name>.md")]
-Day = Annotated[str | None, Field(description="YYYY-MM-DD")]
 Hash = Annotated[
     str | None,
     Field(description="sha256 of the file's current content (from memory_get or memory_list); 'absent' for none"),
@@ -102,7 +85,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         """Search memory (meaning and keywords) for notes, decisions and past work. Returns the best passages
         with a path#Lx-Ly citation, heading, snippet and score; read more around a hit with memory_get."""
         caller = _caller(ctx)
-        found = await _run(
+        found = await in_thread(
             "memory_search",
             service.search,
             caller,
@@ -128,10 +111,8 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         continue (next_start_line). A missing file is an empty answer with exists=false. The hash is what
         memory_write needs to replace the file."""
         caller = _caller(ctx)
-        output = await _run("memory_get", service.get, caller, path, start_line=start_line, end_line=end_line)
-        return CallToolResult(
-            content=[TextContent(type="text", text=render_get(output))],
-            structured_content=output.model_dump(mode="json"),
+        return get_answer(
+            await in_thread("memory_get", service.get, caller, path, start_line=start_line, end_line=end_line)
         )
 
     @mcp.tool(
@@ -160,7 +141,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         'replace' rewrites a whole file and is refused (with the current hash) if it changed since you read it.
         The text is searchable as soon as this returns."""
         caller = _caller(ctx)
-        return await _answer(
+        written = await in_thread(
             "memory_write",
             service.write,
             caller,
@@ -172,6 +153,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             idempotency_key=idempotency_key,
             timezone=_header(ctx, TIMEZONE_HEADER),
         )
+        return compact(written)
 
     @mcp.tool(title="List memory files", annotations=READ_ONLY)
     async def memory_list(
@@ -184,7 +166,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     ) -> Annotated[CallToolResult, ListOutput]:
         """List memory files with size, lines, hash and who changed them when, sorted by path."""
         caller = _caller(ctx)
-        listed = await _run(
+        listed = await in_thread(
             "memory_list",
             service.list,
             caller,
@@ -208,14 +190,14 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         """Delete a memory file everywhere (every synced laptop loses it too). With expected_hash, only if the
         file is still that version."""
         caller = _caller(ctx)
-        return await _answer("memory_delete", service.delete, caller, path, expected_hash=expected_hash)
+        return compact(await in_thread("memory_delete", service.delete, caller, path, expected_hash=expected_hash))
 
     @mcp.tool(title="Memory status", annotations=READ_ONLY)
     async def memory_status(ctx: Context) -> Annotated[CallToolResult, StatusOutput]:
         """Which memory you are using and what it holds: embedding model, files and chunks per source, pending
         indexing, last change, search modes available, your caller name and access."""
         caller = _caller(ctx)
-        return await _answer("memory_status", service.status, caller)
+        return compact(await in_thread("memory_status", service.status, caller))
 
     @mcp.tool(
         title="Re-index memory",
@@ -231,7 +213,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         be cancelled."""
         caller = _caller(ctx)
 
-        def sync(progress: Callable[[int, int, str], None], cancelled: Callable[[], bool]) -> SyncOutput:
+        def sync(progress: Progress, cancelled: Callable[[], bool]) -> SyncOutput:
             return service.sync(caller, force=force, progress=progress, cancelled=cancelled)
 
         with translated("memory_sync", ToolError):
@@ -260,7 +242,9 @@ def _add_resources(mcp: MCPServer, service: MemoryService) -> None:
         parts: list[str] = []
         start: int | None = None
         while True:
-            output = await _run("resources/read", service.get, caller, path, start_line=start, kind=ResourceError)
+            output = await in_thread(
+                "resources/read", service.get, caller, path, start_line=start, kind=ResourceNotFoundError
+            )
             if not output.exists:
                 raise ResourceNotFoundError(f"no memory file {path!r} in index {index!r}")
             parts.append(output.content)
@@ -356,116 +340,3 @@ def _header(ctx: Context, name: str) -> str | None:
     headers = getattr(ctx.request_context.request, "headers", None)
     value = headers.get(name) if headers is not None else None
     return str(value) if value is not None else None
-
-
-async def _run(what: str, call: Callable[..., T], *args: Any, kind: type[Exception] = ToolError, **kwargs: Any) -> T:
-    """`call(*args, **kwargs)` in a worker thread, its errors translated. The thread is never abandoned: a
-    cancelled call returns only after the service has finished (a write is never left half done)."""
-    with translated(what, kind):
-        return await anyio.to_thread.run_sync(functools.partial(call, *args, **kwargs))
-
-
-async def _answer(what: str, call: Callable[..., BaseModel], *args: Any, **kwargs: Any) -> CallToolResult:
-    return compact(await _run(what, call, *args, **kwargs))
-
-
-def fit_search(output: SearchOutput) -> SearchOutput:
-    """The best hits that fit one tool result; the notice says how many were left out."""
-    kept = _within_budget(output.hits)
-    if len(kept) == len(output.hits):
-        return output
-    left_out = f"{len(output.hits) - len(kept)} lower-ranked hits left out to fit one answer; ask for fewer"
-    notice = "; ".join(part for part in (output.notice, left_out) if part)
-    return output.model_copy(update={"hits": kept, "notice": notice})
-
-
-def fit_list(output: ListOutput) -> ListOutput:
-    """A page that fits one tool result: a long page ends early, its cursor continuing after the last entry."""
-    kept = _within_budget(output.files)
-    if len(kept) == len(output.files):
-        return output
-    return output.model_copy(update={"files": kept, "next_cursor": encode_cursor(kept[-1].path)})
-
-
-def _within_budget(items: list[M]) -> list[M]:
-    used = 0
-    for count, item in enumerate(items):
-        used += len(item.model_dump_json()) + 1
-        if used > MAX_ANSWER_CHARS and count > 0:
-            return items[:count]
-    return items
-
-
-def compact(output: BaseModel) -> CallToolResult:
-    """The output as structured content, and as compact JSON text for clients that read only text (the SDK's
-    default text is indented, which costs an agent tokens for nothing)."""
-    data = output.model_dump(mode="json")
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
-
-
-@contextmanager
-def translated(what: str, kind: type[Exception]) -> Iterator[None]:
-    """The one place service errors become MCP errors: the service's own messages are written for callers and
-    never hold secrets, memory text or library exception text; anything else is left to the SDK, which answers
-    with a generic message and logs the traceback."""
-    try:
-        yield
-    except EngineError as exc:
-        log.info("%s refused: %s", what, type(exc).__name__)
-        raise kind(str(exc)) from None
-
-
-async def run_with_progress(ctx: Context, job: Callable[[Callable[[int, int, str], None], Callable[[], bool]], T]) -> T:
-    """Run `job(progress, cancelled)` in a worker thread, forwarding `progress` as MCP progress notifications
-    and turning the request's cancellation into `cancelled() == True`, then waiting for the job to stop."""
-    stop = threading.Event()
-    send, receive = anyio.create_memory_object_stream[tuple[int, int, str]](math.inf)
-    last_sent = [0.0]
-
-    def progress(done: int, total: int, message: str) -> None:  # in the worker thread
-        now = time.monotonic()
-        if done < total and now - last_sent[0] < PROGRESS_INTERVAL:
-            return
-        last_sent[0] = now
-        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the request is over: no audience
-            anyio.from_thread.run_sync(send.send_nowait, (done, total, message))
-
-    async def forward() -> None:
-        async with receive:
-            async for done, total, message in receive:
-                with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the client went away
-                    await ctx.report_progress(done, total, message or None)
-
-    async def watch() -> None:
-        try:
-            await anyio.sleep_forever()
-        finally:  # cancelled: by the client (or the server shutting down), or below once the job is done
-            stop.set()
-
-    async with anyio.create_task_group() as watching:
-        watching.start_soon(watch)
-        async with anyio.create_task_group() as forwarding:  # ends once every notification has gone out
-            forwarding.start_soon(forward)
-            with send:
-                result = await anyio.to_thread.run_sync(job, progress, stop.is_set)
-        watching.cancel_scope.cancel()
-    return result
-
-
-def render_get(output: GetOutput) -> str:
-    """memory_get as text an agent reads easily: one header line, the lines themselves, where to continue."""
-    if not output.exists:
-        return f"{output.path} does not exist (empty)."
-    head = (
-        f"{output.path} lines {output.start_line}-{output.end_line} of {output.total_lines} (hash {output.hash})"
-        if output.total_lines
-        else f"{output.path} is empty (hash {output.hash})"
-    )
-    text = f"{head}\n\n{output.content}"
-    if output.truncated and output.next_start_line is not None:
-        text += (
-            f"\n\n[truncated: call memory_get with start_line={output.next_start_line} to read on from "
-            f"line {output.next_start_line}]"
-        )
-    return text

@@ -16,7 +16,8 @@ from mcp.shared.exceptions import MCPError
 
 from server.errors import ConflictError, PermissionDeniedError, UnsafePathError
 from server.index.errors import EmbeddingError, EngineError, InvalidArgumentError
-from server.mcp_tools import MAX_ANSWER_CHARS, render_get, translated
+from server.mcp_answers import MAX_ANSWER_CHARS, render_get
+from server.mcp_calls import translated
 from server.models import GetOutput
 from server.service import MAX_GET_CHARS, MemoryService
 from tests.fakes.embedder import HashingEmbedder
