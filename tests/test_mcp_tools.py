@@ -584,6 +584,32 @@ async def test_a_search_answers_while_another_callers_sync_is_held_in_the_embedd
     assert found["hits"]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="service.search indexes a few pending disk changes itself and so waits for the index lock a running "
+    "sync holds (MemoryService._freshen); reported to the service's owner",
+)
+async def test_a_search_on_the_same_index_answers_while_a_sync_is_held(tmp_path):
+    embedder = GatedEmbedder()
+    service = MemoryService(tmp_path, embedder, rescan_interval=0.0)
+    try:
+        async with connect(service, ALICE) as alice, connect(service, READER) as reader:
+            await alice.call_tool("memory_write", {"content": "already indexed"})
+            for n in range(3):
+                plant(tmp_path, "alice-notes", f"memory/held-{n}.md", f"held {n}\n")
+            embedder.gate.clear()
+            async with anyio.create_task_group() as group:
+                group.start_soon(alice.call_tool, "memory_sync", {})
+                await anyio.to_thread.run_sync(embedder.entered.wait, WAIT)
+                with anyio.move_on_after(2.0) as waited:
+                    await reader.call_tool("memory_search", {"query": "already indexed"})
+                embedder.gate.set()
+    finally:
+        embedder.gate.set()
+        service.close()
+    assert not waited.cancelled_caught
+
+
 async def test_a_write_whose_call_is_cancelled_still_finishes_on_disk_and_in_the_index(tmp_path):
     embedder = GatedEmbedder()
     service = MemoryService(tmp_path, embedder)
