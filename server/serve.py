@@ -14,7 +14,6 @@ import os
 import shlex
 import socket
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -56,7 +55,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
-    from server.service import MemoryService
+    from server.service import SERVER_VERSION, MemoryService
 
     settings: Settings = args.settings
     host = args.host if args.host is not None else settings.host
@@ -69,8 +68,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     data_dir: Path = args.data_dir
     keys_dir: Path = args.keys_dir
-    key = ensure_server_key(keys_dir, out=_stdout())
     prepare_data_dir(data_dir)
+    key = ensure_server_key(keys_dir, out=_stdout())
     callers = CallersFile(keys_dir / CALLERS_FILE)
     if not callers.config.callers:
         print_callers_hint(_keys_option(args), _stdout())
@@ -89,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     listener = bind(host, port)
     bound_host, bound_port = listener.getsockname()[:2]
     print(
-        f"memory-server {metadata.version('agent-memory-server')} listening on {_url(bound_host, bound_port)} "
+        f"memory-server {SERVER_VERSION} listening on {_url(bound_host, bound_port)} "
         f"(data {data_dir}, keys {keys_dir}, key {key.public.fingerprint})",
         file=_stdout(),
         flush=True,
