@@ -124,7 +124,12 @@ async def test_every_tool_resource_and_prompt_works_through_the_channel(deployme
         got = structured(await client.call_tool("memory_get", {"path": written["path"], "start_line": 1}))
         listed = structured(await client.call_tool("memory_list", {}))
         status = structured(await client.call_tool("memory_status", {}))
-        synced = structured(await client.call_tool("memory_sync", {"force": True}))
+        progress: list[tuple[float, float | None]] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append((done, total))
+
+        synced = structured(await client.call_tool("memory_sync", {"force": True}, progress_callback=on_progress))
         resources = await client.list_resources()
         read = await client.read_resource(resources.resources[0].uri)
         prompt = await client.get_prompt("recall", {"question": "when do we deploy?"})
@@ -136,7 +141,7 @@ async def test_every_tool_resource_and_prompt_works_through_the_channel(deployme
     assert "Deploys go out on Tuesdays" in got["content"] and got["hash"] == written["hash"]
     assert [f["path"] for f in listed["files"]] == [written["path"]]
     assert (status["caller"], status["index"]) == ("alice", "alice-notes")
-    assert synced["files_seen"] == 1
+    assert synced["files_seen"] == 1 and progress == [(1, 1)]  # notifications stream through the tunnel
     assert "Deploys go out on Tuesdays" in read.contents[0].text
     assert "when do we deploy?" in prompt.messages[0].content.text
     assert "'..'" in bad
