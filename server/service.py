@@ -621,10 +621,17 @@ class MemoryService:
 
     # indexing helpers ----------------------------------------------------------------------------------
 
-    def _index_quietly(self, handle: _Open) -> bool:
-        """Bring the engine up to date with the mirror; False (logged) when that failed."""
+    def _index_quietly(self, handle: _Open, *, wait: bool = True) -> bool:
+        """Bring the engine up to date with the mirror; False when that failed (logged) or, without `wait`, when
+        another run (a sync) holds the index."""
         try:
-            report = handle.index.index(handle.mirror.files_dir, rebuild_now=False)
+            if wait:
+                report = handle.index.index(handle.mirror.files_dir, rebuild_now=False)
+            else:
+                maybe = handle.index.index_if_idle(handle.mirror.files_dir, rebuild_now=False)
+                if maybe is None:
+                    return False
+                report = maybe
         except EngineError as exc:
             log.error("indexing %s after a change failed: %s", handle.index.name, type(exc).__name__)
             return False
@@ -645,7 +652,8 @@ class MemoryService:
         if handle.scanned_at is not None and now - handle.scanned_at < self.rescan_interval:
             return handle.pending
         pending = self._pending(handle, handle.mirror.reconcile_all())
-        if 0 < len(pending) <= AUTO_INDEX_FILES and self._index_quietly(handle):
+        # Never wait behind a running sync: answer from the index as it is, and count the files still pending.
+        if 0 < len(pending) <= AUTO_INDEX_FILES and self._index_quietly(handle, wait=False):
             pending = self._pending(handle, handle.mirror.reconcile_all())
         handle.scanned_at, handle.pending = now, len(pending)
         return len(pending)

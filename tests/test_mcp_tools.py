@@ -584,11 +584,6 @@ async def test_a_search_answers_while_another_callers_sync_is_held_in_the_embedd
     assert found["hits"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service.search indexes a few pending disk changes itself and so waits for the index lock a running "
-    "sync holds (MemoryService._freshen); reported to the service's owner",
-)
 async def test_a_search_on_the_same_index_answers_while_a_sync_is_held(tmp_path):
     embedder = GatedEmbedder()
     service = MemoryService(tmp_path, embedder, rescan_interval=0.0)

@@ -88,7 +88,7 @@ class MemoryIndex:
         self.directory = directory
         self.embedder = embedder
         self.settings = settings
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.RLock()  # re-entered by index_if_idle
         self._rebuild_thread: threading.Thread | None = None
         self._rebuild_stop = threading.Event()
         self.store = self._open_store()
@@ -240,6 +240,16 @@ class MemoryIndex:
         return Indexer(
             self.store, self.embedder, self._live(), self.tokenizer, self.settings.chunker, self.settings.scan
         )
+
+    def index_if_idle(self, root: Path | None = None, **options: Any) -> IndexReport | None:
+        """`index`, or None at once when another indexing run holds this index: a search that would like to pick
+        up a few changed files must not wait behind a long sync."""
+        if not self._write_lock.acquire(blocking=False):
+            return None
+        try:
+            return self.index(root, **options)
+        finally:
+            self._write_lock.release()
 
     def index(
         self,
