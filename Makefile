@@ -14,14 +14,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch is installed first and pinned: an unpinned torch pulls a CUDA build of several GB.
-$(VENV)/.installed-server: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[server]'
+# scripts/install.sh is the one install step (the Dockerfile runs it too): torch==2.13.0 first and pinned (an
+# unpinned torch pulls a CUDA build of several GB), then the project with its extras.
+$(VENV)/.installed-server: pyproject.toml scripts/install.sh | $(BIN)/python
+	PYTHON=$(PYTHON) scripts/install.sh $(VENV) server --editable
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed-server
-	$(BIN)/pip install --quiet -e '.[server,dev]'
+$(VENV)/.installed-dev: pyproject.toml scripts/install.sh $(VENV)/.installed-server
+	PYTHON=$(PYTHON) scripts/install.sh $(VENV) server,dev --editable
 	touch $@
 
 # The server on 127.0.0.1:8765: indexes and mirrors in .data/server, the server key and callers.toml in keys/
