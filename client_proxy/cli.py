@@ -1,5 +1,6 @@
-"""`memory-proxy`: set up this device to reach a memory server.
+"""`memory-proxy`: this device's side of a memory server.
 
+`memory-proxy` (or `memory-proxy run`) is what Claude Code launches: it forwards MCP between stdio and the server.
 `memory-proxy init` creates this device's key and pins the server's key; `memory-proxy show` prints the device's
 public line again. Both print the command the server's operator runs to let this device in.
 """
@@ -15,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
+
 from channel.errors import ChannelError
 from channel.keys import PrivateKey, read_private_key, write_private_key
 from client_proxy.config import (
@@ -22,6 +25,7 @@ from client_proxy.config import (
     DEVICE_KEY_FILE,
     ProxyConfig,
     check_device_name,
+    check_index_name,
     default_device_name,
     parse_server_key,
     prepare_home,
@@ -31,11 +35,25 @@ from client_proxy.config import (
     write_config,
 )
 from client_proxy.errors import ProxyError
+from client_proxy.logs import configure as configure_logging
+from client_proxy.run import serve
+from client_proxy.settings import RunSettings
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memory-proxy", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.set_defaults(func=cmd_run, index=None, project=None, log_file=None)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="forward MCP between stdio and the server (the default command; what Claude Code launches)",
+        description="Forward MCP between stdin/stdout and the server's /mcp through the encrypted channel. "
+        "Logs go to stderr (level: $MEMORY_PROXY_LOG_LEVEL, default INFO), never to stdout.",
+    )
+    run.add_argument("--index", metavar="NAME", help="the index to work on (else $MEMORY_INDEX, else proxy.toml)")
+    run.add_argument("--project", metavar="DIR", help="the project folder (default: the current directory)")
+    run.add_argument("--log-file", metavar="PATH", help="also append the log to this file")
+    run.set_defaults(func=cmd_run)
     init = commands.add_parser(
         "init",
         help="create this device's key and pin the server's key",
@@ -49,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument(
         "--name", metavar="DEVICE", help="this device's caller name (default: the current one, else USER-HOST)"
     )
+    init.add_argument("--index", metavar="NAME", help="the index `memory-proxy run` works on by default")
     init.add_argument("--force", action="store_true", help="replace an existing device key with a new one")
     init.set_defaults(func=cmd_init)
     show = commands.add_parser("show", help="print this device's public key and the server it is pinned to")
@@ -86,7 +105,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         read_private_key(key_path)  # an existing key must be sound before it is kept
     else:
         write_private_key(key_path, PrivateKey.generate(name), overwrite=args.force)
-    write_config(home, render_config(server_url, server_key, name))
+    index = check_index_name(args.index) if args.index else previous.index if previous else None
+    write_config(home, render_config(server_url, server_key, name, index))
     config = ProxyConfig.load(home)
     print(f"{'kept the existing' if keep else 'created a new'} device key {key_path} (private, mode 0600)")
     print(f"wrote {home / CONFIG_FILE}")
@@ -100,6 +120,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = RunSettings.from_env(os.environ, index=args.index, project=args.project, log_file=args.log_file)
+    configure_logging(settings.log_level, settings.log_file)
+    anyio.run(serve, settings)
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     _print_device(ProxyConfig.load(proxy_home(os.environ)))
     return 0
@@ -110,6 +137,8 @@ def _print_device(config: ProxyConfig) -> None:
     print(f"device key:  {line}")
     print(f"fingerprint: {config.device_public.fingerprint}")
     print(f"server:      {config.server_url} (pinned key {config.server_key.fingerprint})")
+    if config.index:
+        print(f"index:       {config.index}")
     print("\nOn the server, the operator lets this device in with:")
     print(f"  memory-server callers add {config.device_name} --key {shlex.quote(line)} --grant INDEX=rw")
     print("(INDEX is the index this device may use; =r for read-only; repeat --grant for more indexes.)")

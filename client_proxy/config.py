@@ -8,9 +8,11 @@ The config directory (`proxy_home`) is created with mode 0700 and holds:
       server_url = "https://memory.example.com"
       server_key = "memory-ed25519 <base64> memory-server"
       device_name = "alice-laptop"
+      index = "notes"                 # optional
 
   `server_key` is pinned: a server presenting any other key is refused. `device_name` is the caller name
-  suggested to the operator and the comment of the device key. No other fields are allowed.
+  suggested to the operator and the comment of the device key. `index` is the index the forwarder works on
+  when neither `--index` nor `MEMORY_INDEX` names one. No other fields are allowed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from client_proxy.errors import ConfigError
 CONFIG_FILE = "proxy.toml"
 DEVICE_KEY_FILE = "device.key"
 FIELDS = ("server_url", "server_key", "device_name")
+OPTIONAL_FIELDS = ("index",)
 MAX_CONFIG_BYTES = 64 * 1024
 HEADER = "# Written by `memory-proxy init`; run it again to change the server or re-pin its key.\n"
 
@@ -90,10 +93,23 @@ def default_device_name(user: str, host: str) -> str:
     return text if valid_name(text) else "device"
 
 
-def render_config(server_url: str, server_key: PublicKey, device_name: str) -> str:
+def check_index_name(name: str) -> str:
+    if not valid_name(name):
+        raise ConfigError(
+            f"invalid index name {name!r}: use lowercase letters, digits, '_', '.', '-' (at most 64, "
+            "starting with a letter or digit), e.g. notes"
+        )
+    return name
+
+
+def render_config(server_url: str, server_key: PublicKey, device_name: str, index: str | None = None) -> str:
     values = {"server_url": server_url, "server_key": server_key.line(), "device_name": device_name}
+    if index is not None:
+        values["index"] = index
     # A JSON string is a TOML basic string, except that TOML also wants DEL escaped.
-    lines = [f"{name} = {json.dumps(values[name], ensure_ascii=False)}".replace("\x7f", "\\u007f") for name in FIELDS]
+    lines = [
+        f"{name} = {json.dumps(value, ensure_ascii=False)}".replace("\x7f", "\\u007f") for name, value in values.items()
+    ]
     return HEADER + "\n".join(lines) + "\n"
 
 
@@ -106,6 +122,7 @@ class ProxyConfig:
     server_key: PublicKey
     device_name: str
     device_public: PublicKey
+    index: str | None = None
 
     @property
     def device_key_path(self) -> Path:
@@ -140,18 +157,22 @@ class ProxyConfig:
                 server_key=parse_server_key(values["server_key"]),
                 device_name=check_device_name(values["device_name"]),
                 device_public=read_private_key(home / DEVICE_KEY_FILE).public,
+                index=check_index_name(values["index"]) if "index" in values else None,
             )
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
 
 
 def _fields(document: Mapping[str, object], path: Path) -> dict[str, str]:
-    unknown = sorted(set(document) - set(FIELDS))
+    unknown = sorted(set(document) - set(FIELDS) - set(OPTIONAL_FIELDS))
     if unknown:
-        raise ConfigError(f"{path}: unknown field {unknown[0]!r}; the fields are {', '.join(FIELDS)}")
+        known = ", ".join(FIELDS + OPTIONAL_FIELDS)
+        raise ConfigError(f"{path}: unknown field {unknown[0]!r}; the fields are {known}")
     values: dict[str, str] = {}
-    for name in FIELDS:
+    for name in FIELDS + OPTIONAL_FIELDS:
         value = document.get(name)
+        if name in OPTIONAL_FIELDS and name not in document:
+            continue
         if not isinstance(value, str):
             raise ConfigError(f"{path}: {name} must be a string" + ("" if name in document else ", and is missing"))
         values[name] = value
