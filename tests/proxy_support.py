@@ -46,6 +46,7 @@ TIMEZONE = "Europe/Paris"
 PAGE = 2  # tools per tools/list page
 FILLERS = 2
 WAIT = 10.0  # the longest the app or a test waits for the other side
+STRANGER = PrivateKey.generate("nobody").public
 
 
 @dataclass
@@ -204,11 +205,15 @@ class _Server(uvicorn.Server):
         self.ready.set()
 
 
-def init_proxy_home(home: Path, server: LiveServer | None = None, *, url: str = "http://127.0.0.1:9") -> PublicKey:
-    """`memory-proxy init` into `home`, pinned to `server`'s key (or a stranger's); the device's public key."""
-    server_key = server.key.public if server is not None else PrivateKey.generate("nobody").public
+def init_proxy_home(
+    home: Path, server: LiveServer | None = None, *, url: str = "", key: PublicKey | None = None
+) -> PublicKey:
+    """`memory-proxy init` into `home`, pinned to `server` (or to `url` and `key`, else a stranger that is never
+    up); returns the device's public key."""
+    if server is not None:
+        url, key = server.url, server.key.public
     subprocess.run(
-        [PROXY, "init", "--server", server.url if server is not None else url, "--server-key", server_key.line()],
+        [PROXY, "init", "--server", url or "http://127.0.0.1:9", "--server-key", (key or STRANGER).line()],
         env={**os.environ, "MEMORY_PROXY_HOME": str(home)},
         check=True,
         capture_output=True,
