@@ -11,6 +11,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import stdio_client
 
+from client_proxy.config import render_config, write_config
 from server import serve
 from server.app import create_app
 from server.callers import CALLERS_FILE
@@ -37,11 +38,12 @@ def product(tmp_path):
     keys_dir, data_dir, home = tmp_path / "keys", tmp_path / "data", tmp_path / "home"
     server_key = serve.ensure_server_key(keys_dir, out=io.StringIO())
     serve.prepare_data_dir(data_dir)
+    device = init_proxy_home(home)  # the device key first: callers.toml must name it before the server starts
+    update_callers(keys_dir / CALLERS_FILE, lambda callers: callers.add("alice", [device], {INDEX: "rw"}))
     service = MemoryService(data_dir, HashingEmbedder())
     app = create_app(service, server_key=server_key, callers=CallersFile(keys_dir / CALLERS_FILE), data_dir=data_dir)
     with serve_asgi(app) as (url, _):
-        device = init_proxy_home(home, url=url, key=server_key.public)
-        update_callers(keys_dir / CALLERS_FILE, lambda callers: callers.add("alice", [device], {INDEX: "rw"}))
+        write_config(home, render_config(url, server_key.public, "alice"))  # as `memory-proxy init` would pin it
         yield home
 
 
