@@ -26,7 +26,6 @@ ENV PATH=/opt/venv/bin:$PATH \
     TOKENIZERS_PARALLELISM=false \
     MEMORY_DATA_DIR=/data \
     MEMORY_KEYS_DIR=/keys \
-    MEMORY_HOST=0.0.0.0 \
     MEMORY_PORT=8765
 RUN groupadd --system --gid 10001 memory \
     && useradd --system --uid 10001 --gid memory --home-dir /data --no-create-home --shell /usr/sbin/nologin memory \
@@ -41,4 +40,5 @@ EXPOSE 8765
 HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8765/healthz', timeout=4).status != 200)"]
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["memory-server", "serve"]
+# Inside the container the server must listen on every interface; compose decides what the host publishes.
+ENTRYPOINT ["memory-server", "serve", "--host", "0.0.0.0"]
