@@ -145,9 +145,9 @@ def build_app(state: AppState) -> ASGIApp:
 class LiveServer:
     """The app behind the channel on one 127.0.0.1 port, with one server key, that a test can stop and restart."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: PrivateKey | None = None) -> None:
         self.state = AppState()
-        self.key = PrivateKey.generate("memory-server")
+        self.key = key or PrivateKey.generate("memory-server")
         self.callers = CallerTable([])
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
