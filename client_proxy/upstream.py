@@ -89,10 +89,13 @@ class Upstream:
             response
         ):
             status = response.status_code
-            if status == 404 and carried_session:
-                raise SessionExpired()
             if status >= 300:
-                return await _refusal(response, request_id, deliver)
+                body = await _read_at_most(response, MAX_ERROR_BODY)
+                # "Session not found" answers no request (id null); a 404 that answers this one is the server's
+                # METHOD_NOT_FOUND at the 2026 generation, whatever session id went with it.
+                if status == 404 and carried_session and not _answers(body, request_id):
+                    raise SessionExpired()
+                return await _refusal(response, body, request_id, deliver)
             if message.method == "initialize" and (session := response.headers.get(SESSION_HEADER)):
                 self.session_id = session
                 log.info("MCP session opened")
@@ -186,9 +189,17 @@ async def _deliver_event(data: str, deliver: Deliver) -> None:
     await deliver(message)
 
 
-async def _refusal(response: httpx2.Response, request_id: RequestId | None, deliver: Deliver) -> Failure | None:
+def _answers(body: bytes, request_id: RequestId | None) -> bool:
+    try:
+        return request_id is not None and parse(body).answers(request_id)
+    except NotJsonRpc:
+        return False
+
+
+async def _refusal(
+    response: httpx2.Response, body: bytes, request_id: RequestId | None, deliver: Deliver
+) -> Failure | None:
     """An HTTP-level refusal: the server's JSON-RPC error when the body holds one, else one named from the status."""
-    body = await _read_at_most(response, MAX_ERROR_BODY)
     status = response.status_code
     if request_id is None:
         log.warning("the server refused a notification or response: HTTP %d", status)
