@@ -65,10 +65,10 @@ async def stdin_lines(fd: int) -> AsyncIterator[MemoryObjectReceiveStream[bytes 
             await portal.stop(cancel_remaining=True)
 
 
-Lines = MemoryObjectSendStream[bytes | None]
+LineSender = MemoryObjectSendStream[bytes | None]
 
 
-def _pump(fd: int, portal: anyio.from_thread.BlockingPortal, send: Lines) -> None:
+def _pump(fd: int, portal: anyio.from_thread.BlockingPortal, send: LineSender) -> None:
     try:
         for line in _read_lines(fd):
             portal.call(send.send, line)
