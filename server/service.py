@@ -462,7 +462,7 @@ class MemoryService:
     def _after_write(
         self, handle: _Open, output: WriteOutput, record: IdempotencyRecord | None, *, replayed: bool
     ) -> WriteOutput:
-        indexed = output.indexed or self._index_quietly(handle)
+        indexed = output.indexed or self._index_quietly(handle, paths=[output.path])
         final = output.model_copy(update={"indexed": indexed})
         if record is not None and indexed and not output.indexed:
             stored = final.model_copy(update={"replayed": False})
@@ -530,7 +530,7 @@ class MemoryService:
             handle = self._handle(name)
             previous = handle.mirror.delete(path, caller=caller.name, expected_hash=expected)
             if previous is not None:
-                self._index_quietly(handle)
+                self._index_quietly(handle, paths=[path])
             return DeleteOutput(
                 path=path, deleted=previous is not None, previous_hash=previous.hash if previous else None
             )
@@ -621,12 +621,12 @@ class MemoryService:
 
     # indexing helpers ----------------------------------------------------------------------------------
 
-    def _index_quietly(self, handle: _Open, *, wait: bool = True) -> bool:
-        """Bring the engine up to date with the mirror; False when that failed (logged) or, without `wait`, when
-        another run (a sync) holds the index."""
+    def _index_quietly(self, handle: _Open, *, wait: bool = True, paths: builtins.list[str] | None = None) -> bool:
+        """Bring the engine up to date with the mirror (only `paths`, after a write or delete through the service);
+        False when that failed (logged) or, without `wait`, when another run (a sync) holds the index."""
         try:
             if wait:
-                report = handle.index.index(handle.mirror.files_dir, rebuild_now=False)
+                report = handle.index.index(handle.mirror.files_dir, rebuild_now=False, paths=paths)
             else:
                 maybe = handle.index.index_if_idle(handle.mirror.files_dir, rebuild_now=False)
                 if maybe is None:

@@ -12,7 +12,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -258,6 +258,7 @@ class MemoryIndex:
         force: bool = False,
         rebuild_now: bool = True,
         on_file: Callable[[str], None] | None = None,
+        paths: Collection[str] | None = None,
     ) -> IndexReport:
         """Index the folder `root` (remembered for next time); rebuild vectors first if the model changed.
         `on_file(path)` runs after each file is written (an exception from it stops the run there; every file
@@ -272,7 +273,7 @@ class MemoryIndex:
             target = root or self.root
             if target is None:
                 raise InvalidArgumentError(f"index {self.name!r} has no folder yet; pass one")
-            report = self._guard(lambda: self._indexer().run(target, force=force, on_file=on_file))
+            report = self._guard(lambda: self._indexer().run(target, force=force, on_file=on_file, only=paths))
             self._guard(lambda: prune_cache(self.store, self._live()))
             if rebuild_now and self.needs_rebuild:
                 self.rebuild_vectors()

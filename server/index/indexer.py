@@ -8,7 +8,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +66,28 @@ def scan_folder(root: Path, config: ScanConfig) -> Iterator[tuple[str, str, os.s
                 yield relpath, source, info
 
 
+def scan_paths(root: Path, config: ScanConfig, relpaths: Collection[str]) -> Iterator[tuple[str, str, os.stat_result]]:
+    """`scan_folder` for given relative paths only: the same rules, and no symlink anywhere on the way."""
+    for relpath in sorted(set(relpaths)):
+        source = config.source_of(relpath)
+        if source is None or relpath.startswith("/") or ".." in relpath.split("/"):
+            continue
+        path = root
+        info: os.stat_result | None = None
+        for part in relpath.split("/"):
+            path = path / part
+            try:
+                info = path.lstat()
+            except OSError:
+                info = None
+                break
+            if stat.S_ISLNK(info.st_mode):
+                info = None
+                break
+        if info is not None and stat.S_ISREG(info.st_mode):
+            yield relpath, source, info
+
+
 class Indexer:
     def __init__(
         self,
@@ -83,7 +105,16 @@ class Indexer:
         self.chunker = chunker
         self.scan = scan
 
-    def run(self, root: Path, *, force: bool = False, on_file: Callable[[str], None] | None = None) -> IndexReport:
+    def run(
+        self,
+        root: Path,
+        *,
+        force: bool = False,
+        on_file: Callable[[str], None] | None = None,
+        only: Collection[str] | None = None,
+    ) -> IndexReport:
+        """Bring the index up to date with `root`; with `only`, look at just those relative paths (a file that is
+        gone, or no longer a memory file, leaves the index) instead of walking the whole folder."""
         if not root.is_dir():
             raise InvalidArgumentError(f"not a folder: {root}")
         started = time.perf_counter()
@@ -95,7 +126,8 @@ class Indexer:
         }
         seen: set[str] = set()
         batch: list[_Prepared] = []
-        for relpath, source, info in scan_folder(root, self.scan):
+        files = scan_folder(root, self.scan) if only is None else scan_paths(root, self.scan, only)
+        for relpath, source, info in files:
             report.files_seen += 1
             seen.add(relpath)
             old = known.get(relpath)
@@ -115,7 +147,7 @@ class Indexer:
                 self._write_batch(batch, report, on_file)
                 batch = []
         self._write_batch(batch, report, on_file)
-        for relpath in sorted(set(known) - seen):
+        for relpath in sorted((set(known) if only is None else set(known) & set(only)) - seen):
             self.remove(relpath)
             report.files_removed += 1
         report.seconds = time.perf_counter() - started

@@ -373,3 +373,29 @@ def test_switching_model_rebuilds_vectors_in_the_background_while_keywords_answe
     finally:
         gate.set()
         index.close()
+
+
+def test_indexing_given_paths_looks_at_those_files_only(tmp_path, folder):
+    index = MemoryIndex.open(tmp_path / "data", "paths", HashingEmbedder(), create=True)
+    try:
+        index.index(folder)
+        _write(folder / "memory" / "2026-11-16.md", "# 2026-11-16\n\n- Rewritten: zebra migration notes.\n")
+        _write(folder / "memory" / "2026-11-18.md", "# 2026-11-18\n\n- Rewritten: okapi rollout notes.\n")
+        report = index.index(paths=["memory/2026-11-16.md"])
+        assert (report.files_seen, report.files_indexed, report.files_removed) == (1, 1, 0)
+        assert index.search("zebra", build_options(mode="keyword")).hits
+        assert not index.search("okapi", build_options(mode="keyword")).hits  # not asked for: not looked at
+
+        (folder / "memory" / "2026-11-16.md").unlink()
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        _write(outside / "2026-11-18.md", "# planted\n\n- okapi through a symlink\n")
+        shutil.rmtree(folder / "memory" / "sub", ignore_errors=True)
+        (folder / "memory" / "sub").symlink_to(outside)
+        report = index.index(paths=["memory/2026-11-16.md", "memory/sub/2026-11-18.md", "../escape.md", "notes.txt"])
+        assert (report.files_seen, report.files_removed) == (0, 1)
+        assert not index.search("zebra", build_options(mode="keyword")).hits
+        assert not index.search("okapi", build_options(mode="keyword")).hits
+        assert index.status().files == {"memory": 4}
+    finally:
+        index.close()
