@@ -121,7 +121,7 @@ def read_secret(env: Mapping[str, str], name: str) -> str | None:
     the operator has none) while a plain environment variable stays the fallback."""
     inline = env.get(name, "").strip()
     path = env.get(f"{name}_FILE", "").strip()
-    from_file = _secret_file(name, path) if path else None
+    from_file = read_secret_file(name, path) if path else None
     if from_file is not None:
         if inline:
             log.warning("%s_FILE and %s are both set; using the file", name, name)
@@ -131,7 +131,7 @@ def read_secret(env: Mapping[str, str], name: str) -> str | None:
     return inline or None
 
 
-def _secret_file(name: str, path: str) -> str | None:
+def read_secret_file(name: str, path: str) -> str | None:
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_SECRET_BYTES + 1)
