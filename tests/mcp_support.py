@@ -4,7 +4,6 @@ channel, an embedder a test can hold still, and files planted in an index's mirr
 from __future__ import annotations
 
 import dataclasses
-import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -14,7 +13,6 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import httpx2
-import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server import MCPServer, ServerRequestContext
@@ -32,6 +30,7 @@ from server.models import SyncOutput
 from server.service import MemoryService
 from tests.channel.conftest import RunningServer
 from tests.fakes.embedder import HashingEmbedder
+from tests.threaded_uvicorn import ThreadedUvicorn, run_uvicorn
 
 MODES = ("legacy", "auto")  # the initialize-based generation, and server/discover (falls back to initialize)
 WAIT = 10.0  # the bound on every wait in these tests
@@ -100,38 +99,11 @@ def plant(data_dir: Path, index: str, path: str, content: str) -> Path:
     return target
 
 
-class Uvicorn(uvicorn.Server):
-    """uvicorn in a thread, telling the test when it has started and when its shutdown began."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = threading.Event()
-        self.shutting_down = threading.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        self.ready.set()
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.shutting_down.set()
-        await super().shutdown(sockets)
-
-
 @contextmanager
-def serve_asgi(app: Any, *, graceful: int = 5) -> Iterator[tuple[str, Uvicorn]]:
-    """Serve a whole ASGI app (the product's, channel included) on 127.0.0.1 until the block ends."""
-    listener = serve.bind("127.0.0.1", 0)
-    server = Uvicorn(serve.uvicorn_config(app, graceful=graceful))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    thread.start()
-    try:
-        if not server.ready.wait(WAIT):
-            raise RuntimeError("the server did not start")
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", server
-    finally:
-        server.should_exit = True
-        thread.join(WAIT)
-        listener.close()
+def serve_asgi(app: Any, *, graceful: int = 5) -> Iterator[tuple[str, ThreadedUvicorn]]:
+    """Serve a whole ASGI app (the product's, channel included) on 127.0.0.1, as `serve` configures uvicorn."""
+    with run_uvicorn(serve.uvicorn_config(app, graceful=graceful)) as running:
+        yield running
 
 
 class GatedEmbedder(HashingEmbedder):

@@ -20,6 +20,7 @@ import os
 import socket
 import subprocess
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,6 +40,7 @@ from channel.middleware import ChannelMiddleware
 from channel.ratelimit import Rate
 from client_proxy.config import ProxyConfig
 from tests.conftest import REPO
+from tests.threaded_uvicorn import run_uvicorn
 
 PROXY = REPO / ".venv" / "bin" / "memory-proxy"
 INDEX = "notes"
@@ -152,8 +154,7 @@ class LiveServer:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._running = ExitStack()
 
     def grant(self, device: PublicKey, **grants: str) -> None:
         """Let `device` in, with `grants` (default: read-write on `INDEX`); takes effect at the next start."""
@@ -171,38 +172,17 @@ class LiveServer:
             callers=self.callers,
             handshake_rate=Rate(burst=1000, per_second=1000),
         )
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
         config = uvicorn.Config(
             middleware, log_config=None, lifespan="on", http="h11", ws="none", timeout_graceful_shutdown=1
         )
-        server = _Server(config)
-        self._server = server
-        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-        self._thread.start()
-        if not server.ready.wait(WAIT):
-            raise RuntimeError("the test server did not start")
+        self._running.enter_context(run_uvicorn(config, port=self.port))
 
     def stop(self) -> None:
-        assert self._server is not None and self._thread is not None
-        self._server.should_exit = True
-        self._thread.join(WAIT)
-        self._server = self._thread = None
+        self._running.close()
 
     def requests(self) -> list[tuple[str, dict[str, str]]]:
         """(method, headers) of every request the app got, in order."""
         return list(self.state.requests)
-
-
-class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = threading.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        self.ready.set()
 
 
 def init_proxy_home(

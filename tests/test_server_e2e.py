@@ -37,7 +37,6 @@ from tests.mcp_support import (
     WAIT,
     GatedEmbedder,
     SyncSpy,
-    Uvicorn,
     connect_channel,
     error,
     plant,
@@ -45,6 +44,7 @@ from tests.mcp_support import (
     structured,
     text,
 )
+from tests.threaded_uvicorn import ThreadedUvicorn
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +64,7 @@ def anyio_backend() -> str:
 @dataclass
 class Deployment:
     server: RunningServer
-    uvicorn: Uvicorn
+    uvicorn: ThreadedUvicorn
     data_dir: Path
     service: MemoryService
     devices: dict[str, PrivateKey]

@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -30,8 +28,18 @@ from channel.middleware import ChannelMiddleware
 from channel.ratelimit import Rate
 from channel.transport import ChannelTransport
 from tests.channel.relay import Handler, Relay
+from tests.threaded_uvicorn import run_uvicorn
 
-START_TIMEOUT = 10.0
+# X25519 public keys that are all zero or of low order: a DH with them gives a predictable result.
+LOW_ORDER = [
+    "0000000000000000000000000000000000000000000000000000000000000000",
+    "0100000000000000000000000000000000000000000000000000000000000000",
+    "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
+    "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
+    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+]
 GENEROUS = Rate(burst=10_000, per_second=10_000)  # tests handshake far more often than any laptop
 
 
@@ -67,43 +75,19 @@ class MutableDirectory:
         return self.table.lookup(static_key)
 
 
-class _ThreadedServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = threading.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        self.ready.set()
-
-
 @contextmanager
 def serve_channel(
-    app: ASGIApp, callers: CallerDirectory, *, server_key: PrivateKey | None = None, **options: Any
+    app: ASGIApp, callers: CallerDirectory, *, server_key: PrivateKey | None = None, port: int = 0, **options: Any
 ) -> Iterator[RunningServer]:
-    """Serve `app` behind the channel on 127.0.0.1 until the block ends."""
+    """Serve `app` behind the channel on 127.0.0.1 (`port` 0: a free one) until the block ends."""
     key = server_key or PrivateKey.generate("test server")
     options.setdefault("handshake_rate", GENEROUS)
     middleware = ChannelMiddleware(app, server_key=key, callers=callers, **options)
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so (else 40 ms per request).
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
     config = uvicorn.Config(
         middleware, log_config=None, lifespan="auto", http="h11", ws="none", timeout_graceful_shutdown=2
     )
-    server = _ThreadedServer(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, name=f"uvicorn:{port}", daemon=True)
-    thread.start()
-    try:
-        if not server.ready.wait(START_TIMEOUT):
-            raise RuntimeError("the test server did not start")
-        yield RunningServer(f"http://127.0.0.1:{port}", key.public, key, middleware)
-    finally:
-        server.should_exit = True
-        thread.join(START_TIMEOUT)
-        listener.close()
+    with run_uvicorn(config, port=port) as (url, _server):
+        yield RunningServer(url, key.public, key, middleware)
 
 
 @pytest.fixture

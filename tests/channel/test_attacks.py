@@ -19,7 +19,7 @@ from channel.handshake import create_initiation
 from channel.keys import PrivateKey
 from channel.ratelimit import Rate
 from tests.channel.apps import AppState, caller, inner_app, table
-from tests.channel.conftest import MutableDirectory
+from tests.channel.conftest import LOW_ORDER, MutableDirectory
 from tests.channel.relay import Answer, Outer, Relay
 
 pytestmark = pytest.mark.anyio
@@ -28,15 +28,6 @@ DEVICE = PrivateKey.generate("alice@laptop")
 OTHER_DEVICE = PrivateKey.generate("bob@laptop")
 STRANGER = PrivateKey.generate("mallory")
 IMPOSTOR = PrivateKey.generate("not the server")
-LOW_ORDER = [
-    "0000000000000000000000000000000000000000000000000000000000000000",
-    "0100000000000000000000000000000000000000000000000000000000000000",
-    "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
-    "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
-    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-    "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-    "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-]
 
 
 @pytest.fixture

@@ -10,19 +10,10 @@ from channel.constants import HELLO_LEN, KIND_HELLO, VERSION, WELCOME_LEN
 from channel.errors import HandshakeError
 from channel.handshake import Welcome, consume_initiation, consume_response, create_initiation, create_response
 from channel.keys import PrivateKey
+from tests.channel.conftest import LOW_ORDER
 
 CLIENT = PrivateKey(bytes(range(32)))
 SERVER = PrivateKey(bytes(range(32, 64)))
-# X25519 public keys that are all zero or of low order: a DH with them gives a predictable result.
-LOW_ORDER = [
-    "0000000000000000000000000000000000000000000000000000000000000000",
-    "0100000000000000000000000000000000000000000000000000000000000000",
-    "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
-    "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
-    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-    "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-    "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-]
 WELCOME = Welcome(b"S" * 16, 1_700_003_600_000, 1_700_000_000_000)
 
 
