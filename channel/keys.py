@@ -24,6 +24,7 @@ from nacl import bindings
 from nacl.exceptions import CryptoError
 
 from channel.errors import KeyFileError
+from channel.files import atomic_write
 
 PUBLIC_PREFIX = "memory-ed25519"
 PRIVATE_PREFIX = "memory-ed25519-private"
@@ -177,32 +178,14 @@ def write_public_key(path: Path, key: PublicKey) -> None:
 
 
 def _atomic_write(path: Path, data: bytes, mode: int, *, overwrite: bool) -> None:
-    """Write to a private temporary file in the same directory, fsync, then move or link it into place."""
     directory = path.parent
     if not directory.exists():
         directory.mkdir(mode=0o700, parents=True)
         os.chmod(directory, 0o700)  # mkdir's mode is masked by the umask
-    temp = directory / f".{path.name}.{os.getpid()}.{binascii.hexlify(os.urandom(4)).decode()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)  # the umask may have narrowed `mode`; never widened it
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if overwrite:
-            os.replace(temp, path)
-        else:
-            os.link(temp, path)  # atomic no-clobber: fails if anything exists there, even a dangling symlink
+        atomic_write(path, data, mode, overwrite=overwrite)
     except FileExistsError:
         raise KeyFileError(f"{path} already exists; refusing to replace a key") from None
-    finally:
-        temp.unlink(missing_ok=True)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _b64decode(text: str, what: str) -> bytes:

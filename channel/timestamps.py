@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Protocol
+
+from channel.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,8 @@ class FileTimestamps(MemoryTimestamps):
         with self._lock:
             super().commit(static_key, timestamp)
             data = json.dumps({key.hex(): value for key, value in self._latest.items()}, sort_keys=True)
-            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             try:
-                descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(descriptor, "w", encoding="ascii") as handle:
-                    handle.write(data)
-                os.replace(temporary, self.path)
+                atomic_write(self.path, data.encode("ascii"), 0o600, durable=False)
             except OSError as exc:  # the handshake stands; only restart protection for this key is weaker
                 log.error("cannot save handshake timestamps to %s: %s", self.path, exc.strerror)
 

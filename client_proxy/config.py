@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import stat
 import tomllib
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from channel.authz import valid_name
 from channel.errors import KeyFileError
+from channel.files import atomic_write
 from channel.keys import PublicKey, read_private_key
 from client_proxy.errors import ConfigError
 
@@ -210,21 +210,4 @@ def prepare_home(home: Path) -> None:
 
 def write_config(home: Path, text: str) -> None:
     """Replace `proxy.toml` atomically (temp file, fsync, rename) with mode 0600."""
-    path = home / CONFIG_FILE
-    temp = home / f".{CONFIG_FILE}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o600)
-            handle.write(text.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    directory = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    atomic_write(home / CONFIG_FILE, text.encode("utf-8"), 0o600)

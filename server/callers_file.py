@@ -16,7 +16,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import secrets
 import stat
 import threading
 import time
@@ -25,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from channel.authz import Identity
+from channel.files import atomic_write
 from server.callers import FILE_MODE, MAX_FILE_BYTES, CallersConfig, CallersFileError, parse_callers, render_callers
 
 CHECK_EVERY = 0.5
@@ -90,7 +90,7 @@ def write_callers(path: Path, config: CallersConfig) -> None:
         data = render_callers(config).encode("utf-8")
     except UnicodeEncodeError:
         raise CallersFileError("a key comment is not valid UTF-8 text") from None
-    _atomic_write(path, data, FILE_MODE)
+    atomic_write(path, data, FILE_MODE)
 
 
 def update_callers(path: Path, change: Callable[[CallersConfig], CallersConfig]) -> tuple[CallersConfig, CallersConfig]:
@@ -202,23 +202,3 @@ def _locked(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)  # the umask must not loosen or tighten it
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
