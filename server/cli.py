@@ -19,8 +19,6 @@ from server.index.errors import EngineError, InvalidArgumentError
 from server.index.search import MAX_LIMIT, SearchResult, build_options
 from server.settings import Settings
 
-log = logging.getLogger("server.cli")
-
 
 def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memory-server", description=__doc__)
@@ -113,12 +111,7 @@ def _configure_logging(level: str) -> None:
 
 def _embedder(args: argparse.Namespace) -> Embedder | None:
     settings: Settings = args.settings
-    embedder, reasons = settings.select_embedder(os.environ)
-    for reason in reasons:
-        log.warning("%s", reason)
-    if embedder is None:
-        log.warning("no embedding provider is usable; keyword search only")
-    return embedder
+    return settings.select_embedder(os.environ)[0]
 
 
 def _open(args: argparse.Namespace, *, create: bool = False) -> MemoryIndex:

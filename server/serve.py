@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import logging
 import os
 import shlex
 import socket
@@ -28,7 +27,6 @@ from server.settings import Settings
 if TYPE_CHECKING:
     import uvicorn
 
-log = logging.getLogger(__name__)
 
 GRACEFUL_SHUTDOWN = 10  # seconds uvicorn waits for requests in flight (open SSE streams are cut after it)
 
@@ -73,12 +71,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     callers = CallersFile(keys_dir / CALLERS_FILE)
     if not callers.config.callers:
         print_callers_hint(_keys_option(args), _stdout())
-    embedder, reasons = settings.select_embedder(os.environ)
-    for reason in reasons:
-        log.warning("%s", reason)
-    if embedder is None:
-        log.warning("no embedding provider is usable; search is keyword-only")
-    else:
+    embedder, _reasons = settings.select_embedder(os.environ)
+    if embedder is not None:
         warm_up = getattr(embedder, "warm_up", None)
         if callable(warm_up):
             print(f"loading the embedding model {embedder.model} ...", file=_stdout(), flush=True)

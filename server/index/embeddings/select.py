@@ -149,12 +149,15 @@ def read_secret_file(name: str, path: str) -> str | None:
 
 
 def select_embedder(settings: EmbeddingSettings, env: Mapping[str, str]) -> tuple[Embedder | None, list[str]]:
-    """The first usable provider in `settings.providers`, and why each one before it was skipped."""
+    """The first usable provider in `settings.providers`, and why each one before it was skipped.
+
+    The choice is logged here, once for every program that makes it."""
     reasons: list[str] = []
     for name in settings.providers:
         if name == "none":
             reasons.append("none: keyword-only search was configured")
-            break
+            log.info("keyword-only search was configured")
+            return None, reasons
         try:
             embedder = _build(name, settings, env)
         except EmbeddingError as exc:
@@ -162,6 +165,7 @@ def select_embedder(settings: EmbeddingSettings, env: Mapping[str, str]) -> tupl
             log.warning("embedding provider %s skipped: %s", name, exc)
             continue
         return embedder, reasons
+    log.warning("no embedding provider is usable; search is keyword-only")
     return None, reasons
 
 
