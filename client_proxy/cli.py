@@ -2,12 +2,15 @@
 
 `memory-proxy` (or `memory-proxy run`) is what Claude Code launches: it forwards MCP between stdio and the server.
 `memory-proxy init` creates this device's key and pins the server's key; `memory-proxy show` prints the device's
-public line again. Both print the command the server's operator runs to let this device in.
+public line again. Both print the command the server's operator runs to let this device in. `init` also puts
+starter memory files in the project. `memory-proxy context` prints the project's memory for a Claude Code
+`SessionStart` hook, from the local files only.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import getpass
 import os
 import shlex
@@ -34,10 +37,14 @@ from client_proxy.config import (
     validate_server_url,
     write_config,
 )
+from client_proxy.context import build_context, local_today
 from client_proxy.errors import ProxyError
+from client_proxy.local_zone import local_timezone
 from client_proxy.logs import configure as configure_logging
 from client_proxy.run import serve
 from client_proxy.settings import RunSettings
+from client_proxy.stack import detect_stack, read_project_files
+from client_proxy.templates import install_templates
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument("--index", metavar="NAME", help="the index `memory-proxy run` works on by default")
     init.add_argument("--force", action="store_true", help="replace an existing device key with a new one")
+    init.add_argument("--project", metavar="DIR", help="where to put the starter memory files (default: cwd)")
+    init.add_argument(
+        "--no-templates", action="store_true", help="do not create MEMORY.md and memory/project-context.md"
+    )
     init.set_defaults(func=cmd_init)
+    context = commands.add_parser(
+        "context",
+        help="print the project's memory for a Claude Code SessionStart hook",
+        description="Print MEMORY.md (its first 200 lines) and the daily logs of today and yesterday (their last "
+        "200 lines), from the local files only; always exits 0 unless the project folder is missing.",
+    )
+    context.add_argument("--project", metavar="DIR", help="the project folder (default: the current directory)")
+    context.set_defaults(func=cmd_context)
     show = commands.add_parser("show", help="print this device's public key and the server it is pinned to")
     show.set_defaults(func=cmd_show)
     return parser
@@ -90,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    project = Path(args.project or ".")
+    if not args.no_templates and not project.is_dir():
+        raise ProxyError(f"no project folder {project}: pass --project DIR, or --no-templates")
     home = proxy_home(os.environ)
     server_url = validate_server_url(args.server)
     server_key = parse_server_key(args.server_key)
@@ -117,6 +139,12 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"the old device key {old} is gone; ask the operator to revoke it:")
         print(f"  memory-server callers revoke {previous.device_name} --key {old}")
     _print_device(config)
+    return 0 if args.no_templates else _install_templates(project)
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    today = local_today(dt.datetime.now(dt.UTC), local_timezone(os.environ))
+    sys.stdout.write(build_context(Path(args.project or "."), today))
     return 0
 
 
@@ -142,6 +170,18 @@ def _print_device(config: ProxyConfig) -> None:
     print("\nOn the server, the operator lets this device in with:")
     print(f"  memory-server callers add {config.device_name} --key {shlex.quote(line)} --grant INDEX=rw")
     print("(INDEX is the index this device may use; =r for read-only; repeat --grant for more indexes.)")
+
+
+def _install_templates(project: Path) -> int:
+    """The starter memory files; 1 when one could not be written (the key and proxy.toml are done by then)."""
+    outcomes = install_templates(project, detect_stack(read_project_files(project)))
+    print(f"\nMemory files in {project.absolute()}:")
+    for outcome in outcomes:
+        if outcome.status == "failed":
+            print(f"memory-proxy: error: could not create {outcome.path}: {outcome.reason}", file=sys.stderr)
+        else:
+            print(f"  {'created' if outcome.status == 'created' else 'kept the existing'} {outcome.path}")
+    return 1 if any(o.status == "failed" for o in outcomes) else 0
 
 
 def _previous(home: Path) -> ProxyConfig | None:
