@@ -1,4 +1,5 @@
-"""The server's ASGI app: the channel outermost; inside it `/healthz` (plain) and the MCP endpoint at `/mcp`.
+"""The server's ASGI app: the channel outermost; inside it `/healthz` (plain), the MCP endpoint at `/mcp` and file
+sync at `/sync/changes` and `/sync/push` (`server.sync_app`).
 
     app = create_app(service, server_key=key, callers=CallersFile(keys_dir / "callers.toml"))
     uvicorn.run(app, ...)
@@ -35,6 +36,7 @@ from channel.timestamps import FileTimestamps
 from server.mcp_caller import CallerBoundEndpoint
 from server.mcp_tools import build_mcp_server
 from server.service import MemoryService
+from server.sync_app import sync_routes
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ def create_inner_app(service: MemoryService, mcp: MCPServer | None = None) -> St
     routes = [
         Route(HEALTH_PATH, healthz, methods=["GET"]),
         Route(MCP_PATH, CallerBoundEndpoint(StreamableHTTPASGIApp(manager)), methods=["GET", "POST", "DELETE"]),
+        *sync_routes(service),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
 

@@ -1,9 +1,10 @@
 """The server's copy of one index's markdown files, and the record of who changed what (`state.sqlite3`).
 
 Layout under `<data>/indexes/<name>/`: `files/` holds `MEMORY.md`, `memory.md` and `memory/**/*.md` (the folder
-the engine indexes); `state.sqlite3` holds, per path, the content hash, the revision (one counter per index),
-a tombstone after a delete, and who changed it when, plus idempotency records of writes. The state cannot be
-rebuilt from the files (it is the sync history), unlike the engine's `index.sqlite3`.
+the engine indexes); `state.sqlite3` (see `server.mirror_state`) holds, per path, the content hash, the revision
+(one counter per index), a tombstone after a delete, and who changed it when, plus idempotency records, past
+versions (merge bases for sync) and each caller's last sync. The state cannot be rebuilt from the files (it is
+the sync history), unlike the engine's `index.sqlite3`.
 
 Every file operation walks the path one folder at a time through directory file descriptors opened with
 `O_NOFOLLOW`, so a symbolic link planted anywhere inside `files/` is refused, never followed, even if it appears
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import Literal
 
 import apsw
 
@@ -36,48 +37,50 @@ from server.errors import ConflictError, UnsafePathError
 from server.index.errors import EngineError, InvalidArgumentError
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, day_of
 from server.memory_text import count_lines_of_bytes
+from server.mirror_state import (
+    STATE_COLUMNS,
+    STATE_SCHEMA_VERSION,
+    CallerSync,
+    FileState,
+    IdempotencyRecord,
+    iso,
+    load_version,
+    migrate_state,
+    prune_versions,
+    record_sync,
+    sha256_hex,
+    state_of,
+    store_version,
+    sync_callers,
+    utc_now,
+)
 from server.paths import normalise_memory_path
+
+__all__ = [
+    "ABSENT",
+    "DISK",
+    "STATE_SCHEMA_VERSION",
+    "CallerSync",
+    "FileState",
+    "IdempotencyRecord",
+    "Mirror",
+    "MirrorFile",
+    "check_expected",
+    "iso",
+    "sha256_hex",
+    "utc_now",
+]
 
 log = logging.getLogger(__name__)
 
 ABSENT = "absent"  # `expected_hash` meaning "the file must not exist yet"
 DISK = "(disk)"  # `updated_by` of changes found on disk rather than made through the service
-STATE_SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000
 IDEMPOTENCY_DAYS = 7
+PRUNE_SECONDS = 3600.0  # versions are pruned at most this often per mirror
 _READ_BLOCK = 1 << 20
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(moment: datetime) -> str:
-    """ISO 8601 in UTC to the second: `2024-05-01T09:30:00Z`."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class FileState:
-    """What `state.sqlite3` knows of one path. `hash` is None for a tombstone."""
-
-    path: str
-    hash: str | None
-    size: int
-    lines: int
-    revision: int
-    updated_by: str
-    updated_at: str
-
-    @property
-    def deleted(self) -> bool:
-        return self.hash is None
 
 
 @dataclass(frozen=True)
@@ -134,69 +137,6 @@ def _newlines(data: bytes) -> int:
     return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n")
 
 
-@dataclass(frozen=True)
-class IdempotencyRecord:
-    caller: str
-    key: str
-    request: str  # digest of the call's arguments
-    result: str  # JSON of the first answer
-
-
-# the state database ------------------------------------------------------------------------------------
-
-
-def _m001_initial(db: apsw.Connection) -> None:
-    db.execute(
-        """
-        CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-        INSERT INTO meta(key, value) VALUES('revision', '0');
-        CREATE TABLE files(
-            path TEXT PRIMARY KEY,
-            hash TEXT,                      -- sha256 hex of the bytes; NULL = deleted (tombstone)
-            size INTEGER NOT NULL,
-            mtime_ns INTEGER NOT NULL,      -- of the file when last seen, to skip hashing unchanged files
-            lines INTEGER NOT NULL,
-            revision INTEGER NOT NULL,      -- from meta 'revision', one counter per index
-            updated_by TEXT NOT NULL,       -- caller name, or '(disk)'
-            updated_at TEXT NOT NULL        -- ISO 8601 UTC
-        ) WITHOUT ROWID;
-        CREATE INDEX files_by_revision ON files(revision);
-        CREATE TABLE idempotency(
-            caller TEXT NOT NULL,
-            key TEXT NOT NULL,
-            request TEXT NOT NULL,          -- digest of the arguments of the first call
-            result TEXT NOT NULL,           -- JSON of its answer
-            created_at TEXT NOT NULL,
-            PRIMARY KEY(caller, key)
-        ) WITHOUT ROWID;
-        CREATE INDEX idempotency_by_age ON idempotency(created_at);
-        """
-    )
-
-
-MIGRATIONS: tuple[Callable[[apsw.Connection], None], ...] = (_m001_initial,)
-
-
-def migrate_state(db: apsw.Connection) -> None:
-    version = int(db.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
-    if version > len(MIGRATIONS):
-        raise EngineError("the mirror state database is newer than this server")
-    for number in range(version, len(MIGRATIONS)):
-        with db:
-            MIGRATIONS[number](db)
-            db.execute(f"PRAGMA user_version = {number + 1}")
-
-
-_STATE_COLUMNS = "path, hash, size, lines, revision, updated_by, updated_at"
-
-
-def _state(row: tuple[object, ...]) -> FileState:
-    path, digest, size, lines, revision, by, at = row
-    number = cast(Callable[[object], int], int)
-    digest_text = None if digest is None else str(digest)
-    return FileState(str(path), digest_text, number(size), number(lines), number(revision), str(by), str(at))
-
-
 # the mirror --------------------------------------------------------------------------------------------
 
 
@@ -209,8 +149,12 @@ class Mirror:
         *,
         clock: Callable[[], datetime] = utc_now,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
+        """`on_change` is called (in whatever thread made it) after every recorded change, for long-polls."""
         self.directory = directory
+        self.on_change = on_change
+        self._pruned_at = 0.0
         self.files_dir = directory / "files"
         self.clock = clock
         self.max_file_bytes = max_file_bytes
@@ -262,8 +206,8 @@ class Mirror:
     def state(self, path: str) -> FileState | None:
         """The recorded state of `path` (tombstones included), without looking at the disk."""
         with self.lock:
-            rows = self._db.execute(f"SELECT {_STATE_COLUMNS} FROM files WHERE path = ?", (path,)).fetchall()
-        return _state(rows[0]) if rows else None
+            rows = self._db.execute(f"SELECT {STATE_COLUMNS} FROM files WHERE path = ?", (path,)).fetchall()
+        return state_of(rows[0]) if rows else None
 
     def states(self, paths: list[str]) -> dict[str, FileState]:
         """Recorded states of several paths at once (for labelling search hits)."""
@@ -271,8 +215,8 @@ class Mirror:
             return {}
         marks = ", ".join("?" for _ in paths)
         with self.lock:
-            rows = self._db.execute(f"SELECT {_STATE_COLUMNS} FROM files WHERE path IN ({marks})", paths).fetchall()
-        return {s.path: s for s in map(_state, rows)}
+            rows = self._db.execute(f"SELECT {STATE_COLUMNS} FROM files WHERE path IN ({marks})", paths).fetchall()
+        return {s.path: s for s in map(state_of, rows)}
 
     def list(
         self, prefix: str = "", date_from: str | None = None, date_to: str | None = None
@@ -305,18 +249,42 @@ class Mirror:
             for path in sorted(set(known) - seen):
                 self._reconcile(path, self._snapshot(path, quiet=True))
             rows = self._db.execute(
-                f"SELECT {_STATE_COLUMNS} FROM files WHERE hash IS NOT NULL ORDER BY path"
+                f"SELECT {STATE_COLUMNS} FROM files WHERE hash IS NOT NULL ORDER BY path"
             ).fetchall()
-        return [_state(r) for r in rows]
+        return [state_of(r) for r in rows]
 
     def changes_since(self, revision: int, limit: int = 1000) -> builtins.list[FileState]:
         """Paths changed after `revision` (deletions as tombstones), oldest change first."""
         with self.lock:
             rows = self._db.execute(
-                f"SELECT {_STATE_COLUMNS} FROM files WHERE revision > ? ORDER BY revision LIMIT ?",
+                f"SELECT {STATE_COLUMNS} FROM files WHERE revision > ? ORDER BY revision LIMIT ?",
                 (revision, limit),
             ).fetchall()
-        return [_state(r) for r in rows]
+        return [state_of(r) for r in rows]
+
+    def version_text(self, digest: str) -> str | None:
+        """The text of a version this mirror has held (a merge base), or None when it is not known any more."""
+        with self.lock:
+            data = load_version(self._db, digest)
+            if data is None:
+                current = [str(p) for (p,) in self._db.execute("SELECT path FROM files WHERE hash = ?", (digest,))]
+                snapshot = self._snapshot(current[0], quiet=True) if current else None
+                data = snapshot.data if snapshot is not None and snapshot.digest == digest else None
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def record_sync(self, caller: str, kind: Literal["pull", "push"], revision: int) -> None:
+        """Remember that `caller` pulled or pushed up to `revision` now (shown by `memory_status`)."""
+        with self.lock, self._db:
+            record_sync(self._db, caller, kind, revision, iso(self.clock()))
+
+    def sync_callers(self) -> builtins.list[CallerSync]:
+        with self.lock:
+            return sync_callers(self._db)
 
     def revision(self) -> int:
         """The index's current revision: the last change's number (0 when nothing ever changed)."""
@@ -368,14 +336,17 @@ class Mirror:
                         os.close(fd)
                     with self._db:
                         state = self._record(path, digest, len(data), mtime_ns, count_lines_of_bytes(data), caller)
+                        store_version(self._db, digest, data, state.updated_at)
                         self._remember(record)
+                        self._prune_versions()
                         os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
                 except BaseException:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp, dir_fd=parent)
                     raise
                 os.fsync(parent)
-            return state
+        self._changed()
+        return state
 
     def delete(self, path: str, *, caller: str, expected_hash: str | None = None) -> FileState | None:
         """Remove the file at `path`, leaving a tombstone; returns the state it had (None when there was none).
@@ -395,7 +366,8 @@ class Mirror:
                     _lstat(parent, name, path)  # refuses a symbolic link
                     os.unlink(name, dir_fd=parent)
                 os.fsync(parent)
-            return current
+        self._changed()
+        return current
 
     # idempotency ---------------------------------------------------------------------------------------
 
@@ -431,8 +403,8 @@ class Mirror:
 
     def _reconcile(self, path: str, snapshot: _Snapshot | None) -> FileState | None:
         """Record `snapshot` (None: no file) as the state of `path` if it differs from what is recorded."""
-        rows = self._db.execute(f"SELECT {_STATE_COLUMNS} FROM files WHERE path = ?", (path,)).fetchall()
-        state = _state(rows[0]) if rows else None
+        rows = self._db.execute(f"SELECT {STATE_COLUMNS} FROM files WHERE path = ?", (path,)).fetchall()
+        state = state_of(rows[0]) if rows else None
         digest = snapshot.digest if snapshot is not None else None
         if state is not None and state.hash == digest:
             if snapshot is not None:
@@ -447,7 +419,28 @@ class Mirror:
                 recorded = self._record(path, None, 0, 0, 0, DISK)
             else:
                 recorded = self._record(path, digest, snapshot.size, snapshot.mtime_ns, snapshot.lines, DISK)
+                if snapshot.data is not None:
+                    store_version(self._db, snapshot.digest, snapshot.data, recorded.updated_at)
+        self._changed()
         return recorded
+
+    def _changed(self) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change()
+        except Exception:  # a listener's failure must never undo or fail a recorded change
+            log.exception("mirror change listener failed")
+
+    def _prune_versions(self) -> None:
+        """Drop old versions at most every PRUNE_SECONDS (call inside a transaction)."""
+        now = time.monotonic()
+        if self._pruned_at and now - self._pruned_at < PRUNE_SECONDS:
+            return
+        self._pruned_at = now
+        gone = prune_versions(self._db, self.clock())
+        if gone:
+            log.info("mirror: forgot %d old versions", gone)
 
     def _record(self, path: str, digest: str | None, size: int, mtime_ns: int, lines: int, by: str) -> FileState:
         """Bump the revision and store the new state of `path`; call inside a transaction."""

@@ -83,6 +83,16 @@ class DeleteOutput(BaseModel):
     previous_hash: str | None
 
 
+class CallerSyncEntry(BaseModel):
+    """One laptop's file sync with this index, as the server saw it."""
+
+    caller: str
+    last_pull_at: str | None = Field(description="when it last asked for changes (its proxy long-polls)")
+    pulled_revision: int | None
+    last_push_at: str | None = Field(description="when it last sent local changes")
+    pushed_revision: int | None
+
+
 class StatusOutput(BaseModel):
     caller: str
     index: str
@@ -99,6 +109,8 @@ class StatusOutput(BaseModel):
     database_bytes: int
     search_modes: list[str]
     notice: str | None
+    revision: int = Field(description="the index's change counter (file sync)")
+    sync: list[CallerSyncEntry] = Field(description="each caller's last file sync with this index")
 
 
 class SyncOutput(BaseModel):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -48,6 +49,7 @@ from server.index.search import build_options
 from server.memory_text import clean_topic, compose_append, count_lines, entry_heading, page
 from server.mirror import ABSENT, FileState, IdempotencyRecord, Mirror, check_expected, iso, sha256_hex, utc_now
 from server.models import (
+    CallerSyncEntry,
     DeleteOutput,
     FileEntry,
     GetOutput,
@@ -118,8 +120,8 @@ class CallerContext:
 
 
 @dataclass
-class _Open:
-    """One open index: the engine and the mirror it indexes."""
+class OpenIndex:
+    """One open index: the engine and the mirror it indexes (sync works on both through the service)."""
 
     index: MemoryIndex
     mirror: Mirror
@@ -148,10 +150,12 @@ class MemoryService:
         self.settings = settings or EngineSettings()
         self.clock = clock
         self._open_lock = threading.Lock()
-        self._indexes: dict[str, _Open] = {}
+        self._indexes: dict[str, OpenIndex] = {}
         self._calls = threading.Condition()
         self._in_flight = 0
         self._closed = False
+        # Called with an index's name after every change to its mirror, in the thread that made it.
+        self.change_listeners: builtins.list[Callable[[str], None]] = []
 
     # lifecycle -----------------------------------------------------------------------------------------
 
@@ -167,6 +171,23 @@ class MemoryService:
             handle.index.close()
             handle.mirror.close()
 
+    def _changed(self, name: str) -> None:
+        for listener in builtins.list(self.change_listeners):
+            listener(name)
+
+    def calling(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the service open for one call (ServiceClosedError once it is closing)."""
+        return self._call()
+
+    def open_index(self, caller: CallerContext, *, write: bool = False) -> OpenIndex:
+        """The caller's index, opened, after checking its grant (and `rw` when `write`)."""
+        name, _access = self._authorise(caller, write=write)
+        return self._handle(name)
+
+    def reindex(self, handle: OpenIndex, paths: builtins.list[str]) -> bool:
+        """Index `paths` of `handle` now (after sync wrote them); False when indexing failed (logged)."""
+        return self._index_quietly(handle, paths=paths)
+
     @contextlib.contextmanager
     def _call(self) -> Iterator[None]:
         with self._calls:
@@ -180,7 +201,7 @@ class MemoryService:
                 self._in_flight -= 1
                 self._calls.notify_all()
 
-    def _open(self, name: str, *, create: bool = True) -> _Open | None:
+    def _open(self, name: str, *, create: bool = True) -> OpenIndex | None:
         with self._open_lock:
             handle = self._indexes.get(name)
             if handle is not None:
@@ -189,16 +210,21 @@ class MemoryService:
                 return None
             index = MemoryIndex.open(self.data_dir, name, self.embedder, create=True, settings=self.settings)
             try:
-                mirror = Mirror(index.directory, clock=self.clock, max_file_bytes=self.settings.scan.max_file_bytes)
+                mirror = Mirror(
+                    index.directory,
+                    clock=self.clock,
+                    max_file_bytes=self.settings.scan.max_file_bytes,
+                    on_change=lambda: self._changed(name),
+                )
             except BaseException:
                 index.close()
                 raise
             if index.needs_rebuild:
                 index.start_background_rebuild()
-            handle = self._indexes[name] = _Open(index, mirror)
+            handle = self._indexes[name] = OpenIndex(index, mirror)
             return handle
 
-    def _handle(self, name: str) -> _Open:
+    def _handle(self, name: str) -> OpenIndex:
         handle = self._open(name)
         assert handle is not None
         return handle
@@ -410,7 +436,7 @@ class MemoryService:
 
     def _write_locked(
         self,
-        handle: _Open,
+        handle: OpenIndex,
         caller: CallerContext,
         content: str,
         target: str,
@@ -460,7 +486,7 @@ class MemoryService:
         return output, record
 
     def _after_write(
-        self, handle: _Open, output: WriteOutput, record: IdempotencyRecord | None, *, replayed: bool
+        self, handle: OpenIndex, output: WriteOutput, record: IdempotencyRecord | None, *, replayed: bool
     ) -> WriteOutput:
         indexed = output.indexed or self._index_quietly(handle, paths=[output.path])
         final = output.model_copy(update={"indexed": indexed})
@@ -560,6 +586,8 @@ class MemoryService:
                 database_bytes=status.database_bytes,
                 search_modes=status.search_modes,
                 notice=status.notice,
+                revision=handle.mirror.revision(),
+                sync=[CallerSyncEntry(**dataclasses.asdict(entry)) for entry in handle.mirror.sync_callers()],
             )
 
     def sync(
@@ -621,7 +649,7 @@ class MemoryService:
 
     # indexing helpers ----------------------------------------------------------------------------------
 
-    def _index_quietly(self, handle: _Open, *, wait: bool = True, paths: builtins.list[str] | None = None) -> bool:
+    def _index_quietly(self, handle: OpenIndex, *, wait: bool = True, paths: builtins.list[str] | None = None) -> bool:
         """Bring the engine up to date with the mirror (only `paths`, after a write or delete through the service);
         False when that failed (logged) or, without `wait`, when another run (a sync) holds the index."""
         try:
@@ -639,13 +667,13 @@ class MemoryService:
         handle.scanned_at = None  # the next search looks at the disk again
         return True
 
-    def _remember_skipped(self, handle: _Open, skipped: builtins.list[tuple[str, str]]) -> None:
+    def _remember_skipped(self, handle: OpenIndex, skipped: builtins.list[tuple[str, str]]) -> None:
         for path, _reason in skipped:
             state = handle.mirror.state(path)
             if state is not None and state.hash is not None:
                 handle.unindexable[path] = state.hash
 
-    def _freshen(self, handle: _Open) -> int:
+    def _freshen(self, handle: OpenIndex) -> int:
         """Record disk changes, index them now when they are few; the number still waiting. Looks at the disk
         at most once per `rescan_interval` (a write through the service resets nothing: it indexes itself)."""
         now = time.monotonic()
@@ -658,7 +686,9 @@ class MemoryService:
         handle.scanned_at, handle.pending = now, len(pending)
         return len(pending)
 
-    def _pending(self, handle: _Open, live: builtins.list[FileState], *, include_unindexable: bool = False) -> set[str]:
+    def _pending(
+        self, handle: OpenIndex, live: builtins.list[FileState], *, include_unindexable: bool = False
+    ) -> set[str]:
         """Paths where the mirror and the engine disagree (changed, new or removed files)."""
         indexed = {
             str(path): str(digest)
@@ -675,7 +705,7 @@ class MemoryService:
         return out
 
 
-def _last_change(handle: _Open) -> str | None:
+def _last_change(handle: OpenIndex) -> str | None:
     raw = handle.index.store.get_meta("last_change")
     return _iso_epoch(float(raw)) if raw else None
 

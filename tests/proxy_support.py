@@ -195,6 +195,7 @@ def init_proxy_home(
     subprocess.run(
         [PROXY, "init", "--server", url or "http://127.0.0.1:9", "--server-key", (key or STRANGER).line()],
         env={**os.environ, "MEMORY_PROXY_HOME": str(home)},
+        cwd=home.parent,  # init seeds memory templates in the current folder: never the checkout's
         check=True,
         capture_output=True,
         timeout=WAIT,

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import server.mirror as mirror_module
+import server.mirror_state as mirror_state
 from server.errors import ConflictError, UnsafePathError
 from server.index.errors import EngineError, InvalidArgumentError
 from server.memory_text import count_lines_of_bytes
@@ -399,3 +400,68 @@ def test_streamed_line_counts_match_whole_file_counts(data: bytes, block: int) -
     assert snapshot.digest == sha256_hex(data)
     assert snapshot.size == len(data)
     assert snapshot.lines == count_lines_of_bytes(data)
+
+
+# versions, change listeners, callers' sync ------------------------------------------------------------------
+
+
+def test_every_written_version_stays_readable_as_a_merge_base_until_pruned(tmp_path: Path, clock: Clock) -> None:
+    changes: list[int] = []
+    mirror = Mirror(tmp_path / "idx", clock=clock, on_change=lambda: changes.append(1))
+    try:
+        mirror.write("memory/a.md", "first\n", caller="alice")
+        mirror.write("memory/a.md", "second\n", caller="alice")
+        plant_on_disk = mirror.files_dir / "memory" / "a.md"
+        plant_on_disk.write_text("third, by hand\n")
+        mirror.reconcile_all()
+        assert mirror.version_text(sha256_hex(b"first\n")) == "first\n"
+        assert mirror.version_text(sha256_hex(b"third, by hand\n")) == "third, by hand\n"
+        assert mirror.version_text("0" * 64) is None
+        assert len(changes) == 3  # two writes and one change found on disk
+        clock.advance(days=31)
+        mirror._pruned_at = 0.0
+        mirror.write("memory/b.md", "other\n", caller="alice")  # pruning runs with a write
+        assert mirror.version_text(sha256_hex(b"first\n")) is None
+        assert mirror.version_text(sha256_hex(b"third, by hand\n")) == "third, by hand\n"  # still current
+    finally:
+        mirror.close()
+
+
+def test_a_failing_change_listener_never_fails_the_write(tmp_path: Path, clock: Clock) -> None:
+    def broken() -> None:
+        raise RuntimeError("listener bug")
+
+    mirror = Mirror(tmp_path / "idx", clock=clock, on_change=broken)
+    try:
+        assert mirror.write("memory/a.md", "kept\n", caller="alice").hash == sha256_hex(b"kept\n")
+    finally:
+        mirror.close()
+
+
+def test_each_callers_last_pull_and_push_are_kept(mirror: Mirror, clock: Clock) -> None:
+    mirror.record_sync("alice", "push", 3)
+    clock.advance(minutes=1)
+    mirror.record_sync("alice", "pull", 4)
+    mirror.record_sync("bob", "pull", 2)
+    alice, bob = mirror.sync_callers()
+    assert (alice.caller, alice.pushed_revision, alice.pulled_revision) == ("alice", 3, 4)
+    assert (alice.last_push_at, alice.last_pull_at) == ("2024-05-01T09:30:00Z", "2024-05-01T09:31:00Z")
+    assert (bob.caller, bob.pushed_revision, bob.last_push_at) == ("bob", None, None)
+
+
+def test_a_version_1_state_file_is_migrated_keeping_its_records(tmp_path: Path, clock: Clock) -> None:
+    folder = tmp_path / "idx"
+    folder.mkdir()
+    db = apsw.Connection(str(folder / "state.sqlite3"))
+    mirror_state.MIGRATIONS[0](db)
+    db.execute("PRAGMA user_version = 1")
+    db.execute("INSERT INTO files VALUES('memory/a.md', NULL, 0, 0, 0, 7, 'alice', '2024-01-01T00:00:00Z')")
+    db.execute("UPDATE meta SET value = '7' WHERE key = 'revision'")
+    db.close()
+    mirror = Mirror(folder, clock=clock)
+    try:
+        assert mirror.revision() == 7 and mirror.state("memory/a.md") is not None
+        assert mirror.write("memory/a.md", "back\n", caller="bob").revision == 8
+        assert mirror.version_text(sha256_hex(b"back\n")) == "back\n"
+    finally:
+        mirror.close()
