@@ -104,13 +104,18 @@ def read_memory_file(root: Path, relpath: str) -> str | None:
         return None
     except OSError as exc:
         raise SkippedFile(f"cannot read it ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
+    try:
+        info = os.fstat(fd)  # before fdopen, which refuses a folder with an error
         if not stat.S_ISREG(info.st_mode):
             raise SkippedFile("not a regular file")
         if info.st_size > MAX_FILE_BYTES:
             raise SkippedFile(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-        data = handle.read(MAX_FILE_BYTES + 1)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SkippedFile(f"cannot read it ({exc.strerror})") from None
+    finally:
+        os.close(fd)
     return decode(data)
 
 

@@ -533,7 +533,12 @@ def _read_regular(root: Path, name: str, limit: int) -> bytes | None:
         fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder with an error
             return None
-        return handle.read(limit)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -191,10 +191,12 @@ def test_an_oversized_file_is_skipped_with_a_note(project):
     assert build_context(project, TODAY) == "[skipped MEMORY.md: larger than 2 MiB]\n"
 
 
-def test_a_fifo_named_like_a_log_does_not_hang_the_hook(project):
+def test_a_fifo_or_folder_named_like_a_memory_file_is_skipped_without_hanging(project):
     (project / "memory").mkdir()
     os.mkfifo(project / TODAY_LOG)
-    assert f"[skipped {TODAY_LOG}: not a regular file]" in build_context(project, TODAY)
+    (project / "MEMORY.md").mkdir()
+    text = build_context(project, TODAY)
+    assert f"[skipped {TODAY_LOG}: not a regular file]" in text and "[skipped MEMORY.md: not a regular file]" in text
 
 
 def test_a_byte_order_mark_and_crlf_line_ends_are_not_shown(project):
