@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import re
+import shlex
 import socket
 
 import pytest
 
 from channel.keys import PrivateKey
-from client_proxy.cli import main
+from client_proxy.cli import build_parser, cmd_context, cmd_run, main
 from client_proxy.context import (
     DAILY_LINES,
     MAX_FILE_BYTES,
@@ -21,6 +24,7 @@ from client_proxy.context import (
 )
 from client_proxy.stack import Stack
 from client_proxy.templates import MEMORY_TEMPLATE, install_templates
+from tests.conftest import REPO
 
 TODAY = dt.date(2026, 11, 23)
 TODAY_LOG = "memory/2026-11-23.md"
@@ -340,3 +344,34 @@ def test_install_templates_reports_a_failure_instead_of_raising(project):
     outcomes = install_templates(project, Stack())
     assert [(o.path, o.status) for o in outcomes] == [("MEMORY.md", "created"), ("memory/project-context.md", "failed")]
     assert outcomes[1].reason.startswith("cannot create memory/: ")
+
+
+# the README's Claude Code section stays true -----------------------------------------------------------------------
+
+
+def claude_code_section() -> str:
+    text = (REPO / "README.md").read_text("utf-8")
+    start = text.index("## Connecting Claude Code\n")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_the_readmes_json_snippets_parse_and_name_commands_memory_proxy_accepts():
+    section = claude_code_section()
+    blocks = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.DOTALL)]
+    mcp, settings = blocks
+    server = mcp["mcpServers"]["memory"]
+    assert server["type"] == "stdio" and server["command"] == "memory-proxy"
+    assert "key" not in json.dumps(mcp).lower().replace("memory_proxy_home", "")
+    build_parser().parse_args(server["args"])
+    (hook,) = settings["hooks"]["SessionStart"][0]["hooks"]
+    assert hook["type"] == "command"
+    program, *argv = shlex.split(hook["command"])
+    assert program == "memory-proxy" and build_parser().parse_args(argv).func is cmd_context
+
+
+def test_the_readmes_claude_mcp_add_line_launches_a_valid_run_command():
+    (line,) = [line for line in claude_code_section().splitlines() if line.startswith("claude mcp add ")]
+    options, _, command = line.partition(" -- ")
+    assert options.split()[-1] == "memory" and "--transport stdio" in options
+    program, *argv = shlex.split(command)
+    assert program == "memory-proxy" and build_parser().parse_args(argv).func is cmd_run
