@@ -42,11 +42,12 @@ HEADER = "# Written by `memory-proxy init`; run it again to change the server or
 
 
 def proxy_home(env: Mapping[str, str]) -> Path:
-    """`$MEMORY_PROXY_HOME`, else `$XDG_CONFIG_HOME/memory-proxy`, else `~/.config/memory-proxy`."""
+    """`$MEMORY_PROXY_HOME`, else `$XDG_CONFIG_HOME/memory-proxy`, else `~/.config/memory-proxy`. A leading `~`
+    is expanded: `.mcp.json` files often carry one, and no shell expands it there."""
     if env.get("MEMORY_PROXY_HOME"):
-        return Path(env["MEMORY_PROXY_HOME"])
+        return Path(env["MEMORY_PROXY_HOME"]).expanduser()
     if env.get("XDG_CONFIG_HOME"):
-        return Path(env["XDG_CONFIG_HOME"]) / "memory-proxy"
+        return Path(env["XDG_CONFIG_HOME"]).expanduser() / "memory-proxy"
     return Path(env.get("HOME") or Path.home()) / ".config" / "memory-proxy"
 
 

@@ -193,9 +193,11 @@ def init_proxy_home(
     if server is not None:
         url, key = server.url, server.key.public
     subprocess.run(
-        [PROXY, "init", "--server", url or "http://127.0.0.1:9", "--server-key", (key or STRANGER).line()],
+        [
+            *(PROXY, "init", "--no-templates"),
+            *("--server", url or "http://127.0.0.1:9", "--server-key", (key or STRANGER).line()),
+        ],
         env={**os.environ, "MEMORY_PROXY_HOME": str(home)},
-        cwd=home.parent,  # init seeds memory templates in the current folder: never the checkout's
         check=True,
         capture_output=True,
         timeout=WAIT,

@@ -26,7 +26,13 @@ OTHER_SERVER = PrivateKey.generate("impostor").public
 def home(tmp_path, monkeypatch):
     path = tmp_path / "config" / "memory-proxy"
     monkeypatch.setenv("MEMORY_PROXY_HOME", str(path))
+    monkeypatch.chdir(tmp_path)  # init seeds starter memory files in the current folder: never the checkout
     return path
+
+
+def test_a_tilde_in_the_config_home_is_expanded(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert proxy_home({"MEMORY_PROXY_HOME": "~/.config/memory-proxy"}) == Path("/home/someone/.config/memory-proxy")
 
 
 @pytest.fixture
