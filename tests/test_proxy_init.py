@@ -248,7 +248,7 @@ def test_the_console_script_inits_and_shows_without_importing_the_server(tmp_pat
     script = REPO / ".venv" / "bin" / "memory-proxy"
     env = {**os.environ, "MEMORY_PROXY_HOME": str(tmp_path / "proxy")}
     argv = [script, "init", "--server", "https://memory.lan", "--server-key", SERVER.line(), "--name", "ci-box"]
-    created = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    created = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert created.returncode == 0, created.stderr
     assert "memory-server callers add ci-box --key 'memory-ed25519 " in created.stdout
     shown = subprocess.run([script, "show"], capture_output=True, text=True, timeout=60, env=env)
