@@ -9,10 +9,13 @@ The config directory (`proxy_home`) is created with mode 0700 and holds:
       server_key = "memory-ed25519 <base64> memory-server"
       device_name = "alice-laptop"
       index = "notes"                 # optional
+      sync = false                    # optional: no file sync (forwarding only)
+      sync_exclude = ["memory/private/**"]   # optional: paths never synced (fnmatch on the relative path)
 
   `server_key` is pinned: a server presenting any other key is refused. `device_name` is the caller name
   suggested to the operator and the comment of the device key. `index` is the index the forwarder works on
-  when neither `--index` nor `MEMORY_INDEX` names one. No other fields are allowed.
+  when neither `--index` nor `MEMORY_INDEX` names one. `sync` and `sync_exclude` steer the file sync
+  (`client_proxy.syncer`); `init` keeps them. No other fields are allowed.
 """
 
 from __future__ import annotations
@@ -32,11 +35,14 @@ from channel.errors import KeyFileError
 from channel.files import atomic_write
 from channel.keys import PublicKey, read_private_key
 from client_proxy.errors import ConfigError
+from client_proxy.scope import pattern_problem
 
 CONFIG_FILE = "proxy.toml"
 DEVICE_KEY_FILE = "device.key"
 FIELDS = ("server_url", "server_key", "device_name")
 OPTIONAL_FIELDS = ("index",)
+SYNC_FIELDS = ("sync", "sync_exclude")
+MAX_EXCLUDE_PATTERNS = 100
 MAX_CONFIG_BYTES = 64 * 1024
 HEADER = "# Written by `memory-proxy init`; run it again to change the server or re-pin its key.\n"
 
@@ -103,11 +109,23 @@ def check_index_name(name: str) -> str:
     return name
 
 
-def render_config(server_url: str, server_key: PublicKey, device_name: str, index: str | None = None) -> str:
-    values = {"server_url": server_url, "server_key": server_key.line(), "device_name": device_name}
+def render_config(
+    server_url: str,
+    server_key: PublicKey,
+    device_name: str,
+    index: str | None = None,
+    *,
+    sync: bool | None = None,
+    sync_exclude: tuple[str, ...] = (),
+) -> str:
+    values: dict[str, object] = {"server_url": server_url, "server_key": server_key.line(), "device_name": device_name}
     if index is not None:
         values["index"] = index
-    # A JSON string is a TOML basic string, except that TOML also wants DEL escaped.
+    if sync is not None:
+        values["sync"] = sync
+    if sync_exclude:
+        values["sync_exclude"] = list(sync_exclude)
+    # A JSON string (or list of strings, or boolean) is valid TOML, except that TOML also wants DEL escaped.
     lines = [
         f"{name} = {json.dumps(value, ensure_ascii=False)}".replace("\x7f", "\\u007f") for name, value in values.items()
     ]
@@ -124,6 +142,8 @@ class ProxyConfig:
     device_name: str
     device_public: PublicKey
     index: str | None = None
+    sync: bool | None = None
+    sync_exclude: tuple[str, ...] = ()
 
     @property
     def device_key_path(self) -> Path:
@@ -151,6 +171,7 @@ class ProxyConfig:
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}; fix it or run `memory-proxy init` again") from None
         values = _fields(document, path)
+        sync, sync_exclude = _sync_fields(document, path)
         try:
             return cls(
                 home=home,
@@ -159,15 +180,17 @@ class ProxyConfig:
                 device_name=check_device_name(values["device_name"]),
                 device_public=read_private_key(home / DEVICE_KEY_FILE).public,
                 index=check_index_name(values["index"]) if "index" in values else None,
+                sync=sync,
+                sync_exclude=sync_exclude,
             )
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
 
 
 def _fields(document: Mapping[str, object], path: Path) -> dict[str, str]:
-    unknown = sorted(set(document) - set(FIELDS) - set(OPTIONAL_FIELDS))
+    unknown = sorted(set(document) - set(FIELDS) - set(OPTIONAL_FIELDS) - set(SYNC_FIELDS))
     if unknown:
-        known = ", ".join(FIELDS + OPTIONAL_FIELDS)
+        known = ", ".join(FIELDS + OPTIONAL_FIELDS + SYNC_FIELDS)
         raise ConfigError(f"{path}: unknown field {unknown[0]!r}; the fields are {known}")
     values: dict[str, str] = {}
     for name in FIELDS + OPTIONAL_FIELDS:
@@ -178,6 +201,22 @@ def _fields(document: Mapping[str, object], path: Path) -> dict[str, str]:
             raise ConfigError(f"{path}: {name} must be a string" + ("" if name in document else ", and is missing"))
         values[name] = value
     return values
+
+
+def _sync_fields(document: Mapping[str, object], path: Path) -> tuple[bool | None, tuple[str, ...]]:
+    sync = document.get("sync")
+    if sync is not None and not isinstance(sync, bool):
+        raise ConfigError(f"{path}: sync must be true or false")
+    patterns = document.get("sync_exclude", [])
+    if not isinstance(patterns, list) or not all(isinstance(pattern, str) for pattern in patterns):
+        raise ConfigError(f'{path}: sync_exclude must be a list of strings, e.g. ["memory/private/**"]')
+    if len(patterns) > MAX_EXCLUDE_PATTERNS:
+        raise ConfigError(f"{path}: sync_exclude may hold at most {MAX_EXCLUDE_PATTERNS} patterns")
+    for pattern in patterns:
+        problem = pattern_problem(pattern)
+        if problem:
+            raise ConfigError(f"{path}: sync_exclude pattern {pattern!r}: {problem}")
+    return sync, tuple(patterns)
 
 
 def _check_file(path: Path, info: os.stat_result) -> None:

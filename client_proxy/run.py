@@ -1,4 +1,5 @@
-"""`memory-proxy run`: wire the forwarder to this process's stdio, the channel and the lifetime of its parent.
+"""`memory-proxy run`: wire the forwarder to this process's stdio, the channel and the lifetime of its parent, with
+the file sync of the project folder (`client_proxy.syncer`) beside it on the same channel client.
 
 The process ends when stdin closes, when stdout's reader goes away, on SIGTERM, SIGINT or SIGHUP, or when the
 parent that launched it is gone (checked every second: a parent killed hard may leave the pipes open). A broken
@@ -8,6 +9,7 @@ the server failed to start, so each request is answered with the error instead, 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -28,6 +30,7 @@ from client_proxy.jsonrpc import SERVER_UNAVAILABLE, NotJsonRpc, error_line, par
 from client_proxy.local_zone import TIMEZONE_HEADER
 from client_proxy.settings import RunSettings
 from client_proxy.stdio import StdoutClosed, StdoutWriter, claim_stdio, stdin_lines
+from client_proxy.syncer import sync_folder
 from client_proxy.upstream import Upstream
 
 log = logging.getLogger(__name__)
@@ -62,11 +65,35 @@ async def serve(settings: RunSettings) -> None:
                 )
                 transport = ChannelTransport(config.server_url, client_key=key, server_key=config.server_key)
                 headers = {INDEX_HEADER: index, TIMEZONE_HEADER: settings.timezone}
-                async with httpx2.AsyncClient(
-                    transport=transport, base_url=INNER_BASE, headers=headers, timeout=TIMEOUT
-                ) as client:
+                async with (
+                    httpx2.AsyncClient(
+                        transport=transport, base_url=INNER_BASE, headers=headers, timeout=TIMEOUT
+                    ) as client,
+                    anyio.create_task_group() as syncing,
+                ):
+                    _start_sync(syncing, client, settings, config, index)
                     await Forwarder(Upstream(client), writer.write, config.server_url).run(lines)
+                    syncing.cancel_scope.cancel()  # the syncer flushes its state file on the way out
             watchers.cancel_scope.cancel()
+
+
+def _start_sync(
+    tasks: anyio.abc.TaskGroup, client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str
+) -> None:
+    """File sync beside the forwarder, on the same client, whether or not MCP traffic ever comes."""
+    choice = settings.sync_choice(config)
+    log.info("file sync %s", choice.reason)
+    if choice.enabled:
+        sync = functools.partial(
+            sync_folder,
+            client,
+            project=settings.sync_root,
+            server_url=config.server_url,
+            index=index,
+            state_home=settings.state_home,
+            exclude=config.sync_exclude,
+        )
+        tasks.start_soon(sync)
 
 
 async def _refuse(lines: Lines, write: Write, reason: str) -> None:

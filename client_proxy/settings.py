@@ -2,11 +2,14 @@
 
 The index is `--index`, else `MEMORY_INDEX`, else `index` in proxy.toml (see `client_proxy.config`); the log
 level is `MEMORY_PROXY_LOG_LEVEL` (default INFO); the time zone is the laptop's (`client_proxy.local_zone`).
+File sync is off with `--no-sync`, else as `MEMORY_PROXY_SYNC` (0 or 1) says, else as `sync` in proxy.toml says,
+else on when `--project` was given or the folder already holds memory files (`sync_choice`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +17,20 @@ from pathlib import Path
 from client_proxy.config import ProxyConfig, check_index_name, proxy_home
 from client_proxy.errors import ConfigError
 from client_proxy.local_zone import local_timezone
+from client_proxy.scope import MEMORY_DIR, ROOT_FILES
+from client_proxy.sync_state import state_home
 
 LOG_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR}
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"0", "false", "no", "off"})
+
+
+@dataclass(frozen=True)
+class SyncChoice:
+    """Whether this run syncs files, and why (for the log and `memory-proxy status`)."""
+
+    enabled: bool
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -28,10 +43,20 @@ class RunSettings:
     project: Path
     log_file: Path | None
     log_level: int
+    state_home: Path
+    project_given: bool
+    no_sync: bool
+    sync_env: str | None
 
     @classmethod
     def from_env(
-        cls, env: Mapping[str, str], *, index: str | None, project: str | None, log_file: str | None
+        cls,
+        env: Mapping[str, str],
+        *,
+        index: str | None,
+        project: str | None,
+        log_file: str | None,
+        no_sync: bool = False,
     ) -> RunSettings:
         level = env.get("MEMORY_PROXY_LOG_LEVEL", "INFO").strip().upper()
         return cls(
@@ -41,6 +66,39 @@ class RunSettings:
             project=Path(project or ".").absolute(),
             log_file=Path(log_file) if log_file else None,
             log_level=LOG_LEVELS.get(level, logging.INFO),
+            state_home=state_home(env),
+            project_given=project is not None,
+            no_sync=no_sync,
+            sync_env=env.get("MEMORY_PROXY_SYNC", "").strip() or None,
+        )
+
+    @property
+    def sync_root(self) -> Path:
+        """The project folder as synced and as named in the state: symlinks resolved, so one folder has one state."""
+        return Path(os.path.realpath(self.project))
+
+    def sync_choice(self, config: ProxyConfig) -> SyncChoice:
+        """Whether to sync. Left to itself the proxy syncs only a folder that is clearly a project's: one named with
+        `--project`, or already holding memory files; never silently fills whatever folder it was started in."""
+        if self.no_sync:
+            return SyncChoice(False, "off (--no-sync)")
+        if self.sync_env is not None:
+            value = self.sync_env.lower()
+            if value in _OFF | _ON:
+                return SyncChoice(value in _ON, f"{'on' if value in _ON else 'off'} (MEMORY_PROXY_SYNC={value})")
+            return SyncChoice(False, f"off (MEMORY_PROXY_SYNC={self.sync_env!r} is neither 0 nor 1)")
+        if config.sync is not None:
+            return SyncChoice(
+                config.sync,
+                f"{'on' if config.sync else 'off'} (sync = {str(config.sync).lower()} in {config.home / 'proxy.toml'})",
+            )
+        if self.project_given:
+            return SyncChoice(True, "on (--project)")
+        if any(os.path.lexists(self.project / name) for name in (*ROOT_FILES, MEMORY_DIR)):
+            return SyncChoice(True, "on (the folder holds memory files)")
+        return SyncChoice(
+            False,
+            f"off: {self.project} holds no MEMORY.md, memory.md or memory/ (create one, or pass --project DIR)",
         )
 
     def index_for(self, config: ProxyConfig) -> str:
