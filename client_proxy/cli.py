@@ -4,7 +4,8 @@
 `memory-proxy init` creates this device's key and pins the server's key; `memory-proxy show` prints the device's
 public line again. Both print the command the server's operator runs to let this device in. `init` also puts
 starter memory files in the project. `memory-proxy context` prints the project's memory for a Claude Code
-`SessionStart` hook, from the local files only.
+`SessionStart` hook, from the local files only. `memory-proxy status` shows how the file sync of the project
+folder stands (`run` syncs it beside the forwarding), also from local data only.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import getpass
+import json
 import os
 import shlex
 import socket
@@ -23,6 +25,7 @@ import anyio
 
 from channel.errors import ChannelError
 from channel.keys import PrivateKey, read_private_key, write_private_key
+from client_proxy import sync_status
 from client_proxy.config import (
     CONFIG_FILE,
     DEVICE_KEY_FILE,
@@ -49,7 +52,7 @@ from client_proxy.templates import install_templates
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memory-proxy", description=__doc__)
-    parser.set_defaults(func=cmd_run, index=None, project=None, log_file=None)
+    parser.set_defaults(func=cmd_run, index=None, project=None, log_file=None, no_sync=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser(
         "run",
@@ -60,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--index", metavar="NAME", help="the index to work on (else $MEMORY_INDEX, else proxy.toml)")
     run.add_argument("--project", metavar="DIR", help="the project folder (default: the current directory)")
     run.add_argument("--log-file", metavar="PATH", help="also append the log to this file")
+    run.add_argument("--no-sync", action="store_true", help="forward MCP only: no file sync (or MEMORY_PROXY_SYNC=0)")
     run.set_defaults(func=cmd_run)
     init = commands.add_parser(
         "init",
@@ -91,6 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     context.set_defaults(func=cmd_context)
     show = commands.add_parser("show", help="print this device's public key and the server it is pinned to")
     show.set_defaults(func=cmd_show)
+    status = commands.add_parser(
+        "status",
+        help="how the file sync of a project folder stands (offline: never contacts the server)",
+        description="Last pull and push, pending local changes, conflicts, rejected files and the last error, "
+        "from this device's sync state and the files on disk.",
+    )
+    status.add_argument("--index", metavar="NAME", help="the index (else $MEMORY_INDEX, else proxy.toml)")
+    status.add_argument("--project", metavar="DIR", help="the project folder (default: the current directory)")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=cmd_status)
     return parser
 
 
@@ -128,7 +142,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     else:
         write_private_key(key_path, PrivateKey.generate(name), overwrite=args.force)
     index = check_index_name(args.index) if args.index else previous.index if previous else None
-    write_config(home, render_config(server_url, server_key, name, index))
+    sync, exclude = (previous.sync, previous.sync_exclude) if previous else (None, ())
+    write_config(home, render_config(server_url, server_key, name, index, sync=sync, sync_exclude=exclude))
     config = ProxyConfig.load(home)
     print(f"{'kept the existing' if keep else 'created a new'} device key {key_path} (private, mode 0600)")
     print(f"wrote {home / CONFIG_FILE}")
@@ -149,9 +164,18 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    settings = RunSettings.from_env(os.environ, index=args.index, project=args.project, log_file=args.log_file)
+    settings = RunSettings.from_env(
+        os.environ, index=args.index, project=args.project, log_file=args.log_file, no_sync=args.no_sync
+    )
     configure_logging(settings.log_level, settings.log_file)
     anyio.run(serve, settings)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    settings = RunSettings.from_env(os.environ, index=args.index, project=args.project, log_file=None)
+    report = sync_status.gather(settings, ProxyConfig.load(settings.home))
+    sys.stdout.write(json.dumps(report, indent=2) + "\n" if args.json else sync_status.render(report))
     return 0
 
 
