@@ -96,7 +96,8 @@ class LocalFiles:
         return name_problem(rel) is None and not is_excluded(rel, self.exclude)
 
     def scan(self, known: Iterable[str] = ()) -> Scan:
-        """Every synced file; `known` paths (those with a base) are reported `absent` when truly gone."""
+        """Every synced file; `known` paths (those with a base) are reported `absent` when truly gone. Raises
+        OSError when the project folder itself cannot be listed."""
         found = Scan()
         for rel, reason in self._candidates(found):
             if reason is not None:
@@ -119,13 +120,10 @@ class LocalFiles:
 
     def _candidates(self, found: Scan) -> Iterable[tuple[str, str | None]]:
         """(path, None) for each regular file in scope, or (path, why not) for one that is in scope but unusable."""
-        try:
-            # The folder's own spelling of each name: on a case-insensitive disk `memory.md` would also open
-            # MEMORY.md, and one file must not be synced as two.
-            entries = {entry.name: entry for entry in os.scandir(self.project) if entry.name in _TOP_NAMES}
-        except OSError as exc:
-            log.warning("sync: cannot list the project folder %s: %s", self.project, exc.strerror)
-            return
+        # The folder's own spelling of each name: on a case-insensitive disk `memory.md` would also open MEMORY.md,
+        # and one file must not be synced as two. A project folder that cannot be listed (gone, unmounted) fails
+        # the scan: its files must not look deleted.
+        entries = {entry.name: entry for entry in os.scandir(self.project) if entry.name in _TOP_NAMES}
         for name in ROOT_FILES:
             if name in entries and not is_excluded(name, self.exclude):
                 entry = entries[name]

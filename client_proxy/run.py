@@ -9,7 +9,6 @@ the server failed to start, so each request is answered with the error instead, 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import signal
@@ -27,11 +26,16 @@ from client_proxy.config import ProxyConfig
 from client_proxy.errors import ProxyError
 from client_proxy.forwarder import Forwarder, Lines, Write
 from client_proxy.jsonrpc import SERVER_UNAVAILABLE, NotJsonRpc, error_line, parse
+from client_proxy.local_files import LocalFiles
 from client_proxy.local_zone import TIMEZONE_HEADER
+from client_proxy.scope import DEFAULT_MAX_FILE_BYTES
 from client_proxy.settings import RunSettings
 from client_proxy.stdio import StdoutClosed, StdoutWriter, claim_stdio, stdin_lines
-from client_proxy.syncer import sync_folder
+from client_proxy.sync_api import SyncApi
+from client_proxy.sync_state import StateStore
+from client_proxy.syncer import Syncer
 from client_proxy.upstream import Upstream
+from client_proxy.watcher import Wakeup, Watcher
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +88,23 @@ def _start_sync(
     choice = settings.sync_choice(config)
     log.info("file sync %s", choice.reason)
     if choice.enabled:
-        sync = functools.partial(
-            sync_folder,
-            client,
-            project=settings.sync_root,
-            server_url=config.server_url,
-            index=index,
-            state_home=settings.state_home,
-            exclude=config.sync_exclude,
-        )
-        tasks.start_soon(sync)
+        tasks.start_soon(_sync, client, settings, config, index)
+
+
+async def _sync(client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str) -> None:
+    """Sync the project folder until cancelled. Never raises: a failing sync must not end the forwarding."""
+    project = settings.sync_root
+    if not project.is_dir():
+        log.error("sync: no folder %s: file sync is off", project)
+        return
+    try:
+        wakeup = Wakeup()
+        files = LocalFiles(project, exclude=config.sync_exclude, max_bytes=DEFAULT_MAX_FILE_BYTES)
+        store = StateStore(settings.state_home, config.server_url, index, project)
+        watcher = Watcher(project, wakeup)
+        await Syncer(SyncApi(client), files, store, server_url=config.server_url, wakeup=wakeup, watcher=watcher).run()
+    except Exception:
+        log.exception("sync: stopped by an internal error; forwarding goes on")
 
 
 async def _refuse(lines: Lines, write: Write, reason: str) -> None:

@@ -12,16 +12,15 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Final
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import httpx2
 
 from channel.errors import ChannelError
 from client_proxy.local_files import LocalFiles
-from client_proxy.scope import DEFAULT_MAX_FILE_BYTES
 from client_proxy.sync_api import Changes, PushChange, PushResult, SyncApi, SyncProtocolError, SyncRefused
 from client_proxy.sync_apply import Reconciler
 from client_proxy.sync_plan import pending_pushes
@@ -37,29 +36,6 @@ BACKOFF_START: Final = 1.0
 BACKOFF_MAX: Final = 30.0
 PUSH_GRACE: Final = 5.0  # seconds an in-flight push may still take once sync is stopping
 _EXPECTED: Final = (httpx2.HTTPError, ChannelError, SyncRefused, SyncProtocolError, OSError)
-
-
-async def sync_folder(
-    client: httpx2.AsyncClient,
-    *,
-    project: Path,
-    server_url: str,
-    index: str,
-    state_home: Path,
-    exclude: tuple[str, ...],
-) -> None:
-    """Sync `project` with `index` until cancelled. Never raises: a failing sync must not end the forwarding."""
-    if not project.is_dir():
-        log.error("sync: no folder %s: file sync is off", project)
-        return
-    try:
-        wakeup = Wakeup()
-        files = LocalFiles(project, exclude=exclude, max_bytes=DEFAULT_MAX_FILE_BYTES)
-        store = StateStore(state_home, server_url, index, project)
-        watcher = Watcher(project, wakeup)
-        await Syncer(SyncApi(client), files, store, server_url=server_url, wakeup=wakeup, watcher=watcher).run()
-    except Exception:
-        log.exception("sync: stopped by an internal error; forwarding goes on")
 
 
 class Retry:
@@ -246,6 +222,7 @@ class Syncer:
         # Once sent, a push is seen through to its recorded answer even when sync is being stopped (within
         # `PUSH_GRACE`): a push the server applied but this laptop never recorded would be sent again later with
         # the old base, and merged where it should simply have been applied.
+        await anyio.lowlevel.checkpoint_if_cancelled()  # but none is started once stopping
         with anyio.CancelScope(shield=True) as scope:
             self._in_flight = scope
             try:

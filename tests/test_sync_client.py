@@ -13,6 +13,8 @@ import anyio
 import pytest
 
 from client_proxy import cli
+from client_proxy.config import ProxyConfig
+from client_proxy.errors import ConfigError
 from client_proxy.local_files import RACY_NS, LocalFiles, sha256_hex
 from client_proxy.scope import (
     DEFAULT_MAX_FILE_BYTES,
@@ -22,6 +24,7 @@ from client_proxy.scope import (
     name_problem,
     safe_target,
 )
+from client_proxy.settings import RunSettings
 from client_proxy.sync_plan import pending_pushes
 from client_proxy.sync_state import Base, StateStore, state_home
 from client_proxy.watcher import Wakeup, Watcher
@@ -241,6 +244,15 @@ def test_only_a_file_that_is_really_gone_counts_as_deleted(project):
     assert "memory/kept.md" in scan.skipped  # too large now: skipped, never pushed as a delete
     excluded = LocalFiles(project, max_bytes=100, exclude=("memory/private/**",)).scan(["memory/private/p.md"])
     assert excluded.absent == set()
+
+
+def test_a_vanished_project_folder_fails_the_scan_instead_of_deleting_everything(project, tmp_path):
+    (project / "memory" / "a.md").write_text("a\n")
+    files = LocalFiles(project, max_bytes=100)
+    assert files.scan(["memory/a.md"]).files
+    project.rename(tmp_path / "moved")
+    with pytest.raises(FileNotFoundError):
+        files.scan(["memory/a.md"])
 
 
 def test_the_hash_cache_trusts_size_and_mtime_only_once_they_are_old_enough(project):
@@ -486,3 +498,74 @@ def test_status_says_why_sync_is_off_for_a_folder_without_memory_files(configure
     monkeypatch.setenv("MEMORY_PROXY_SYNC", "0")
     assert cli.main(["status", "--index", INDEX, "--project", str(bare)]) == 0
     assert "sync:       off (MEMORY_PROXY_SYNC=0)" in capsys.readouterr().out
+
+
+# -- configuration -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ('sync = "no"', "sync must be true or false"),
+        ('sync_exclude = "memory/private/**"', "must be a list of strings"),
+        ("sync_exclude = [1]", "must be a list of strings"),
+        ('sync_exclude = ["/memory/**"]', "relative path"),
+        ('sync_exclude = ["memory\\\\x"]', "relative path"),
+        ('sync_exclude = [""]', "1 to 512 characters"),
+        ("synk = false", "unknown field 'synk'"),
+    ],
+)
+def test_the_sync_keys_of_proxy_toml_are_checked_strictly(tmp_path, line, error):
+    home = tmp_path / "home"
+    init_proxy_home(home, url=SERVER)
+    with open(home / "proxy.toml", "a") as config:
+        config.write(line + "\n")
+    with pytest.raises(ConfigError, match=error):
+        ProxyConfig.load(home)
+
+
+def test_init_run_again_keeps_the_sync_keys(tmp_path):
+    home = tmp_path / "home"
+    init_proxy_home(home, url=SERVER)
+    with open(home / "proxy.toml", "a") as config:
+        config.write('sync = false\nsync_exclude = ["memory/private/**", "memory/drafts/*.md"]\n')
+    init_proxy_home(home, url="https://elsewhere.example")
+    config = ProxyConfig.load(home)
+    assert config.server_url == "https://elsewhere.example"
+    assert (config.sync, config.sync_exclude) == (False, ("memory/private/**", "memory/drafts/*.md"))
+
+
+@pytest.mark.parametrize(
+    ("no_sync", "env", "toml", "given", "files", "expected"),
+    [
+        (True, "1", True, True, True, "off (--no-sync)"),
+        (False, "1", False, False, False, "on (MEMORY_PROXY_SYNC=1)"),
+        (False, "0", True, True, True, "off (MEMORY_PROXY_SYNC=0)"),
+        (False, "maybe", None, True, True, "off (MEMORY_PROXY_SYNC='maybe' is neither 0 nor 1)"),
+        (False, None, False, True, True, "off (sync = false in"),
+        (False, None, True, False, False, "on (sync = true in"),
+        (False, None, None, True, False, "on (--project)"),
+        (False, None, None, False, True, "on (the folder holds memory files)"),
+        (False, None, None, False, False, "off: "),
+    ],
+)
+def test_whether_run_syncs_follows_flag_then_environment_then_config_then_the_folder(
+    tmp_path, monkeypatch, no_sync, env, toml, given, files, expected
+):
+    home = tmp_path / "home"
+    init_proxy_home(home, url=SERVER)
+    if toml is not None:
+        with open(home / "proxy.toml", "a") as config:
+            config.write(f"sync = {str(toml).lower()}\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    if files:
+        (folder / "memory.md").write_text("x\n")
+    monkeypatch.chdir(folder)
+    environ = {"MEMORY_PROXY_HOME": str(home), **({"MEMORY_PROXY_SYNC": env} if env else {})}
+    settings = RunSettings.from_env(
+        environ, index=INDEX, project=str(folder) if given else None, log_file=None, no_sync=no_sync
+    )
+    choice = settings.sync_choice(ProxyConfig.load(home))
+    assert choice.reason.startswith(expected)
+    assert choice.enabled == expected.startswith("on")
