@@ -45,6 +45,7 @@ def gather(settings: RunSettings, config: ProxyConfig) -> dict[str, Any]:
         "project_exists": root.is_dir(),
         "sync": {"enabled": choice.enabled, "reason": choice.reason, "exclude": list(config.sync_exclude)},
         "state_file": str(store.path),
+        "state_exists": state is not None,
         "state_problem": problem,
         "files": len(scan.files) if scan else 0,
         "last_pull": {"at": current.last_pull_at, "revision": current.revision},
@@ -75,6 +76,7 @@ def render(report: dict[str, Any]) -> str:
         f"project:    {report['project']}" + ("" if report["project_exists"] else " (no such folder)"),
         f"sync:       {report['sync']['reason']}",
         f"state:      {report['state_file']}"
+        + ("" if report["state_exists"] or report["state_problem"] else " (none yet: this folder never synced)")
         + (f"\n            {report['state_problem']}" if report["state_problem"] else ""),
         f"last pull:  {_when(pull['at'])}" + (f" (revision {pull['revision']})" if pull["at"] else ""),
         f"last push:  {_when(push['at'])}"
