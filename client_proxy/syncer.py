@@ -47,10 +47,14 @@ class Retry:
         self._delay = BACKOFF_START
         self._recovered = anyio.Event()
 
-    async def pause(self) -> None:
+    def next_delay(self) -> float:
+        """The next pause: the current step, jittered down by up to half (so laptops do not retry in step)."""
         delay = self._delay * self._rng.uniform(0.5, 1.0)
         self._delay = min(self._delay * 2, BACKOFF_MAX)
-        with anyio.move_on_after(delay):
+        return delay
+
+    async def pause(self) -> None:
+        with anyio.move_on_after(self.next_delay()):
             await self._recovered.wait()
 
     def succeeded(self) -> None:
@@ -134,10 +138,10 @@ class Syncer:
 
     async def _push_loop(self) -> None:
         while True:
-            if self._watcher is not None:
-                await anyio.to_thread.run_sync(self._watcher.refresh)
             while True:
                 try:
+                    if self._watcher is not None:
+                        await anyio.to_thread.run_sync(self._watcher.refresh)
                     await self._push_pending()
                 except Exception as exc:
                     await self._failed("push", exc)

@@ -6,6 +6,7 @@ The multi-process, several-laptop runs are in tests/test_sync_e2e.py."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ from client_proxy.local_files import LocalFiles, sha256_hex
 from client_proxy.scope import DEFAULT_MAX_FILE_BYTES
 from client_proxy.sync_api import SyncApi
 from client_proxy.sync_state import StateStore
-from client_proxy.syncer import Syncer
+from client_proxy.syncer import Retry, Syncer
 from client_proxy.watcher import Wakeup, Watcher
 from server.app import create_inner_app
 from server.service import MemoryService
@@ -352,3 +353,41 @@ async def test_stopping_flushes_the_state_and_stops_the_watcher(rig):
         watcher = syncer._watcher
     assert rig.saved()["revision"] == await rig.revision()
     assert watcher is not None and not watcher._observer.is_alive()
+
+
+async def test_a_server_without_sync_or_with_a_malformed_answer_is_reported_and_retried(rig):
+    answers = [(404, b'{"error": "not found"}'), (200, b'{"revision": "x"}')]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        status, body = answers[0] if len(rig.network.requests) < 3 else answers[1]
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    rig.network.inner = httpx2.ASGITransport(app)
+    async with rig.syncing() as syncer:
+        await until(lambda: syncer.state.last_error is not None, "the first failure")
+        assert "does not offer file sync (HTTP 404)" in syncer.state.last_error["message"]
+        await until(lambda: "malformed" in syncer.state.last_error["message"], "the malformed answer noticed")
+
+
+def test_backoff_doubles_from_one_second_to_thirty_with_jitter_and_a_success_starts_it_over():
+    retry = Retry(random.Random(7))
+    delays = [retry.next_delay() for _ in range(8)]
+    for delay, step in zip(delays, [1, 2, 4, 8, 16, 30, 30, 30], strict=True):
+        assert step / 2 <= delay <= step
+    assert len(set(delays)) == len(delays)  # jittered
+    retry.succeeded()
+    assert retry.next_delay() <= 1.0
+
+
+async def test_a_success_ends_every_pause_at_once():
+    retry = Retry()
+    for _ in range(5):
+        retry.next_delay()  # the next pause would be 16 to 32 seconds
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(retry.pause)
+            await anyio.wait_all_tasks_blocked()
+            retry.succeeded()
