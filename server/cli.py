@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from server import config_cli, serve
+from server import config_cli, logs, serve
 from server.index.embeddings.base import Embedder
 from server.index.engine import IndexStatus, MemoryIndex
 from server.index.errors import EngineError, InvalidArgumentError
@@ -22,6 +21,12 @@ from server.settings import Settings
 
 def build_parser(settings: Settings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memory-server", description=__doc__)
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="a TOML file of settings (env MEMORY_CONFIG; none by default); the environment wins over it",
+    )
     parser.add_argument(
         "--data-dir",
         type=Path,
@@ -83,13 +88,14 @@ def _register_admin(commands: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        settings = Settings.from_env(os.environ)
+        settings = Settings.from_env(os.environ, config_file=_config_option(argv))
     except InvalidArgumentError as exc:
         print(f"memory-server: configuration error: {exc}", file=sys.stderr)
         return 2
     args = build_parser(settings).parse_args(argv)
-    _configure_logging(args.log_level)
+    logs.configure(args.log_level, settings.log_format)
     args.settings = settings
     try:
         return int(args.func(args))
@@ -103,10 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("sentence_transformers", "transformers", "httpx2", "httpcore2", "huggingface_hub"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+def _config_option(argv: list[str]) -> Path | None:
+    """`--config PATH`, read before the parser is built: the settings it names give the parser its defaults."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--config", type=Path)
+    return early.parse_known_args(argv)[0].config  # type: ignore[no-any-return]
 
 
 def _embedder(args: argparse.Namespace) -> Embedder | None:

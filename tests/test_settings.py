@@ -1,0 +1,203 @@
+"""The server's settings: the environment over an optional TOML config file, every key and type checked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from server.index.errors import InvalidArgumentError
+from server.settings import VARIABLES, Settings, file_key
+
+SECRET = "pa-CANARY-not-for-config-files"
+
+# A valid value of the right TOML type for every key; a new setting must add one (see the first test).
+SAMPLES = {
+    "data_dir": '"/srv/memory/data"',
+    "keys_dir": '"/srv/memory/keys"',
+    "host": '"::1"',
+    "port": "9000",
+    "log_level": '"debug"',
+    "log_format": '"json"',
+    "metrics_host": '"127.0.0.1"',
+    "metrics_port": "9100",
+    "embedding_providers": '["openai", "none"]',
+    "embedding_probe": "false",
+    "embedding_timeout": "2.5",
+    "embedding_retries": "0",
+    "embedding_batch": "16",
+    "voyage_model": '"voyage-3"',
+    "voyage_base_url": '"http://gateway.internal/voyage"',
+    "voyage_dimensions": "512",
+    "openai_model": '"text-embedding-3-large"',
+    "openai_base_url": '"https://gateway.internal/openai"',
+    "openai_dimensions": "3072",
+    "weight_vector": "0.6",
+    "weight_keyword": "1",
+    "max_file_bytes": "1000",
+    "voyage_api_key_file": '"/run/secrets/voyage"',
+    "openai_api_key_file": '"/run/secrets/openai"',
+}
+
+
+def config(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
+    path = tmp_path / "memory-server.toml"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_every_setting_has_a_config_file_key_and_each_sample_is_read_from_the_file(tmp_path):
+    assert set(SAMPLES) == {file_key(variable) for variable in VARIABLES}
+    path = config(tmp_path, "".join(f"{key} = {value}\n" for key, value in SAMPLES.items()))
+
+    settings = Settings.from_env({}, config_file=path)
+
+    assert set(settings.origins.values()) == {"file"} and settings.config_file == path
+    assert (settings.data_dir, settings.keys_dir) == (Path("/srv/memory/data"), Path("/srv/memory/keys"))
+    assert (settings.host, settings.port, settings.metrics_port) == ("::1", 9000, 9100)
+    assert (settings.log_level, settings.log_format) == ("debug", "json")
+    embedding = settings.embedding
+    assert embedding.providers == ("openai", "none") and embedding.probe is False
+    assert (embedding.http.timeout, embedding.http.max_retries, embedding.http.batch_size) == (2.5, 0, 16)
+    assert embedding.voyage.dimensions == 512 and embedding.openai.model == "text-embedding-3-large"
+    assert (settings.engine.weights.vector, settings.engine.weights.keyword) == (0.6, 1.0)
+    assert settings.engine.scan.max_file_bytes == 1000
+    assert settings.key_files == {
+        "VOYAGE_API_KEY_FILE": "/run/secrets/voyage",
+        "OPENAI_API_KEY_FILE": "/run/secrets/openai",
+    }
+
+
+def test_the_environment_wins_over_the_file_and_an_empty_variable_counts_as_unset(tmp_path):
+    path = config(tmp_path, 'port = 9000\nlog_level = "info"\nembedding_providers = "voyage, local"\n')
+    env = {"MEMORY_CONFIG": str(path), "MEMORY_PORT": "9100", "MEMORY_LOG_LEVEL": "  "}
+
+    settings = Settings.from_env(env)
+
+    assert settings.port == 9100 and settings.origins["port"] == "env"
+    assert settings.log_level == "info" and settings.origins["log_level"] == "file"
+    assert settings.embedding.providers == ("voyage", "local")
+    assert settings.host == "127.0.0.1" and settings.origins["host"] == "default"
+    assert Settings.from_env({"MEMORY_CONFIG": ""}).config_file is None  # compose's empty pass-through
+
+
+def test_the_command_line_file_is_used_instead_of_memory_config(tmp_path):
+    named = config(tmp_path, "port = 9001\n")
+    assert Settings.from_env({"MEMORY_CONFIG": str(tmp_path / "absent.toml")}, config_file=named).port == 9001
+
+
+def test_relative_paths_in_the_file_are_taken_from_its_folder(tmp_path):
+    path = config(tmp_path, 'data_dir = "data"\nkeys_dir = "/abs/keys"\nvoyage_api_key_file = "secrets/voyage"\n')
+    settings = Settings.from_env({}, config_file=path)
+    assert settings.data_dir == tmp_path / "data" and settings.keys_dir == Path("/abs/keys")
+    assert settings.key_files["VOYAGE_API_KEY_FILE"] == str(tmp_path / "secrets" / "voyage")
+
+
+def test_a_provider_key_configured_in_the_environment_wins_over_the_files_key_file(tmp_path):
+    path = config(
+        tmp_path, 'voyage_api_key_file = "/run/secrets/voyage"\nopenai_api_key_file = "/run/secrets/openai"\n'
+    )
+    settings = Settings.from_env({"VOYAGE_API_KEY": "from-env", "OPENAI_API_KEY_FILE": ""}, config_file=path)
+    assert settings.key_files == {"OPENAI_API_KEY_FILE": "/run/secrets/openai"}
+    sources = settings.key_sources({"VOYAGE_API_KEY": "from-env"})
+    assert sources["VOYAGE_API_KEY"] == "from-env" and "VOYAGE_API_KEY_FILE" not in sources
+    assert sources["OPENAI_API_KEY_FILE"] == "/run/secrets/openai"
+    assert settings.origins["voyage_api_key_file"] == "file"  # the path was read, and loses to the key itself
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("prot = 9000\n", "unknown key 'prot'; did you mean 'port'?"),
+        ("[server]\nport = 9000\n", "unknown key 'server'"),
+        ('port = "9000"\n', "port must be an integer, not a string"),
+        ("port = 9000.0\n", "port must be an integer, not a float"),
+        ("embedding_probe = 1\n", "embedding_probe must be true or false, not an integer"),
+        ("weight_vector = true\n", "weight_vector must be a number, not a boolean"),
+        ("embedding_providers = [1, 2]\n", "embedding_providers must be a list of strings"),
+        ('host = ""\n', "host is empty; leave it out for the default"),
+        ("data_dir = 2026-11-23\n", "data_dir must be a string (a path; "),
+    ],
+)
+def test_unknown_keys_and_wrong_types_are_refused_naming_the_file_and_key(tmp_path, text, message):
+    path = config(tmp_path, text)
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env({}, config_file=path)
+    assert str(refused.value).startswith(f"config file {path}: ") and message in str(refused.value)
+
+
+@pytest.mark.parametrize("key", ["voyage_api_key", "openai_api_key"])
+def test_an_api_key_itself_is_refused_and_never_echoed(tmp_path, key):
+    path = config(tmp_path, f'{key} = "{SECRET}"\n')
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env({}, config_file=path)
+    assert f"{key} is not accepted in a config file" in str(refused.value)
+    assert f"set {key}_file to its path" in str(refused.value) and SECRET not in str(refused.value)
+
+
+def test_a_misplaced_secret_is_not_echoed_in_a_type_error_either(tmp_path):
+    path = config(tmp_path, f'port = "{SECRET}"\n')
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env({}, config_file=path)
+    assert SECRET not in str(refused.value)
+
+
+@pytest.mark.parametrize("mode", [0o664, 0o646, 0o666])
+def test_a_config_file_that_group_or_others_may_change_is_refused(tmp_path, mode):
+    path = config(tmp_path, "port = 9000\n", mode=mode)
+    with pytest.raises(InvalidArgumentError, match=rf"refusing config file .*mode 0{mode:o}.*chmod go-w {path}"):
+        Settings.from_env({}, config_file=path)
+    path.chmod(0o644)  # readable by all is fine: secrets are never in it
+    assert Settings.from_env({}, config_file=path).port == 9000
+
+
+def test_a_missing_broken_or_odd_file_is_a_clear_error(tmp_path):
+    cases = {
+        tmp_path / "absent.toml": "does not exist",
+        config(tmp_path, "port = = 1\n"): "not valid TOML: ",
+        tmp_path: "is not a regular file",
+    }
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"port = 1 # \xff\n")
+    cases[binary] = "not UTF-8 text"
+    big = tmp_path / "big.toml"
+    big.write_text("# padding\n" * 10_000)
+    cases[big] = "larger than"
+    for path, message in cases.items():
+        with pytest.raises(InvalidArgumentError, match=message):
+            Settings.from_env({}, config_file=path)
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidArgumentError, match="not a regular file"):
+        Settings.from_env({}, config_file=fifo)  # and it did not hang
+
+
+def test_a_bad_value_from_the_file_says_where_it_was_set(tmp_path):
+    path = config(tmp_path, "port = 70000\n")
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env({}, config_file=path)
+    assert str(refused.value) == f"MEMORY_PORT must be a TCP port (0-65535), not '70000' (set as port in {path})"
+    with pytest.raises(InvalidArgumentError) as from_env:
+        Settings.from_env({"MEMORY_PORT": "70000"}, config_file=path)
+    assert "(set as" not in str(from_env.value)
+
+
+def test_log_level_and_format_are_checked():
+    assert Settings.from_env({"MEMORY_LOG_FORMAT": "JSON", "MEMORY_LOG_LEVEL": "Info"}).log_format == "json"
+    with pytest.raises(InvalidArgumentError, match="MEMORY_LOG_FORMAT must be one of text, json"):
+        Settings.from_env({"MEMORY_LOG_FORMAT": "logfmt"})
+    with pytest.raises(InvalidArgumentError, match="MEMORY_LOG_LEVEL must be one of"):
+        Settings.from_env({"MEMORY_LOG_LEVEL": "verbose"})
+
+
+def test_the_metrics_listener_is_off_by_default_and_only_ever_on_loopback():
+    assert Settings.from_env({}).metrics_port is None
+    on = Settings.from_env({"MEMORY_METRICS_PORT": "9100", "MEMORY_METRICS_HOST": "::1"})
+    assert (on.metrics_host, on.metrics_port) == ("::1", 9100)
+    for host in ("0.0.0.0", "::", "192.168.1.10", "metrics.example"):
+        with pytest.raises(InvalidArgumentError, match="MEMORY_METRICS_HOST must be a loopback address"):
+            Settings.from_env({"MEMORY_METRICS_PORT": "9100", "MEMORY_METRICS_HOST": host})
+    with pytest.raises(InvalidArgumentError, match="MEMORY_METRICS_PORT must be a TCP port"):
+        Settings.from_env({"MEMORY_METRICS_PORT": "http"})
