@@ -1,5 +1,5 @@
-"""The server's ASGI app: the channel outermost; inside it `/healthz` (plain), the MCP endpoint at `/mcp` and file
-sync at `/sync/changes` and `/sync/push` (`server.sync_app`).
+"""The server's ASGI app: the channel outermost; inside it `/healthz` (plain), the MCP endpoint at `/mcp`, file
+sync at `/sync/changes` and `/sync/push` (`server.sync_app`) and `/metrics` (`server.metrics_app`).
 
     app = create_app(service, server_key=key, callers=CallersFile(keys_dir / "callers.toml"))
     uvicorn.run(app, ...)
@@ -23,6 +23,7 @@ from mcp.server import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -35,6 +36,8 @@ from channel.session import SessionTable
 from channel.timestamps import FileTimestamps
 from server.mcp_caller import CallerBoundEndpoint
 from server.mcp_tools import build_mcp_server
+from server.metrics import Metrics
+from server.metrics_app import METRICS_PATH, RequestMetrics, metrics_endpoint, service_metrics
 from server.service import MemoryService
 from server.sync_app import sync_routes
 
@@ -52,9 +55,11 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
 
 
-def create_inner_app(service: MemoryService, mcp: MCPServer | None = None) -> Starlette:
-    """`/healthz` and `/mcp`, as the channel's inner app (the requests it lets through carry `scope["user"]`)."""
+def create_inner_app(service: MemoryService, mcp: MCPServer | None = None, metrics: Metrics | None = None) -> Starlette:
+    """`/healthz`, `/mcp`, `/sync/*` and `/metrics`, as the channel's inner app (the requests it lets through carry
+    `scope["user"]`); every request is counted in `metrics`."""
     mcp = mcp if mcp is not None else build_mcp_server(service)
+    metrics = metrics if metrics is not None else service_metrics(service)
     # Host/Origin checks protect browsers from DNS rebinding of a local server; here every request to /mcp has
     # already been authenticated by the channel, and its Host is whatever the proxy wrote inside the tunnel.
     mcp.streamable_http_app(
@@ -81,8 +86,9 @@ def create_inner_app(service: MemoryService, mcp: MCPServer | None = None) -> St
         Route(HEALTH_PATH, healthz, methods=["GET"]),
         Route(MCP_PATH, CallerBoundEndpoint(StreamableHTTPASGIApp(manager)), methods=["GET", "POST", "DELETE"]),
         *sync_routes(service),
+        Route(METRICS_PATH, metrics_endpoint(metrics), methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestMetrics, metrics=metrics)])
 
 
 def create_app(
@@ -93,6 +99,7 @@ def create_app(
     data_dir: Path | None = None,
     mcp: MCPServer | None = None,
     handshake_rate: Rate | None = None,
+    metrics: Metrics | None = None,
 ) -> ChannelMiddleware:
     """The whole server: `create_inner_app` behind the channel, `/healthz` its only plain path.
 
@@ -103,7 +110,7 @@ def create_app(
     if data_dir is not None:
         sessions = SessionTable(time.time, timestamps=FileTimestamps(data_dir / TIMESTAMPS_FILE))
     return ChannelMiddleware(
-        create_inner_app(service, mcp),
+        create_inner_app(service, mcp, metrics),
         server_key=server_key,
         callers=callers,
         plain_paths=(HEALTH_PATH,),

@@ -2,13 +2,13 @@
 
 On first run the data directory and the server's key pair are created and the lines an operator needs are
 printed: the public key laptops pin, and how to let a laptop in. The server listens on 127.0.0.1 unless told
-otherwise on the command line; an address other machines can reach is never taken from the environment alone.
+otherwise on the command line; an address other machines can reach is never taken from the environment or the
+config file alone. With `MEMORY_METRICS_PORT`, Prometheus metrics are also served on a loopback-only listener.
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import shlex
 import socket
@@ -22,7 +22,7 @@ from server import admin_cli
 from server.callers import CALLERS_FILE, CallersFileError
 from server.callers_file import CallersFile, prepare_keys_dir
 from server.index.errors import InvalidArgumentError
-from server.settings import Settings
+from server.settings import Settings, is_loopback
 
 if TYPE_CHECKING:
     import uvicorn
@@ -53,6 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from server.app import create_app
+    from server.metrics import sessions_collector
+    from server.metrics_app import ChannelMetrics, MetricsListener, service_metrics
     from server.service import SERVER_VERSION, MemoryService
 
     settings: Settings = args.settings
@@ -61,8 +63,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 <= port <= 65535:
         raise InvalidArgumentError(f"--port must be between 0 and 65535, not {port}")
     if args.host is None and not is_loopback(host):
+        where = "MEMORY_HOST" if settings.origins.get("host") == "env" else f"host in {settings.config_file}"
         raise InvalidArgumentError(
-            f"MEMORY_HOST={host} would let other machines connect; confirm it with `serve --host {host}`"
+            f"{where}={host} would let other machines connect; confirm it with `serve --host {host}`"
         )
     data_dir: Path = args.data_dir
     keys_dir: Path = args.keys_dir
@@ -78,19 +81,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"loading the embedding model {embedder.model} ...", file=_stdout(), flush=True)
             warm_up()
     service = MemoryService(data_dir, embedder, settings.engine)
-    app = create_app(service, server_key=key, callers=callers, data_dir=data_dir)
+    metrics = service_metrics(service)
+    app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics)
+    metrics.collectors.append(sessions_collector(lambda: len(app.sessions)))
     listener = bind(host, port)
-    bound_host, bound_port = listener.getsockname()[:2]
-    print(
-        f"memory-server {SERVER_VERSION} listening on {_url(bound_host, bound_port)} "
-        f"(data {data_dir}, keys {keys_dir}, key {key.public.fingerprint})",
-        file=_stdout(),
-        flush=True,
-    )
-    config = uvicorn_config(app)
+    scraper = None
     try:
-        uvicorn.Server(config).run(sockets=[listener])
+        if settings.metrics_port is not None:
+            scraper = MetricsListener(metrics, settings.metrics_host, settings.metrics_port)
+        bound_host, bound_port = listener.getsockname()[:2]
+        print(
+            f"memory-server {SERVER_VERSION} listening on {_url(bound_host, bound_port)} "
+            f"(data {data_dir}, keys {keys_dir}, key {key.public.fingerprint})",
+            file=_stdout(),
+            flush=True,
+        )
+        if scraper is not None:
+            scraper.start()
+            print(f"metrics on {_url(*scraper.address)}/metrics (loopback only)", file=_stdout(), flush=True)
+        uvicorn.Server(uvicorn_config(ChannelMetrics(app, metrics))).run(sockets=[listener])
     finally:
+        if scraper is not None:
+            scraper.close()
         listener.close()
     return 0
 
@@ -147,15 +159,6 @@ def prepare_data_dir(path: Path) -> None:
         os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
     elif not path.is_dir():
         raise InvalidArgumentError(f"the data directory {path} is not a directory")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:
