@@ -15,7 +15,9 @@ from typing import Any, Final
 
 import httpx2
 
+from channel.errors import ChannelError
 from client_proxy.errors import ProxyError
+from client_proxy.upstream import describe
 
 CHANGES_PATH: Final = "/sync/changes"
 PUSH_PATH: Final = "/sync/push"
@@ -88,6 +90,22 @@ class PushResult:
     conflict_path: str | None = None
     conflict_revision: int | None = None
     message: str | None = None
+
+
+EXPECTED_FAILURES: Final = (httpx2.HTTPError, ChannelError, SyncRefused, SyncProtocolError, OSError)
+
+
+def describe_failure(exc: Exception, server_url: str) -> str:
+    """The one place a failed sync step becomes words for the user; never memory text."""
+    if isinstance(exc, httpx2.HTTPError | ChannelError):
+        return describe(exc, server_url)
+    if isinstance(exc, SyncRefused) and exc.status == 404:
+        return f"the memory server at {server_url} does not offer file sync (HTTP 404); is it up to date?"
+    if isinstance(exc, SyncRefused | SyncProtocolError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{exc.filename or 'a local file'}: {exc.strerror or type(exc).__name__}"
+    return f"internal error ({type(exc).__name__}); see the log"
 
 
 class SyncApi:

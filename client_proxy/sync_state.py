@@ -17,6 +17,7 @@ base (see `sync_plan`), so the offline queue survives restarts with nothing else
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -177,6 +178,26 @@ class StateStore:
         digest = hashlib.sha256(json.dumps(self.identity).encode("utf-8")).hexdigest()[:16]
         self.path = home / f"{digest}.json"
         self._written: bytes | None = None
+        self._lock_fd: int | None = None
+
+    def claim(self) -> bool:
+        """Take the folder's sync lock (`<state>.lock`, held until `release`); False while another `memory-proxy`
+        holds it. Two proxies syncing one folder (two Claude Code sessions in one project) would each keep a
+        different idea of the bases in one file."""
+        self._prepare_home()
+        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = None
 
     def fresh(self) -> SyncState:
         return SyncState(*self.identity)
@@ -221,8 +242,11 @@ class StateStore:
         data = json.dumps(state.to_json(), indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8")
         if data == self._written:
             return
+        self._prepare_home()
+        atomic_write(self.path, data, 0o600)
+        self._written = data
+
+    def _prepare_home(self) -> None:
         if not self.home.is_dir():
             self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(self.home, 0o700)  # mkdir's mode is masked by the umask
-        atomic_write(self.path, data, 0o600)
-        self._written = data

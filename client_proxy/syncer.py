@@ -17,50 +17,29 @@ from typing import Final
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-import httpx2
 
-from channel.errors import ChannelError
 from client_proxy.local_files import LocalFiles
-from client_proxy.sync_api import Changes, PushChange, PushResult, SyncApi, SyncProtocolError, SyncRefused
+from client_proxy.sync_api import (
+    EXPECTED_FAILURES,
+    Changes,
+    PushChange,
+    PushResult,
+    SyncApi,
+    SyncRefused,
+    describe_failure,
+)
 from client_proxy.sync_apply import Reconciler
 from client_proxy.sync_plan import pending_pushes
+from client_proxy.sync_retry import Retry
 from client_proxy.sync_state import StateStore, SyncState, utc_stamp
-from client_proxy.upstream import describe
 from client_proxy.watcher import Wakeup, Watcher
 
 log = logging.getLogger(__name__)
 
 LONG_POLL: Final = 25  # seconds a pull waits for news; below the server's 30 and every proxy's idle timeout
 RESCAN: Final = 30.0  # seconds between full rescans when the watcher reports nothing (a safety net)
-BACKOFF_START: Final = 1.0
-BACKOFF_MAX: Final = 30.0
+LOCK_RETRY: Final = 30.0  # seconds between attempts to take over a folder another proxy syncs
 PUSH_GRACE: Final = 5.0  # seconds an in-flight push may still take once sync is stopping
-_EXPECTED: Final = (httpx2.HTTPError, ChannelError, SyncRefused, SyncProtocolError, OSError)
-
-
-class Retry:
-    """Exponential backoff shared by both loops (1 s doubling to 30 s, jittered); a success anywhere ends every
-    pause at once, so sync resumes as soon as the server answers again."""
-
-    def __init__(self, rng: random.Random | None = None) -> None:
-        self._rng = rng or random.Random()
-        self._delay = BACKOFF_START
-        self._recovered = anyio.Event()
-
-    def next_delay(self) -> float:
-        """The next pause: the current step, jittered down by up to half (so laptops do not retry in step)."""
-        delay = self._delay * self._rng.uniform(0.5, 1.0)
-        self._delay = min(self._delay * 2, BACKOFF_MAX)
-        return delay
-
-    async def pause(self) -> None:
-        with anyio.move_on_after(self.next_delay()):
-            await self._recovered.wait()
-
-    def succeeded(self) -> None:
-        self._delay = BACKOFF_START
-        self._recovered.set()
-        self._recovered = anyio.Event()
 
 
 class Syncer:
@@ -98,20 +77,27 @@ class Syncer:
         self._reconciler = Reconciler(files, self.state, now)
 
     async def run(self) -> None:
-        """Sync until cancelled; then stop the watcher and flush the state file."""
+        """Sync until cancelled (once no other proxy syncs this folder); then stop the watcher, flush the state."""
+        if not await anyio.to_thread.run_sync(self._store.claim):
+            log.info(
+                "sync: another memory-proxy is syncing %s; this one forwards only until it stops", self._files.project
+            )
+            while not await anyio.to_thread.run_sync(self._store.claim):
+                await anyio.sleep(LOCK_RETRY)
+        try:
+            await self._run()
+        finally:
+            self._store.release()
+
+    async def _run(self) -> None:
         self.state = await anyio.to_thread.run_sync(self._store.load)
         self.state.read_only = False  # the grant may have changed since the last run: find out again
         self._reconciler = Reconciler(self._files, self.state, self._now)
         for path, entry in self.state.files.items():
             if entry.size is not None and entry.mtime_ns is not None:
                 self._files.remember(path, entry.size, entry.mtime_ns, entry.base)
-        log.info(
-            "sync: %s with index %s (%d files known, revision %d)",
-            self._files.project,
-            self.state.index,
-            len(self.state.files),
-            self.state.revision,
-        )
+        known, revision = len(self.state.files), self.state.revision
+        log.info("sync: started on %s (%d files known, revision %d)", self._files.project, known, revision)
         try:
             if self._watcher is not None:
                 await anyio.to_thread.run_sync(self._start_watcher)
@@ -181,9 +167,9 @@ class Syncer:
 
     async def _failed(self, what: str, exc: Exception) -> None:
         """Record and log (once per kind of failure, not at every retry) why a pull or push failed."""
-        message = self._describe(exc)
+        message = describe_failure(exc, self._server_url)
         if message != self._failing:
-            if isinstance(exc, _EXPECTED):
+            if isinstance(exc, EXPECTED_FAILURES):
                 log.warning("sync: %s failed: %s; local changes stay pending, retrying", what, message)
             else:  # a bug here must not take the forwarder down with it
                 log.error("sync: %s failed unexpectedly", what, exc_info=exc)
@@ -191,18 +177,6 @@ class Syncer:
         async with self._lock:
             self.state.last_error = {"at": self._now(), "message": f"{what}: {message}"}
             await anyio.to_thread.run_sync(self._save)
-
-    def _describe(self, exc: Exception) -> str:
-        """The one place a sync failure becomes words for the user (never memory text)."""
-        if isinstance(exc, httpx2.HTTPError | ChannelError):
-            return describe(exc, self._server_url)
-        if isinstance(exc, SyncRefused) and exc.status == 404:
-            return f"the memory server at {self._server_url} does not offer file sync (HTTP 404); is it up to date?"
-        if isinstance(exc, SyncRefused | SyncProtocolError):
-            return str(exc)
-        if isinstance(exc, OSError):
-            return f"{exc.filename or 'a local file'}: {exc.strerror or type(exc).__name__}"
-        return f"internal error ({type(exc).__name__}); see the log"
 
     async def _push_pending(self) -> None:
         if self.state.read_only:

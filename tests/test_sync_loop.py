@@ -20,8 +20,9 @@ from channel.authz import Access, ChannelUser
 from client_proxy.local_files import LocalFiles, sha256_hex
 from client_proxy.scope import DEFAULT_MAX_FILE_BYTES
 from client_proxy.sync_api import SyncApi
+from client_proxy.sync_retry import Retry
 from client_proxy.sync_state import StateStore
-from client_proxy.syncer import Retry, Syncer
+from client_proxy.syncer import Syncer
 from client_proxy.watcher import Wakeup, Watcher
 from server.app import create_inner_app
 from server.service import MemoryService
@@ -391,3 +392,30 @@ async def test_a_success_ends_every_pause_at_once():
             tasks.start_soon(retry.pause)
             await anyio.wait_all_tasks_blocked()
             retry.succeeded()
+
+
+async def test_a_second_proxy_on_the_same_folder_waits_and_takes_over_when_the_first_stops(rig, monkeypatch):
+    monkeypatch.setattr("client_proxy.syncer.LOCK_RETRY", 0.05)
+    rig.write("memory/a.md", "a\n")
+    syncers: dict[str, Syncer] = {}
+    stop = {"first": anyio.Event(), "second": anyio.Event()}
+
+    async def proxy(name: str) -> None:
+        async with rig.syncing() as syncer:
+            syncers[name] = syncer
+            await stop[name].wait()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(proxy, "first")
+        await until(lambda: "first" in syncers and syncers["first"].push_passes > 0, "the first proxy syncing")
+        tasks.start_soon(proxy, "second")
+        await until(lambda: "second" in syncers, "the second proxy started")
+        rig.write("memory/b.md", "b\n")
+        await until(lambda: server_has(rig, "memory/b.md", "b\n"), "b.md pushed by the first proxy")
+        await a_push_pass_after_now(syncers["first"])
+        assert syncers["second"].push_passes == 0 and syncers["second"].pulls == 0  # it forwards only
+        stop["first"].set()
+        await until(lambda: syncers["second"].push_passes > 0, "the second proxy taking over")
+        rig.write("memory/c.md", "c\n")
+        await until(lambda: server_has(rig, "memory/c.md", "c\n"), "c.md pushed by the second proxy")
+        stop["second"].set()
