@@ -194,6 +194,20 @@ class StateStore:
         self._lock_fd = fd
         return True
 
+    def claimed(self) -> bool:
+        """Whether a running `memory-proxy` holds this folder's sync lock now (looks only; creates nothing)."""
+        try:
+            fd = os.open(self.path.with_suffix(".lock"), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
     def release(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the flock

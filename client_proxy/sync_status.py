@@ -46,6 +46,7 @@ def gather(settings: RunSettings, config: ProxyConfig) -> dict[str, Any]:
         "sync": {"enabled": choice.enabled, "reason": choice.reason, "exclude": list(config.sync_exclude)},
         "state_file": str(store.path),
         "state_exists": state is not None,
+        "syncing_now": store.claimed(),
         "state_problem": problem,
         "files": len(scan.files) if scan else 0,
         "last_pull": {"at": current.last_pull_at, "revision": current.revision},
@@ -74,7 +75,8 @@ def render(report: dict[str, Any]) -> str:
         f"server:     {report['server_url']}",
         f"index:      {report['index']}",
         f"project:    {report['project']}" + ("" if report["project_exists"] else " (no such folder)"),
-        f"sync:       {report['sync']['reason']}",
+        f"sync:       {report['sync']['reason']}"
+        + ("; a memory-proxy is syncing this folder now" if report["syncing_now"] else ""),
         f"state:      {report['state_file']}"
         + ("" if report["state_exists"] or report["state_problem"] else " (none yet: this folder never synced)")
         + (f"\n            {report['state_problem']}" if report["state_problem"] else ""),

@@ -480,6 +480,19 @@ def test_status_shows_pending_conflicts_rejections_and_the_last_error(configured
     assert report["last_pull"] == {"at": "2026-11-23T10:15:00Z", "revision": 61}
 
 
+def test_status_says_when_a_proxy_is_syncing_the_folder_now(configured, project, capsys):
+    store = StateStore(configured, SERVER, INDEX, project.resolve())
+    assert "is syncing this folder now" not in status(capsys, project)
+    assert store.claim()
+    try:
+        assert "sync:       on (--project); a memory-proxy is syncing this folder now" in status(capsys, project)
+    finally:
+        store.release()
+    again = StateStore(configured, SERVER, INDEX, project.resolve())
+    assert again.claim()  # released: the next proxy may take it
+    again.release()
+
+
 def test_status_reports_a_corrupt_state_file_without_touching_it(configured, project, capsys):
     store = StateStore(configured, SERVER, INDEX, project.resolve())
     configured.mkdir(mode=0o700)
