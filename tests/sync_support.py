@@ -1,0 +1,184 @@
+"""Several laptops around one real memory server, for the file-sync end-to-end tests and the sync benchmark.
+
+    server = ProductServer(tmp_path / "server", embedder, {"alice": {"team": "rw"}, "bob": {"team": "rw"}})
+    alice = Laptop(tmp_path / "alice", server, "alice", "team")
+    server.start()
+    async with alice.running() as client:      # a real `memory-proxy` process, the SDK client on its stdio
+        alice.write("memory/notes.md", "...")  # the user edits a file; the proxy syncs it
+    server.stop(); server.start()              # same port, same keys, same data: the server restarted
+
+The server is what `memory-server serve` runs (`create_app`: channel, MCP, sync) under uvicorn on 127.0.0.1. Each
+laptop has its own config home (device key, pinned server key), state folder and project folder.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import ExitStack, asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from channel.authz import Access
+from client_proxy.config import render_config, write_config
+from server import serve
+from server.app import create_app
+from server.callers import CALLERS_FILE
+from server.callers_file import CallersFile, update_callers
+from server.index.embeddings.base import Embedder
+from server.service import MemoryService
+from tests.mcp_support import structured
+from tests.proxy_support import PROXY, init_proxy_home
+from tests.threaded_uvicorn import run_uvicorn
+
+TIMEZONE = "Europe/Paris"
+SETTLE = 30.0  # the longest a test waits for files to sync (seconds)
+
+
+class ProductServer:
+    """The product's server on one fixed 127.0.0.1 port, restartable with its keys, callers and data."""
+
+    def __init__(
+        self, folder: Path, embedder: Embedder | None, callers: Mapping[str, Mapping[str, Access]] | None = None
+    ) -> None:
+        self.keys_dir, self.data_dir = folder / "keys", folder / "data"
+        self.key = serve.ensure_server_key(self.keys_dir, out=io.StringIO())
+        serve.prepare_data_dir(self.data_dir)
+        self.embedder = embedder
+        self.grants = dict(callers or {})
+        self.service: MemoryService | None = None
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._running = ExitStack()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def admit(self, name: str, device: Any) -> None:
+        """Add `device` (a public key) as caller `name` with its grants, as `memory-server callers add` does."""
+        grants = dict(self.grants[name])
+        update_callers(self.keys_dir / CALLERS_FILE, lambda callers: callers.add(name, [device], grants))
+
+    def text(self, index: str, relpath: str) -> str | None:
+        """The server's copy of a file (its mirror), or None."""
+        try:
+            return (self.data_dir / "indexes" / index / "files" / relpath).read_text("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def start(self) -> None:
+        service = MemoryService(self.data_dir, self.embedder)
+        callers = CallersFile(self.keys_dir / CALLERS_FILE)
+        app = create_app(service, server_key=self.key, callers=callers, data_dir=self.data_dir)
+        self._running.enter_context(run_uvicorn(serve.uvicorn_config(app, graceful=1), port=self.port))
+        self.service = service
+
+    def stop(self) -> None:
+        self._running.close()
+        self.service = None
+
+
+class Laptop:
+    """One laptop: a device key granted on the server, a project folder, and `memory-proxy` when running."""
+
+    def __init__(self, folder: Path, server: ProductServer, name: str, index: str) -> None:
+        self.home, self.state, self.project = folder / "home", folder / "state", folder / "project"
+        self.project.mkdir(parents=True)
+        self.log = folder / "proxy.log"
+        self.name, self.index = name, index
+        device = init_proxy_home(self.home, url=server.url, key=server.key.public)
+        write_config(self.home, render_config(server.url, server.key.public, name, index))
+        server.admit(name, device)
+
+    def params(self) -> StdioServerParameters:
+        env = {
+            "MEMORY_PROXY_HOME": str(self.home),
+            "MEMORY_PROXY_STATE_HOME": str(self.state),
+            "MEMORY_PROXY_LOG_LEVEL": "DEBUG",
+            "TZ": TIMEZONE,
+            "PATH": os.environ.get("PATH", ""),
+        }
+        args = ["run", "--project", str(self.project), "--log-file", str(self.log)]
+        return StdioServerParameters(command=str(PROXY), args=args, env=env, cwd=str(self.project))
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Client]:
+        """`memory-proxy run` launched as Claude Code launches it, with the SDK client on its stdio."""
+        async with Client(self.params(), mode="legacy") as client:
+            yield client
+
+    @contextmanager
+    def bare(self) -> Iterator[subprocess.Popen[bytes]]:
+        """`memory-proxy run` with no MCP client yet (stdin held open): it syncs, and it can start while the
+        server is down, which an MCP client's `initialize` could not."""
+        params = self.params()
+        process = subprocess.Popen(
+            [params.command, *params.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=params.env,
+            cwd=params.cwd,
+        )
+        try:
+            yield process
+        finally:
+            assert process.stdin is not None
+            process.stdin.close()  # end of input: the proxy exits cleanly
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    # the user's files ------------------------------------------------------------------------------------
+
+    def path(self, relpath: str) -> Path:
+        return self.project / relpath
+
+    def write(self, relpath: str, text: str) -> None:
+        """Save a file as an editor would (in place, not atomically: the watcher must cope)."""
+        target = self.path(relpath)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, "utf-8")
+
+    def read(self, relpath: str) -> str | None:
+        try:
+            return self.path(relpath).read_text("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def files(self) -> dict[str, str]:
+        """Every memory file of the project (relative path → text)."""
+        found = {}
+        for candidate in [self.project / "MEMORY.md", *sorted((self.project / "memory").rglob("*.md"))]:
+            if candidate.is_file():
+                found[candidate.relative_to(self.project).as_posix()] = candidate.read_text("utf-8")
+        return found
+
+
+async def eventually(check: Callable[[], bool], what: str, *, within: float = SETTLE) -> float:
+    """Wait until `check()` holds (looking every 20 ms), at most `within` seconds; how long it took."""
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(within):
+            while not check():
+                await anyio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"still waiting after {within:g} s for {what}") from None
+    return time.monotonic() - started
+
+
+async def search_paths(client: Client, query: str, **arguments: Any) -> list[str]:
+    result = await client.call_tool("memory_search", {"query": query, **arguments})
+    return [hit["path"] for hit in structured(result)["hits"]]
