@@ -154,6 +154,7 @@ class Mirror:
         """`on_change` is called (in whatever thread made it) after every recorded change, for long-polls."""
         self.directory = directory
         self.on_change = on_change
+        self._held = threading.local()  # per thread: depth of `holding_changes` blocks, a notice waiting
         self._pruned_at = 0.0
         self.files_dir = directory / "files"
         self.clock = clock
@@ -424,8 +425,27 @@ class Mirror:
         self._changed()
         return recorded
 
+    @contextlib.contextmanager
+    def holding_changes(self) -> Iterator[None]:
+        """Hold this thread's change notices until the block ends, then send one.
+
+        Writers wrap a write and its indexing in this, so a woken long-poll never sees a file that is not
+        yet searchable, and a push of a hundred files wakes its readers once."""
+        depth = getattr(self._held, "depth", 0)
+        self._held.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._held.depth = depth
+            if depth == 0 and getattr(self._held, "waiting", False):
+                self._held.waiting = False
+                self._changed()
+
     def _changed(self) -> None:
         if self.on_change is None:
+            return
+        if getattr(self._held, "depth", 0):
+            self._held.waiting = True
             return
         try:
             self.on_change()

@@ -421,18 +421,21 @@ class MemoryService:
             local = self.clock().astimezone(zone)
             target = normalise_memory_path(path) if path is not None else daily_log_path(local.date())
             handle = self._handle(name)
-            with handle.mirror.lock:
-                earlier = handle.mirror.recall(caller.name, key) if key is not None else None
-                if earlier is None:
-                    output, record = self._write_locked(
-                        handle, caller, content, target, mode, topic, expected, local, key, request
-                    )
-            if earlier is not None:
-                if earlier.request != request:
-                    raise InvalidArgumentError("idempotency_key was already used for a different write; use a new key")
-                replay = WriteOutput.model_validate_json(earlier.result)
-                return self._after_write(handle, replay, earlier, replayed=True)
-            return self._after_write(handle, output, record, replayed=False)
+            with handle.mirror.holding_changes():  # readers hear of the write once it is indexed
+                with handle.mirror.lock:
+                    earlier = handle.mirror.recall(caller.name, key) if key is not None else None
+                    if earlier is None:
+                        output, record = self._write_locked(
+                            handle, caller, content, target, mode, topic, expected, local, key, request
+                        )
+                if earlier is not None:
+                    if earlier.request != request:
+                        raise InvalidArgumentError(
+                            "idempotency_key was already used for a different write; use a new key"
+                        )
+                    replay = WriteOutput.model_validate_json(earlier.result)
+                    return self._after_write(handle, replay, earlier, replayed=True)
+                return self._after_write(handle, output, record, replayed=False)
 
     def _write_locked(
         self,
@@ -554,9 +557,10 @@ class MemoryService:
             path = normalise_memory_path(path)
             expected = check_expected_hash(expected_hash)
             handle = self._handle(name)
-            previous = handle.mirror.delete(path, caller=caller.name, expected_hash=expected)
-            if previous is not None:
-                self._index_quietly(handle, paths=[path])
+            with handle.mirror.holding_changes():
+                previous = handle.mirror.delete(path, caller=caller.name, expected_hash=expected)
+                if previous is not None:
+                    self._index_quietly(handle, paths=[path])
             return DeleteOutput(
                 path=path, deleted=previous is not None, previous_hash=previous.hash if previous else None
             )

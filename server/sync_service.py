@@ -78,16 +78,17 @@ class SyncService:
             mirror = handle.mirror
             results: list[PushResult] = []
             written: list[str] = []
-            with mirror.lock:
-                for change in changes:
-                    result = self._apply(mirror, caller.name, change)
-                    results.append(result)
-                    if result.status in ("applied", "merged", "deleted") and result.path not in written:
-                        written.append(result.path)
-                    if result.conflict_path is not None:
-                        written.append(result.conflict_path)
-            if written:
-                self.service.reindex(handle, written)
+            with mirror.holding_changes():  # long-polls wake once, after the files are searchable
+                with mirror.lock:
+                    for change in changes:
+                        result = self._apply(mirror, caller.name, change)
+                        results.append(result)
+                        if result.status in ("applied", "merged", "deleted") and result.path not in written:
+                            written.append(result.path)
+                        if result.conflict_path is not None:
+                            written.append(result.conflict_path)
+                if written:
+                    self.service.reindex(handle, written)
             revision = mirror.revision()
             mirror.record_sync(caller.name, "push", revision)
             counts: dict[str, int] = {}

@@ -438,6 +438,31 @@ def test_a_failing_change_listener_never_fails_the_write(tmp_path: Path, clock: 
         mirror.close()
 
 
+def test_held_change_notices_are_sent_once_when_the_block_ends_and_only_for_that_thread(
+    tmp_path: Path, clock: Clock
+) -> None:
+    changes: list[str] = []
+    mirror = Mirror(tmp_path / "idx", clock=clock, on_change=lambda: changes.append(threading.current_thread().name))
+    try:
+        with mirror.holding_changes():
+            mirror.write("memory/a.md", "one\n", caller="alice")
+            with mirror.holding_changes():
+                mirror.write("memory/b.md", "two\n", caller="alice")
+            assert changes == []  # the inner block does not release the outer one's notices
+            other = threading.Thread(target=lambda: mirror.write("memory/c.md", "three\n", caller="bob"), name="other")
+            other.start()
+            other.join()
+            assert changes == ["other"]  # another thread's write is not held
+            mirror.delete("memory/a.md", caller="alice")
+            assert changes == ["other"]
+        assert changes == ["other", threading.current_thread().name]
+        with mirror.holding_changes():
+            pass
+        assert len(changes) == 2  # nothing changed, nothing sent
+    finally:
+        mirror.close()
+
+
 def test_each_callers_last_pull_and_push_are_kept(mirror: Mirror, clock: Clock) -> None:
     mirror.record_sync("alice", "push", 3)
     clock.advance(minutes=1)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from channel.authz import Access, ChannelUser
 from server.app import create_inner_app
+from server.index.embeddings.base import InputKind, Vectors
 from server.mirror import sha256_hex
 from server.service import CallerContext, MemoryService
 from server.sync_rules import MAX_PUSH_BYTES, MAX_PUSH_CHANGES
@@ -256,6 +258,46 @@ async def test_a_long_poll_returns_as_soon_as_another_laptop_writes_and_otherwis
     quiet = await pull(laptops["bob"], since=answers[0]["next"], wait=0.3)
     assert quiet["changes"] == [] and quiet["next"] == answers[0]["next"]
     assert anyio.current_time() - started >= 0.3
+
+
+class SlowEmbedder(HashingEmbedder):
+    """Documents take a while to embed, so a file is written well before it is searchable."""
+
+    def embed(self, texts: Sequence[str], *, kind: InputKind = "document") -> Vectors:
+        if kind == "document":
+            time.sleep(0.5)
+        return super().embed(texts, kind=kind)
+
+
+async def test_a_long_poll_woken_by_a_push_finds_the_pushed_file_already_searchable(tmp_path: Path) -> None:
+    slow = MemoryService(tmp_path / "slow", SlowEmbedder())
+    app = create_inner_app(slow)
+
+    def client(who: ChannelUser) -> httpx2.AsyncClient:
+        async def as_user(scope: Any, receive: Any, send: Any) -> None:
+            await app({**scope, "user": who}, receive, send)
+
+        return httpx2.AsyncClient(transport=httpx2.ASGITransport(as_user), base_url="http://memory")
+
+    alice, bob = client(user("alice")), client(user("bob"))
+    woken: list[list[str]] = []
+
+    async def wait_then_search() -> None:
+        answer = await pull(bob, since=0, wait=WAIT)
+        hits = await anyio.to_thread.run_sync(lambda: slow.search(caller("bob"), "canary deploy").hits)
+        woken.append([c["path"] for c in answer["changes"]] + [hit.path for hit in hits])
+
+    try:
+        with anyio.fail_after(WAIT / 2):
+            async with anyio.create_task_group() as group:
+                group.start_soon(wait_then_search)
+                await anyio.sleep(0.2)
+                await push(alice, {"path": "memory/canary.md", "base": None, "content": "Canary deploy first.\n"})
+        assert woken == [["memory/canary.md", "memory/canary.md"]]
+    finally:
+        await alice.aclose()
+        await bob.aclose()
+        slow.close()
 
 
 async def test_a_long_answer_comes_in_pages_that_together_hold_every_change(laptops, service):
