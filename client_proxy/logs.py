@@ -1,6 +1,7 @@
 """Logging for the forwarder: stderr (Claude Code keeps it in its MCP logs) and optionally a file; never stdout.
 
-The HTTP libraries log every request's URL at INFO; they are held at WARNING. Log lines name methods, ids, sizes,
+The HTTP libraries log every request's URL at INFO, and watchdog every inotify event at DEBUG (thousands a
+second while a folder is scanned); they are held at WARNING. Log lines name methods, ids, sizes,
 statuses and error classes, never a message body (it is the user's memory text) or a key.
 """
 
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 FORMAT = "%(asctime)s memory-proxy[%(process)d] %(levelname)s %(name)s: %(message)s"
-QUIET = ("httpx2", "httpcore2", "httpx", "httpcore")
+QUIET = ("httpx2", "httpcore2", "httpx", "httpcore", "watchdog")
 
 
 def configure(level: int, log_file: Path | None) -> None:

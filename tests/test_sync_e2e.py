@@ -166,3 +166,5 @@ async def test_a_burst_of_500_file_writes_is_synced_completely_in_few_requests(l
         await eventually(lambda: bob.files() == expected, "all 500 files on bob's laptop", within=120)
     assert sum(pushes) >= 500
     assert len(pushes) <= 40, f"{len(pushes)} push requests for 500 files"
+    log = alice.log.read_text("utf-8")  # written at DEBUG: the sync's own lines, not one per inotify event
+    assert "sync: pushed" in log and "watchdog" not in log
