@@ -1,9 +1,10 @@
 """The server's copy of one index's markdown files, and the record of who changed what (`state.sqlite3`).
 
-Layout under `<data>/indexes/<name>/`: `files/` holds `MEMORY.md`, `memory.md` and `memory/**/*.md` (the folder
-the engine indexes); `state.sqlite3` (see `server.mirror_state`) holds, per path, the content hash, the revision
-(one counter per index), a tombstone after a delete, and who changed it when, plus idempotency records, past
-versions (merge bases for sync) and each caller's last sync. The state cannot be rebuilt from the files (it is
+Layout under `<data>/indexes/<name>/`: `files/` holds `MEMORY.md`, `memory.md` and `memory/**/*.md`, and the
+laptops' session transcripts under `sessions/<caller>/` (the folder the engine indexes); `state.sqlite3` (see
+`server.mirror_state`) holds, per path, the content hash, the revision (one counter per index), a tombstone after
+a delete, and who changed it when, plus idempotency records, past versions (merge bases for sync; none for
+transcripts, which are never merged) and each caller's last sync. The state cannot be rebuilt from the files (it is
 the sync history), unlike the engine's `index.sqlite3`.
 
 Every file operation walks the path one folder at a time through directory file descriptors opened with
@@ -54,7 +55,7 @@ from server.mirror_state import (
     sync_callers,
     utc_now,
 )
-from server.paths import normalise_memory_path
+from server.paths import SESSIONS_DIR, is_session_file, normalise_mirror_path
 
 __all__ = [
     "ABSENT",
@@ -185,7 +186,7 @@ class Mirror:
     def read(self, path: str) -> MirrorFile | None:
         """The live file at `path` (None when there is none); a change made on disk is recorded first.
         Refuses symbolic links, non-files, files over the size cap and text that is not UTF-8."""
-        path = normalise_memory_path(path)
+        path = normalise_mirror_path(path)
         with self.lock:
             snapshot = self._snapshot(path)
             state = self._reconcile(path, snapshot)
@@ -306,7 +307,7 @@ class Mirror:
         """Replace the file at `path` with `text` atomically. `expected_hash`: None writes whatever is there,
         ABSENT requires that no file exists, a hash requires the current file to have it (else ConflictError,
         nothing changed). `record` is stored in the same transaction as the file's new state."""
-        path = normalise_memory_path(path)
+        path = normalise_mirror_path(path)
         data = _encode(text, path)
         if len(data) > self.max_file_bytes:
             raise InvalidArgumentError(f"the file would be larger than {self.max_file_bytes} bytes")
@@ -337,7 +338,8 @@ class Mirror:
                         os.close(fd)
                     with self._db:
                         state = self._record(path, digest, len(data), mtime_ns, count_lines_of_bytes(data), caller)
-                        store_version(self._db, digest, data, state.updated_at)
+                        if not is_session_file(path):  # transcripts are never merged: no merge bases
+                            store_version(self._db, digest, data, state.updated_at)
                         self._remember(record)
                         self._prune_versions()
                         os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
@@ -352,7 +354,7 @@ class Mirror:
     def delete(self, path: str, *, caller: str, expected_hash: str | None = None) -> FileState | None:
         """Remove the file at `path`, leaving a tombstone; returns the state it had (None when there was none).
         A given `expected_hash` must match (ConflictError otherwise)."""
-        path = normalise_memory_path(path)
+        path = normalise_mirror_path(path)
         with self.lock:
             current = self._current(path)
             if current is None:
@@ -420,7 +422,7 @@ class Mirror:
                 recorded = self._record(path, None, 0, 0, 0, DISK)
             else:
                 recorded = self._record(path, digest, snapshot.size, snapshot.mtime_ns, snapshot.lines, DISK)
-                if snapshot.data is not None:
+                if snapshot.data is not None and not is_session_file(path):
                     store_version(self._db, snapshot.digest, snapshot.data, recorded.updated_at)
         self._changed()
         return recorded
@@ -543,7 +545,7 @@ class Mirror:
             if name.startswith("."):
                 continue
             relpath = f"{prefix}{name}"
-            if is_dir and (prefix or name == "memory"):
+            if is_dir and (prefix or name in ("memory", SESSIONS_DIR)):
                 try:
                     child = _open_dir(name, fd, relpath)
                 except (UnsafePathError, FileNotFoundError):
@@ -554,7 +556,7 @@ class Mirror:
                     os.close(child)
             elif is_file:
                 try:
-                    if normalise_memory_path(relpath) != relpath:
+                    if normalise_mirror_path(relpath) != relpath:
                         continue
                     info = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except (InvalidArgumentError, OSError):

@@ -64,6 +64,7 @@ class WriteOutput(BaseModel):
 
 class FileEntry(BaseModel):
     path: str
+    source: Literal["memory", "sessions"] = Field(description="sessions: a laptop's Claude Code transcript (read-only)")
     size: int
     lines: int
     hash: str

@@ -4,6 +4,11 @@ Pure rules, no I/O. A path that passes is relative POSIX, NFC-normalised, made o
 of `MEMORY.md`, `memory.md` or `memory/**/*.md`; joined to any folder it stays inside that folder. Names that
 Windows or macOS laptops could not hold (`:`, `<>"|?*`, `CON`, trailing dots) are refused too, because every
 file here is synced to laptops.
+
+The mirror also holds session transcripts, `sessions/<caller>/<YYYY-MM-DD>-<session>[.<part>].md`, one folder per
+laptop that uploads them (source `sessions`). They are readable by path but never written through the tools and
+never synced down to laptops' project folders: `normalise_memory_path` refuses them, `normalise_mirror_path`
+takes both.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ _WINDOWS_DEVICES = frozenset(
     {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
 )
 _ROOT_FILES = ("MEMORY.md", "memory.md")
+SESSIONS_DIR = "sessions"
+# A transcript part's name: the session's first day, its id (Claude Code's are UUIDs), a part number after the first.
+SESSION_FILE = re.compile(r"(\d{4}-\d{2}-\d{2})-([A-Za-z0-9][A-Za-z0-9_-]{0,127})(?:\.([2-9]|[1-9][0-9]{1,2}))?\.md")
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+_CALLER_FOLDER = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")  # channel.authz.NAME_PATTERN
 
 
 def normalise_memory_path(raw: str, *, argument: str = "path") -> str:
@@ -46,9 +56,45 @@ def _canonical_uncached(raw: object, argument: str) -> str:
     segments = _segments(raw, argument)
     path = "/".join(segments)
     if not is_memory_file(path):
+        if segments[0] == SESSIONS_DIR:
+            raise InvalidArgumentError(
+                f"{argument} names a session transcript; transcripts are read-only (the laptops upload them)"
+            )
         raise InvalidArgumentError(
             f"{argument} must name a memory file: MEMORY.md, memory.md or memory/<folders>/<name>.md"
         )
+    return path
+
+
+def normalise_mirror_path(raw: str, *, argument: str = "path") -> str:
+    """The canonical form of a path the mirror holds: a memory file or a session transcript."""
+    segments = _segments(raw, argument)
+    path = "/".join(segments)
+    if not (is_memory_file(path) or is_session_file(path)):
+        raise InvalidArgumentError(
+            f"{argument} must name a memory file (MEMORY.md, memory.md or memory/<folders>/<name>.md)"
+            " or a session transcript (sessions/<laptop>/<file>.md)"
+        )
+    return path
+
+
+def is_session_file(path: str) -> bool:
+    """Whether an already canonical path is a session transcript's (`sessions/<caller>/<day>-<id>[.<n>].md`)."""
+    parts = path.split("/")
+    return (
+        len(parts) == 3
+        and parts[0] == SESSIONS_DIR
+        and _CALLER_FOLDER.fullmatch(parts[1]) is not None
+        and SESSION_FILE.fullmatch(parts[2]) is not None
+    )
+
+
+def session_file_path(caller: str, day: dt.date, session: str, part: int) -> str:
+    """Where part `part` (from 1) of a caller's session transcript lives in the mirror."""
+    suffix = "" if part == 1 else f".{part}"
+    path = f"{SESSIONS_DIR}/{caller}/{day.isoformat()}-{session}{suffix}.md"
+    if not is_session_file(path):
+        raise InvalidArgumentError(f"no transcript path can be made of caller {caller!r}, session {session!r}")
     return path
 
 

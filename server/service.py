@@ -60,7 +60,13 @@ from server.models import (
     SyncOutput,
     WriteOutput,
 )
-from server.paths import daily_log_path, normalise_memory_path, normalise_memory_prefix
+from server.paths import (
+    daily_log_path,
+    is_session_file,
+    normalise_memory_path,
+    normalise_memory_prefix,
+    normalise_mirror_path,
+)
 
 __all__ = [
     "ABSENT",
@@ -336,7 +342,7 @@ class MemoryService:
         """Lines of one file (all by default), at most MAX_GET_CHARS characters; a missing file is exists=False."""
         with self._call():
             name, _access = self._authorise(caller)
-            path = normalise_memory_path(path)
+            path = normalise_mirror_path(path)
             for value, argument in ((start_line, "start_line"), (end_line, "end_line")):
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                     raise InvalidArgumentError(f"{argument} must be a whole number from 1")
@@ -511,7 +517,8 @@ class MemoryService:
         cursor: str | None = None,
         limit: int = 200,
     ) -> ListOutput:
-        """Memory files sorted by path, `limit` per page; date bounds keep only daily logs in the range."""
+        """Memory files and session transcripts sorted by path, `limit` per page; date bounds keep only daily
+        logs and transcripts (by the day they began) in the range."""
         with self._call():
             name, _access = self._authorise(caller)
             clean_prefix = normalise_memory_prefix(prefix)
@@ -530,6 +537,7 @@ class MemoryService:
                 files=[
                     FileEntry(
                         path=f.path,
+                        source="sessions" if is_session_file(f.path) else "memory",
                         size=f.size,
                         lines=f.lines,
                         hash=f.hash or "",

@@ -1,4 +1,5 @@
-"""The `/sync/changes` and `/sync/push` endpoints of the inner app (see `docs/sync-protocol.md`).
+"""The `/sync/changes`, `/sync/push` and `/sync/sessions` endpoints of the inner app (see `docs/sync-protocol.md`
+and `server.session_upload`).
 
 They run behind the channel: `request.user` is the authenticated caller and the index it named. The blocking work
 runs in worker threads (`SyncService`); a long-poll waits on the event loop for a `ChangeFeed` signal, which every
@@ -26,6 +27,7 @@ from channel.authz import ChannelUser
 from server.errors import PermissionDeniedError, ServiceClosedError
 from server.index.errors import EngineError, InvalidArgumentError
 from server.service import CallerContext, MemoryService
+from server.session_upload import SessionUploads, parse_upload
 from server.sync_rules import MAX_PUSH_BYTES, parse_push, parse_since, parse_wait
 from server.sync_service import SyncService
 
@@ -35,6 +37,7 @@ T = TypeVar("T")
 
 CHANGES_PATH = "/sync/changes"
 PUSH_PATH = "/sync/push"
+SESSIONS_PATH = "/sync/sessions"
 RECHECK_SECONDS = 5.0  # a long-poll looks again this often even without a signal (disk edits, a missed wake-up)
 _NO_STORE = {"cache-control": "no-store"}
 
@@ -79,27 +82,45 @@ def sync_routes(service: MemoryService) -> list[Route]:
             signal = feed.event(caller.index)  # taken before looking, so a change in between is not missed
             answer = await _in_thread(sync.changes, caller, since)
             remaining = deadline - time.monotonic()
-            if answer.changes or answer.reset or remaining <= 0:
+            if answer.changes or answer.reset or answer.more or remaining <= 0:  # more: only transcripts so far
                 return JSONResponse(answer.as_json(), headers=_NO_STORE)
             with anyio.move_on_after(min(remaining, RECHECK_SECONDS)):
                 await signal.wait()
 
     async def push(request: Request) -> Response:
         caller = _caller(request)
-        body = await request.body()
-        if len(body) > MAX_PUSH_BYTES:
-            return _error(413, "too_large", f"a push body may hold at most {MAX_PUSH_BYTES} bytes; send fewer files")
-        try:
-            document = json.loads(body)
-        except (ValueError, RecursionError):
-            raise InvalidArgumentError("the body is not JSON") from None
+        document = await _json_body(request)
+        if isinstance(document, Response):
+            return document
         revision, results = await _in_thread(sync.push, caller, parse_push(document))
         return JSONResponse({"revision": revision, "results": [r.as_json() for r in results]}, headers=_NO_STORE)
+
+    uploads = SessionUploads(service)
+
+    async def sessions(request: Request) -> Response:
+        caller = _caller(request)
+        document = await _json_body(request)
+        if isinstance(document, Response):
+            return document
+        upload = parse_upload(document, service.settings.scan.max_file_bytes)
+        return JSONResponse(await _in_thread(uploads.upload, caller, upload), headers=_NO_STORE)
 
     return [
         Route(CHANGES_PATH, _answering_errors(changes), methods=["GET"]),
         Route(PUSH_PATH, _answering_errors(push), methods=["POST"]),
+        Route(SESSIONS_PATH, _answering_errors(sessions), methods=["POST"]),
     ]
+
+
+async def _json_body(request: Request) -> object:
+    """The parsed JSON body, or the 413 answer when it is over MAX_PUSH_BYTES."""
+    body = await request.body()
+    if len(body) > MAX_PUSH_BYTES:
+        return _error(413, "too_large", f"a body may hold at most {MAX_PUSH_BYTES} bytes; send less at once")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        raise InvalidArgumentError("the body is not JSON") from None
 
 
 def _caller(request: Request) -> CallerContext:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from server.index.errors import InvalidArgumentError
 from server.merge import merge3, merge_unrelated
 from server.mirror import ABSENT, FileState, Mirror, MirrorFile, sha256_hex
-from server.paths import normalise_memory_path
+from server.paths import is_session_file, normalise_memory_path
 from server.service import CallerContext, MemoryService
 from server.sync_rules import MAX_CHANGE_BYTES, MAX_CHANGES, PushChange, PushResult, conflict_path
 
@@ -54,6 +54,9 @@ class SyncService:
             answer = ChangesAnswer(revision=revision, next=start, more=len(rows) > limit, reset=reset)
             budget = MAX_CHANGE_BYTES
             for row in rows[:limit]:
+                if is_session_file(row.path):  # transcripts stay on the server: searchable, never pulled
+                    answer.next = row.revision
+                    continue
                 entry = _change(mirror, row)
                 size = len(str(entry.get("content", "")).encode("utf-8"))
                 if answer.changes and size > budget:

@@ -9,6 +9,7 @@ from functools import cached_property
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024 * 1024
 _DAILY = re.compile(r"^(\d{4}-\d{2}-\d{2})\.md$")
+_SESSION_DAY = re.compile(r"^sessions/[^/]+/(\d{4}-\d{2}-\d{2})-[^/]+\.md$")  # a transcript: the day it began
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,12 @@ class ScanRule:
         return re.compile(glob_to_regex(self.pattern))
 
 
-DEFAULT_RULES = (ScanRule("MEMORY.md"), ScanRule("memory.md"), ScanRule("memory/**/*.md"))
+DEFAULT_RULES = (
+    ScanRule("MEMORY.md"),
+    ScanRule("memory.md"),
+    ScanRule("memory/**/*.md"),
+    ScanRule("sessions/*/*.md", "sessions"),  # laptops' Claude Code transcripts, one folder per laptop
+)
 
 
 @dataclass(frozen=True)
@@ -59,8 +65,9 @@ def glob_to_regex(pattern: str) -> str:
 
 
 def day_of(relpath: str) -> str | None:
-    """`YYYY-MM-DD` when the file name is a daily log's (a real calendar date), else None."""
-    match = _DAILY.match(relpath.rsplit("/", 1)[-1])
+    """`YYYY-MM-DD` when the file name is a daily log's, or a session transcript's first day (a real calendar
+    date), else None."""
+    match = _SESSION_DAY.match(relpath) or _DAILY.match(relpath.rsplit("/", 1)[-1])
     if match is None:
         return None
     try:
