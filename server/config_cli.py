@@ -60,6 +60,7 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         "weight_vector": engine.weights.vector,
         "weight_keyword": engine.weights.keyword,
         "max_file_bytes": engine.scan.max_file_bytes,
+        "redact_writes": settings.redact_writes,
     }
     values.update({key: (value, origin[key]) for key, value in plain.items()})
     sources = settings.key_sources(env)

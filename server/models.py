@@ -60,6 +60,9 @@ class WriteOutput(BaseModel):
     end_line: int = Field(description="last line of the written text")
     indexed: bool = Field(description="the index already holds the new text (search finds it)")
     replayed: bool = Field(description="an earlier call with the same idempotency key already did this")
+    redacted: dict[str, int] = Field(
+        default_factory=dict, description="secrets replaced by [redacted:<kind>] markers before storing, per kind"
+    )
 
 
 class FileEntry(BaseModel):

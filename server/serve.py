@@ -80,7 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if callable(warm_up):
             print(f"loading the embedding model {embedder.model} ...", file=_stdout(), flush=True)
             warm_up()
-    service = MemoryService(data_dir, embedder, settings.engine)
+    service = MemoryService(data_dir, embedder, settings.engine, redact_writes=settings.redact_writes)
     metrics = service_metrics(service)
     app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics)
     metrics.collectors.append(sessions_collector(lambda: len(app.sessions)))

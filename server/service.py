@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from channel.authz import ChannelUser
+from redaction import redact
 from server.arguments import (
     MAX_WRITE_BYTES,
     check_content,
@@ -149,8 +150,11 @@ class MemoryService:
         *,
         clock: Callable[[], dt.datetime] = utc_now,
         rescan_interval: float = RESCAN_SECONDS,
+        redact_writes: bool = True,
     ) -> None:
+        """`redact_writes`: replace secrets in `memory_write` content (and topic) by `[redacted:<kind>]` markers."""
         self.data_dir = data_dir
+        self.redact_writes = redact_writes
         self.rescan_interval = rescan_interval
         self.embedder = embedder
         self.settings = settings or EngineSettings()
@@ -399,6 +403,10 @@ class MemoryService:
         with self._call():
             name, _access = self._authorise(caller, write=True)
             check_content(content)
+            redacted: dict[str, int] = {}
+            if self.redact_writes:
+                content = _redact_into(content, redacted)
+                topic = _redact_into(topic, redacted) if isinstance(topic, str) else topic
             if mode not in ("append", "replace"):
                 raise InvalidArgumentError("mode must be 'append' or 'replace'")
             if topic is not None and not isinstance(topic, str):
@@ -432,7 +440,7 @@ class MemoryService:
                     earlier = handle.mirror.recall(caller.name, key) if key is not None else None
                     if earlier is None:
                         output, record = self._write_locked(
-                            handle, caller, content, target, mode, topic, expected, local, key, request
+                            handle, caller, content, target, mode, topic, expected, local, key, request, redacted
                         )
                 if earlier is not None:
                     if earlier.request != request:
@@ -455,6 +463,7 @@ class MemoryService:
         local: dt.datetime,
         key: str | None,
         request: str,
+        redacted: dict[str, int],
     ) -> tuple[WriteOutput, IdempotencyRecord | None]:
         """The read-modify-write of `write`, under the mirror's lock."""
         current = handle.mirror.read(target)
@@ -483,6 +492,7 @@ class MemoryService:
             end_line=last,
             indexed=False,
             replayed=False,
+            redacted=redacted,
         )
         record = IdempotencyRecord(caller.name, key, request, output.model_dump_json()) if key else None
         handle.mirror.write(
@@ -720,6 +730,14 @@ class MemoryService:
 def _last_change(handle: OpenIndex) -> str | None:
     raw = handle.index.store.get_meta("last_change")
     return _iso_epoch(float(raw)) if raw else None
+
+
+def _redact_into(text: str, counts: dict[str, int]) -> str:
+    """`text` with its secrets replaced; adds what was replaced, per kind, to `counts`."""
+    result = redact(text)
+    for kind, count in result.counts.items():
+        counts[kind] = counts.get(kind, 0) + count
+    return result.text
 
 
 def _iso_epoch(seconds: float | None) -> str | None:

@@ -62,6 +62,7 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_WEIGHT_VECTOR": "number",
     "MEMORY_WEIGHT_KEYWORD": "number",
     "MEMORY_MAX_FILE_BYTES": "integer",
+    "MEMORY_REDACT_WRITES": "boolean",
     "VOYAGE_API_KEY_FILE": "path",
     "OPENAI_API_KEY_FILE": "path",
 }
@@ -90,6 +91,7 @@ class Settings:
     port: int = 8765
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # None: no plain metrics listener
+    redact_writes: bool = True  # secrets in memory_write content become [redacted:<kind>] markers
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     config_file: Path | None = None
@@ -143,6 +145,9 @@ class Settings:
         )
         scan = ScanConfig(max_file_bytes=int(_number(env, "MEMORY_MAX_FILE_BYTES", DEFAULT_MAX_FILE_BYTES)))
         port = _port(env, "MEMORY_PORT")
+        redact_writes = env.get("MEMORY_REDACT_WRITES", "1").strip().lower()
+        if redact_writes not in ("0", "1", "true", "false", "yes", "no"):
+            raise InvalidArgumentError("MEMORY_REDACT_WRITES must be 1 or 0")
         return cls(
             data_dir=Path(env.get("MEMORY_DATA_DIR", "data")),
             keys_dir=Path(env.get("MEMORY_KEYS_DIR", "keys")),
@@ -152,6 +157,7 @@ class Settings:
             port=port if port is not None else 8765,
             metrics_host=metrics_host,
             metrics_port=_port(env, "MEMORY_METRICS_PORT"),
+            redact_writes=redact_writes in ("1", "true", "yes"),
             embedding=EmbeddingSettings.from_env(env),
             engine=EngineSettings(scan=scan, weights=weights),
             config_file=named,

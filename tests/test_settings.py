@@ -36,6 +36,7 @@ SAMPLES = {
     "weight_vector": "0.6",
     "weight_keyword": "1",
     "max_file_bytes": "1000",
+    "redact_writes": "false",
     "voyage_api_key_file": '"/run/secrets/voyage"',
     "openai_api_key_file": '"/run/secrets/openai"',
 }
@@ -58,6 +59,7 @@ def test_every_setting_has_a_config_file_key_and_each_sample_is_read_from_the_fi
     assert (settings.data_dir, settings.keys_dir) == (Path("/srv/memory/data"), Path("/srv/memory/keys"))
     assert (settings.host, settings.port, settings.metrics_port) == ("::1", 9000, 9100)
     assert (settings.log_level, settings.log_format) == ("debug", "json")
+    assert settings.redact_writes is False and Settings.from_env({}).redact_writes is True
     embedding = settings.embedding
     assert embedding.providers == ("openai", "none") and embedding.probe is False
     assert (embedding.http.timeout, embedding.http.max_retries, embedding.http.batch_size) == (2.5, 0, 16)
