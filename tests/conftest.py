@@ -31,3 +31,20 @@ def tokenizer() -> object:
     from server.index.tokens import WordPieceTokenizer
 
     return WordPieceTokenizer.default()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests (`pytest.mark.anyio`) run on asyncio, as the server and the proxy do."""
+    return "asyncio"
+
+
+@pytest.fixture
+def hashing_service(tmp_path: Path) -> Iterator[object]:
+    """A memory service on a temporary data folder with the fast hashing embedder (for protocol-level tests)."""
+    from server.service import MemoryService
+    from tests.fakes.embedder import HashingEmbedder
+
+    running = MemoryService(tmp_path / "data", HashingEmbedder())
+    yield running
+    running.close()

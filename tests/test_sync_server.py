@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,8 @@ WAIT = 10.0
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[MemoryService]:
-    running = MemoryService(tmp_path / "data", HashingEmbedder())
-    yield running
-    running.close()
+def service(hashing_service: MemoryService) -> MemoryService:
+    return hashing_service
 
 
 def user(name: str, access: Access = "rw", index: str | None = INDEX) -> ChannelUser:
