@@ -52,7 +52,7 @@ from client_proxy.templates import install_templates
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memory-proxy", description=__doc__)
-    parser.set_defaults(func=cmd_run, index=None, project=None, log_file=None, no_sync=False)
+    parser.set_defaults(func=cmd_run, index=None, project=None, log_file=None, no_sync=False, transcripts=None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = commands.add_parser(
         "run",
@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--project", metavar="DIR", help="the project folder (default: the current directory)")
     run.add_argument("--log-file", metavar="PATH", help="also append the log to this file")
     run.add_argument("--no-sync", action="store_true", help="forward MCP only: no file sync (or MEMORY_PROXY_SYNC=0)")
+    run.add_argument(
+        "--transcripts",
+        action=argparse.BooleanOptionalAction,
+        help="upload this project's Claude Code session transcripts, redacted, as source `sessions` (default: off; "
+        "or MEMORY_PROXY_TRANSCRIPTS=1, or transcripts = true in proxy.toml)",
+    )
     run.set_defaults(func=cmd_run)
     init = commands.add_parser(
         "init",
@@ -143,7 +149,11 @@ def cmd_init(args: argparse.Namespace) -> int:
         write_private_key(key_path, PrivateKey.generate(name), overwrite=args.force)
     index = check_index_name(args.index) if args.index else previous.index if previous else None
     sync, exclude = (previous.sync, previous.sync_exclude) if previous else (None, ())
-    write_config(home, render_config(server_url, server_key, name, index, sync=sync, sync_exclude=exclude))
+    transcripts = previous.transcripts if previous else None
+    write_config(
+        home,
+        render_config(server_url, server_key, name, index, sync=sync, sync_exclude=exclude, transcripts=transcripts),
+    )
     config = ProxyConfig.load(home)
     print(f"{'kept the existing' if keep else 'created a new'} device key {key_path} (private, mode 0600)")
     print(f"wrote {home / CONFIG_FILE}")
@@ -165,7 +175,12 @@ def cmd_context(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     settings = RunSettings.from_env(
-        os.environ, index=args.index, project=args.project, log_file=args.log_file, no_sync=args.no_sync
+        os.environ,
+        index=args.index,
+        project=args.project,
+        log_file=args.log_file,
+        no_sync=args.no_sync,
+        transcripts=args.transcripts,
     )
     configure_logging(settings.log_level, settings.log_file)
     anyio.run(serve, settings)

@@ -11,11 +11,13 @@ The config directory (`proxy_home`) is created with mode 0700 and holds:
       index = "notes"                 # optional
       sync = false                    # optional: no file sync (forwarding only)
       sync_exclude = ["memory/private/**"]   # optional: paths never synced (fnmatch on the relative path)
+      transcripts = true              # optional: upload Claude Code session transcripts (off by default)
 
   `server_key` is pinned: a server presenting any other key is refused. `device_name` is the caller name
   suggested to the operator and the comment of the device key. `index` is the index the forwarder works on
   when neither `--index` nor `MEMORY_INDEX` names one. `sync` and `sync_exclude` steer the file sync
-  (`client_proxy.syncer`); `init` keeps them. No other fields are allowed.
+  (`client_proxy.syncer`), `transcripts` the session upload (`client_proxy.transcript_sync`); `init` keeps them.
+  No other fields are allowed.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ CONFIG_FILE = "proxy.toml"
 DEVICE_KEY_FILE = "device.key"
 FIELDS = ("server_url", "server_key", "device_name")
 OPTIONAL_FIELDS = ("index",)
-SYNC_FIELDS = ("sync", "sync_exclude")
+SYNC_FIELDS = ("sync", "sync_exclude", "transcripts")
 MAX_EXCLUDE_PATTERNS = 100
 MAX_CONFIG_BYTES = 64 * 1024
 HEADER = "# Written by `memory-proxy init`; run it again to change the server or re-pin its key.\n"
@@ -117,6 +119,7 @@ def render_config(
     *,
     sync: bool | None = None,
     sync_exclude: tuple[str, ...] = (),
+    transcripts: bool | None = None,
 ) -> str:
     values: dict[str, object] = {"server_url": server_url, "server_key": server_key.line(), "device_name": device_name}
     if index is not None:
@@ -125,6 +128,8 @@ def render_config(
         values["sync"] = sync
     if sync_exclude:
         values["sync_exclude"] = list(sync_exclude)
+    if transcripts is not None:
+        values["transcripts"] = transcripts
     # A JSON string (or list of strings, or boolean) is valid TOML, except that TOML also wants DEL escaped.
     lines = [
         f"{name} = {json.dumps(value, ensure_ascii=False)}".replace("\x7f", "\\u007f") for name, value in values.items()
@@ -144,6 +149,7 @@ class ProxyConfig:
     index: str | None = None
     sync: bool | None = None
     sync_exclude: tuple[str, ...] = ()
+    transcripts: bool | None = None
 
     @property
     def device_key_path(self) -> Path:
@@ -172,6 +178,9 @@ class ProxyConfig:
             raise ConfigError(f"{path} is not valid TOML: {exc}; fix it or run `memory-proxy init` again") from None
         values = _fields(document, path)
         sync, sync_exclude = _sync_fields(document, path)
+        transcripts = document.get("transcripts")
+        if transcripts is not None and not isinstance(transcripts, bool):
+            raise ConfigError(f"{path}: transcripts must be true or false")
         try:
             return cls(
                 home=home,
@@ -182,6 +191,7 @@ class ProxyConfig:
                 index=check_index_name(values["index"]) if "index" in values else None,
                 sync=sync,
                 sync_exclude=sync_exclude,
+                transcripts=transcripts,
             )
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None

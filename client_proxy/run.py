@@ -34,6 +34,7 @@ from client_proxy.stdio import StdoutClosed, StdoutWriter, claim_stdio, stdin_li
 from client_proxy.sync_api import SyncApi
 from client_proxy.sync_state import StateStore
 from client_proxy.syncer import Syncer
+from client_proxy.transcript_sync import TranscriptState, TranscriptUploader
 from client_proxy.upstream import Upstream
 from client_proxy.watcher import Wakeup, Watcher
 
@@ -84,11 +85,35 @@ async def serve(settings: RunSettings) -> None:
 def _start_sync(
     tasks: anyio.abc.TaskGroup, client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str
 ) -> None:
-    """File sync beside the forwarder, on the same client, whether or not MCP traffic ever comes."""
+    """File sync and transcript upload beside the forwarder, on the same client, whether or not MCP traffic ever
+    comes."""
     choice = settings.sync_choice(config)
     log.info("file sync %s", choice.reason)
     if choice.enabled:
         tasks.start_soon(_sync, client, settings, config, index)
+    transcripts = settings.transcripts_choice(config)
+    log.info("session transcripts %s", transcripts.reason)
+    if transcripts.enabled:
+        tasks.start_soon(_upload_transcripts, client, settings, config, index)
+
+
+async def _upload_transcripts(
+    client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str
+) -> None:
+    """Upload session transcripts until cancelled. Never raises: it must not end the forwarding."""
+    try:
+        state = TranscriptState(settings.state_home, config.server_url, index, settings.sync_root)
+        uploader = TranscriptUploader(
+            SyncApi(client),
+            settings.sync_root,
+            os.environ,
+            state,
+            laptop=config.device_name,
+            server_url=config.server_url,
+        )
+        await uploader.run()
+    except Exception:
+        log.exception("transcripts: stopped by an internal error; forwarding goes on")
 
 
 async def _sync(client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str) -> None:

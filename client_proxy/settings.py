@@ -3,7 +3,9 @@
 The index is `--index`, else `MEMORY_INDEX`, else `index` in proxy.toml (see `client_proxy.config`); the log
 level is `MEMORY_PROXY_LOG_LEVEL` (default INFO); the time zone is the laptop's (`client_proxy.local_zone`).
 File sync is off with `--no-sync`, else as `MEMORY_PROXY_SYNC` (0 or 1) says, else as `sync` in proxy.toml says,
-else on when `--project` was given or the folder already holds memory files (`sync_choice`).
+else on when `--project` was given or the folder already holds memory files (`sync_choice`). Session transcripts
+are uploaded only when asked: `--transcripts`, else `MEMORY_PROXY_TRANSCRIPTS`, else `transcripts` in proxy.toml
+(`transcripts_choice`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class RunSettings:
     project_given: bool
     no_sync: bool
     sync_env: str | None
+    transcripts: bool | None = None  # --transcripts / --no-transcripts
+    transcripts_env: str | None = None
 
     @classmethod
     def from_env(
@@ -57,6 +61,7 @@ class RunSettings:
         project: str | None,
         log_file: str | None,
         no_sync: bool = False,
+        transcripts: bool | None = None,
     ) -> RunSettings:
         level = env.get("MEMORY_PROXY_LOG_LEVEL", "INFO").strip().upper()
         return cls(
@@ -70,6 +75,8 @@ class RunSettings:
             project_given=project is not None,
             no_sync=no_sync,
             sync_env=env.get("MEMORY_PROXY_SYNC", "").strip() or None,
+            transcripts=transcripts,
+            transcripts_env=env.get("MEMORY_PROXY_TRANSCRIPTS", "").strip() or None,
         )
 
     @property
@@ -83,10 +90,7 @@ class RunSettings:
         if self.no_sync:
             return SyncChoice(False, "off (--no-sync)")
         if self.sync_env is not None:
-            value = self.sync_env.lower()
-            if value in _OFF | _ON:
-                return SyncChoice(value in _ON, f"{'on' if value in _ON else 'off'} (MEMORY_PROXY_SYNC={value})")
-            return SyncChoice(False, f"off (MEMORY_PROXY_SYNC={self.sync_env!r} is neither 0 nor 1)")
+            return _switch(self.sync_env, "MEMORY_PROXY_SYNC")
         if config.sync is not None:
             return SyncChoice(
                 config.sync,
@@ -101,6 +105,20 @@ class RunSettings:
             f"off: {self.project} holds no MEMORY.md, memory.md or memory/ (create one, or pass --project DIR)",
         )
 
+    def transcripts_choice(self, config: ProxyConfig) -> SyncChoice:
+        """Whether to upload session transcripts: opt-in, since they hold whole conversations."""
+        if self.transcripts is not None:
+            flag = "--transcripts" if self.transcripts else "--no-transcripts"
+            return SyncChoice(self.transcripts, f"{'on' if self.transcripts else 'off'} ({flag})")
+        if self.transcripts_env is not None:
+            return _switch(self.transcripts_env, "MEMORY_PROXY_TRANSCRIPTS")
+        if config.transcripts is not None:
+            state = "on" if config.transcripts else "off"
+            return SyncChoice(
+                config.transcripts, f"{state} (transcripts = {str(config.transcripts).lower()} in proxy.toml)"
+            )
+        return SyncChoice(False, "off (opt in with --transcripts)")
+
     def index_for(self, config: ProxyConfig) -> str:
         """The index to work on, checked; `ConfigError` naming the three ways to set it when none is set."""
         index = self.index or config.index
@@ -110,3 +128,11 @@ class RunSettings:
                 f'`index = "NAME"` to {config.home / "proxy.toml"} (NAME is an index the operator granted this device)'
             )
         return check_index_name(index)
+
+
+def _switch(raw: str, variable: str) -> SyncChoice:
+    """An on/off environment variable's choice; anything but 0/1 (or yes/no, true/false, on/off) is off."""
+    value = raw.lower()
+    if value in _OFF | _ON:
+        return SyncChoice(value in _ON, f"{'on' if value in _ON else 'off'} ({variable}={value})")
+    return SyncChoice(False, f"off ({variable}={raw!r} is neither 0 nor 1)")

@@ -1,4 +1,4 @@
-"""The client side of the sync wire protocol (`docs/sync-protocol.md`): two JSON calls over the channel's client.
+"""The client side of the sync wire protocol (`docs/sync-protocol.md`): JSON calls over the channel's client.
 
 Answers are checked strictly before anyone acts on them: a malformed answer raises `SyncProtocolError`, an HTTP
 refusal `SyncRefused` (with the server's code and message); transport and channel errors pass through unchanged
@@ -21,6 +21,7 @@ from client_proxy.upstream import describe
 
 CHANGES_PATH: Final = "/sync/changes"
 PUSH_PATH: Final = "/sync/push"
+SESSIONS_PATH: Final = "/sync/sessions"
 MAX_PUSH_CHANGES: Final = 100
 MAX_PUSH_BYTES: Final = 4 * 1024 * 1024  # half the server's cap: headroom for JSON escapes we do not count
 MAX_ERROR_BODY: Final = 64 * 1024
@@ -144,6 +145,20 @@ class SyncApi:
         if [result.path for result in results] != [change.path for change in batch]:
             raise SyncProtocolError("the server's push answer does not match the changes sent")
         return revision, results
+
+    async def upload_session(self, session: str, day: str, count: int, parts: Sequence[tuple[int, str]]) -> None:
+        """Store parts of one session transcript (the rest of its `count` parts are as last sent)."""
+        body = {"session": session, "day": day, "count": count}
+        body["parts"] = [{"number": number, "content": content} for number, content in parts]
+        content = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        response = await self._client.post(SESSIONS_PATH, content=content, headers={"content-type": "application/json"})
+        document = _answer(response)
+        try:
+            stored = _list(document, "results")
+        except (KeyError, TypeError) as exc:
+            raise SyncProtocolError(f"malformed sessions answer from the server ({exc})") from None
+        if len(stored) != len(parts):
+            raise SyncProtocolError("the server's sessions answer does not match the parts sent")
 
 
 def _answer(response: httpx2.Response) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from client_proxy.scope import DEFAULT_MAX_FILE_BYTES
 from client_proxy.settings import RunSettings
 from client_proxy.sync_plan import pending_pushes
 from client_proxy.sync_state import StateCorrupt, StateStore
+from client_proxy.transcript_sync import TranscriptState
 
 MAX_LISTED: Final = 20
 CONFLICT_COPY: Final = "*.conflict-*.md"
@@ -65,6 +66,23 @@ def gather(settings: RunSettings, config: ProxyConfig) -> dict[str, Any]:
             {"path": path, "reason": reason} for path, reason in sorted((scan.skipped if scan else {}).items())
         ],
         "last_error": current.last_error,
+        "transcripts": _transcripts(settings, config, index),
+    }
+
+
+def _transcripts(settings: RunSettings, config: ProxyConfig, index: str) -> dict[str, Any]:
+    """The session upload's side: whether it is on, and what its state file says was sent."""
+    choice = settings.transcripts_choice(config)
+    state = TranscriptState(settings.state_home, config.server_url, index, settings.sync_root)
+    state.load(quiet=True)
+    sent = [entry for entry in state.sessions.values() if entry.skipped is None]
+    return {
+        "enabled": choice.enabled,
+        "reason": choice.reason,
+        "sessions_sent": len(sent),
+        "sessions_skipped": sum(entry.skipped is not None for entry in state.sessions.values()),
+        "last_upload": max((entry.uploaded_at or "" for entry in sent), default="") or None,
+        "redacted": sum(entry.redacted for entry in sent),
     }
 
 
@@ -108,6 +126,14 @@ def render(report: dict[str, Any]) -> str:
     if report["not_synced"]:
         lines.append(f"not synced: {len(report['not_synced'])}")
         lines += [f"  {item['path']}: {item['reason']}" for item in report["not_synced"]]
+    transcripts = report["transcripts"]
+    lines.append(f"sessions:   transcripts {transcripts['reason']}")
+    if transcripts["sessions_sent"] or transcripts["sessions_skipped"]:
+        lines.append(
+            f"  {transcripts['sessions_sent']} sent (last {_when(transcripts['last_upload'])}, "
+            f"{transcripts['redacted']} secrets redacted), {transcripts['sessions_skipped']} skipped (empty or "
+            "another project's)"
+        )
     error = report["last_error"]
     if error:
         recovered = max(pull["at"] or "", push["at"] or "") > error.get("at", "")

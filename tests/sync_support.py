@@ -91,11 +91,14 @@ class ProductServer:
 class Laptop:
     """One laptop: a device key granted on the server, a project folder, and `memory-proxy` when running."""
 
-    def __init__(self, folder: Path, server: ProductServer, name: str, index: str) -> None:
+    def __init__(
+        self, folder: Path, server: ProductServer, name: str, index: str, *, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.home, self.state, self.project = folder / "home", folder / "state", folder / "project"
+        self.claude_home = folder / "claude"  # CLAUDE_CONFIG_DIR: where this laptop's Claude Code keeps sessions
         self.project.mkdir(parents=True)
         self.log = folder / "proxy.log"
-        self.name, self.index = name, index
+        self.name, self.index, self.extra_args = name, index, extra_args
         device = init_proxy_home(self.home, url=server.url, key=server.key.public)
         write_config(self.home, render_config(server.url, server.key.public, name, index))
         server.admit(name, device)
@@ -107,8 +110,9 @@ class Laptop:
             "MEMORY_PROXY_LOG_LEVEL": "DEBUG",
             "TZ": TIMEZONE,
             "PATH": os.environ.get("PATH", ""),
+            "CLAUDE_CONFIG_DIR": str(self.claude_home),
         }
-        args = ["run", "--project", str(self.project), "--log-file", str(self.log)]
+        args = ["run", "--project", str(self.project), "--log-file", str(self.log), *self.extra_args]
         return StdioServerParameters(command=str(PROXY), args=args, env=env, cwd=str(self.project))
 
     @asynccontextmanager

@@ -4,8 +4,7 @@ have authenticated, the real mirror and index (hashing embedder)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -16,7 +15,6 @@ from channel.authz import Access, ChannelUser
 from server.app import create_inner_app
 from server.index.errors import InvalidArgumentError
 from server.service import CallerContext, MemoryService
-from tests.fakes.embedder import HashingEmbedder
 
 pytestmark = pytest.mark.anyio
 
@@ -26,15 +24,8 @@ SESSION = "3f2a9c1e-0b7d-4e55-9a61-2c8f0d4b7e10"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def service(tmp_path: Path) -> Iterator[MemoryService]:
-    running = MemoryService(tmp_path / "data", HashingEmbedder())
-    yield running
-    running.close()
+def service(hashing_service: MemoryService) -> MemoryService:
+    return hashing_service
 
 
 def user(name: str, access: Access = "rw") -> ChannelUser:
