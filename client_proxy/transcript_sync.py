@@ -30,7 +30,7 @@ import anyio
 import anyio.to_thread
 
 from channel.files import atomic_write
-from client_proxy.sync_api import EXPECTED_FAILURES, SyncApi, describe_failure
+from client_proxy.sync_api import EXPECTED_FAILURES, SyncApi, SyncRefused, describe_failure
 from client_proxy.sync_retry import Retry
 from client_proxy.sync_state import utc_stamp
 from client_proxy.transcript_render import render_markdown, split_parts
@@ -123,20 +123,22 @@ class TranscriptUploader:
         self.api, self.project, self.environ, self.state = api, project, environ, state
         self.laptop, self.server_url, self.clock = laptop, server_url, clock
         self._retry = Retry()
+        self.stopped = False  # set when the server refuses this device for good (no write access)
 
     async def run(self) -> None:
         await anyio.to_thread.run_sync(self.state.load)
         log.info("transcripts: uploading Claude Code sessions of %s (redacted on this laptop)", self.project)
         try:
-            while True:
+            while not self.stopped:
                 if await self.pass_once():
                     await anyio.sleep(POLL)
                 else:
                     await self._retry.pause()
         finally:
-            with anyio.CancelScope(shield=True) as scope:
-                scope.deadline = anyio.current_time() + FLUSH_GRACE
-                await self.pass_once(flush=True)
+            if not self.stopped:
+                with anyio.CancelScope(shield=True) as scope:
+                    scope.deadline = anyio.current_time() + FLUSH_GRACE
+                    await self.pass_once(flush=True)
 
     async def pass_once(self, *, flush: bool = False) -> bool:
         """Upload every session that is due (all with unsent lines when `flush`); False when the server failed."""
@@ -152,11 +154,30 @@ class TranscriptUploader:
                 continue
             try:
                 await self._upload(path)
+            except SyncRefused as exc:
+                if exc.status == 403:  # this device may not write to the index: asking again will not help
+                    log.error("transcripts: %s; no more uploads until memory-proxy restarts", exc)
+                    self.stopped = True
+                    return False
+                if exc.status not in (400, 413):
+                    log.warning("transcripts: upload failed: %s", describe_failure(exc, self.server_url))
+                    return False
+                log.warning("transcripts: %s was refused (%s); it is tried again when it grows", path.name, exc)
+                self._set_aside(path, "refused by the server")
+                continue
             except EXPECTED_FAILURES as exc:
                 log.warning("transcripts: upload failed: %s", describe_failure(exc, self.server_url))
                 return False
             self._retry.succeeded()
         return True
+
+    def _set_aside(self, path: Path, why: str) -> None:
+        try:
+            size = os.stat(path, follow_symlinks=False).st_size
+        except OSError:
+            return
+        self.state.sessions[str(path)] = SentSession(size, [], why)
+        self.state.save()
 
     def _due(self, path: Path, flush: bool) -> bool:
         """Whether `path` has grown enough, or has been quiet with unsent lines (or `flush`)."""

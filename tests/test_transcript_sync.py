@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,10 @@ from client_proxy.transcript_render import render_markdown
 from client_proxy.transcript_sync import QUIET, RESEND_LINES, TranscriptState, TranscriptUploader
 from redaction import marker
 from server.app import create_inner_app
+from server.index.engine import EngineSettings
+from server.index.scan import ScanConfig
 from server.service import CallerContext, MemoryService
+from tests.fakes.embedder import HashingEmbedder
 from tests.secret_corpus import LOOK_ALIKES, PLANTED
 from tests.transcript_fixtures import (
     START,
@@ -61,15 +65,22 @@ class Counting(SyncApi):
         await super().upload_session(session, day, count, parts)
 
 
-@pytest.fixture
-async def api(service: MemoryService) -> AsyncIterator[Counting]:
+@asynccontextmanager
+async def client_as(service: MemoryService, user: ChannelUser) -> AsyncIterator[Counting]:
+    """The sync client of a laptop the channel let in as `user`, on the service's inner app."""
     app = create_inner_app(service)
 
-    async def as_alice(scope: Any, receive: Any, send: Any) -> None:
-        await app({**scope, "user": ALICE}, receive, send)
+    async def as_user(scope: Any, receive: Any, send: Any) -> None:
+        await app({**scope, "user": user}, receive, send)
 
-    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(as_alice), base_url="http://memory") as client:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(as_user), base_url="http://memory") as client:
         yield Counting(client)
+
+
+@pytest.fixture
+async def api(service: MemoryService) -> AsyncIterator[Counting]:
+    async with client_as(service, ALICE) as counting:
+        yield counting
 
 
 class Clock:
@@ -232,3 +243,30 @@ async def test_every_planted_secret_is_redacted_before_upload_and_no_look_alike_
         assert text.count(marker(kind)) >= sum(case.kinds.get(kind, 0) for case in PLANTED), kind
     damaged = [text_ for text_ in LOOK_ALIKES if any(line not in text for line in text_.splitlines() if line.strip())]
     assert damaged == []
+
+
+async def test_a_read_only_device_stops_uploading_at_the_first_refusal(service, project, tmp_path):
+    write_session(project_folder(tmp_path / "claude", project), SESSION, conversation(project, 2))
+    reader = ChannelUser("reader", "SHA256:reader", {INDEX: "r"}, INDEX, "r")
+    async with client_as(service, reader) as api:
+        running = uploader(api, project, tmp_path)
+        with anyio.fail_after(10):
+            await running.run()  # returns by itself: no retry loop against a refusal that cannot change
+    assert running.stopped and len(api.uploads) == 1 and stored(service) == {}
+
+
+async def test_a_session_the_server_refuses_is_set_aside_and_the_others_still_go(project, tmp_path):
+    small = MemoryService(tmp_path / "small", HashingEmbedder(), EngineSettings(scan=ScanConfig(max_file_bytes=3000)))
+    folder = project_folder(tmp_path / "claude", project)
+    write_session(folder, SESSION, conversation(project, 40, "a long story"))  # over the server's 3,000 bytes
+    other = "7e6d5c4b-3a29-4180-9f7e-6d5c4b3a2918"
+    write_session(folder, other, [user_line("A short one.", cwd=str(project), session=other)])
+    try:
+        async with client_as(small, ALICE) as api:
+            running = uploader(api, project, tmp_path)
+            assert await running.pass_once()
+            assert list(stored(small)) == [f"sessions/alice/{DAY}-{other}.md"]
+            assert running.state.sessions[str(folder / f"{SESSION}.jsonl")].skipped == "refused by the server"
+            assert await running.pass_once() and len(api.uploads) == 2  # not asked again until it grows
+    finally:
+        small.close()
