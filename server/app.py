@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 from mcp.server import MCPServer
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -69,6 +69,7 @@ def create_inner_app(service: MemoryService, mcp: MCPServer | None = None, metri
         session_idle_timeout=SESSION_IDLE_TIMEOUT,
     )
     manager = mcp.session_manager
+    service.stopping_listeners.append(lambda: _end_standalone_streams(manager))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -117,3 +118,11 @@ def create_app(
         sessions=sessions,
         handshake_rate=handshake_rate,
     )
+
+
+def _end_standalone_streams(manager: StreamableHTTPSessionManager) -> None:
+    """End every session's open GET stream (server-to-client notifications) as the server stops, so uvicorn's
+    graceful period is not spent waiting for streams that never end, then cancelling them with a traceback. The SDK
+    keeps its sessions in a private table; it offers no public way to reach them."""
+    for transport in list(manager._server_instances.values()):
+        transport.close_standalone_sse_stream()

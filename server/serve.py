@@ -50,9 +50,8 @@ def register(commands: Any, settings: Settings) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     # The web stack and the MCP SDK take most of a second to import: only this command pays for them.
-    import uvicorn
-
     from server.app import create_app
+    from server.graceful import GracefulServer
     from server.metrics import sessions_collector
     from server.metrics_app import ChannelMetrics, MetricsListener, service_metrics
     from server.service import SERVER_VERSION, MemoryService
@@ -99,7 +98,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if scraper is not None:
             scraper.start()
             print(f"metrics on {_url(*scraper.address)}/metrics (loopback only)", file=_stdout(), flush=True)
-        uvicorn.Server(uvicorn_config(ChannelMetrics(app, metrics))).run(sockets=[listener])
+        GracefulServer(uvicorn_config(ChannelMetrics(app, metrics)), on_stopping=service.stopping).run(
+            sockets=[listener]
+        )
     finally:
         if scraper is not None:
             scraper.close()

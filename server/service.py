@@ -166,6 +166,8 @@ class MemoryService:
         self._closed = False
         # Called with an index's name after every change to its mirror, in the thread that made it.
         self.change_listeners: builtins.list[Callable[[str], None]] = []
+        # Called once when the server stops taking requests (long-polls answer at once); on the event loop.
+        self.stopping_listeners: builtins.list[Callable[[], None]] = []
 
     # lifecycle -----------------------------------------------------------------------------------------
 
@@ -180,6 +182,11 @@ class MemoryService:
         for handle in opened.values():
             handle.index.close()
             handle.mirror.close()
+
+    def stopping(self) -> None:
+        """The server is stopping: whoever waits for changes should answer now (before `close`)."""
+        for listener in builtins.list(self.stopping_listeners):
+            listener()
 
     def _changed(self, name: str) -> None:
         for listener in builtins.list(self.change_listeners):

@@ -48,6 +48,14 @@ class ChangeFeed:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.stopped = False  # the server is shutting down: long-polls answer at once
+
+    def stop(self) -> None:
+        """Wake every long-poll for good (call on the event loop)."""
+        self.stopped = True
+        events, self._events = self._events, {}
+        for event in events.values():
+            event.set()
 
     def event(self, index: str) -> asyncio.Event:
         """The event the next change to `index` sets (call on the event loop)."""
@@ -72,6 +80,7 @@ def sync_routes(service: MemoryService) -> list[Route]:
     sync = SyncService(service)
     feed = ChangeFeed()
     service.change_listeners.append(feed.notify)
+    service.stopping_listeners.append(feed.stop)
 
     async def changes(request: Request) -> Response:
         caller = _caller(request)
@@ -82,7 +91,8 @@ def sync_routes(service: MemoryService) -> list[Route]:
             signal = feed.event(caller.index)  # taken before looking, so a change in between is not missed
             answer = await _in_thread(sync.changes, caller, since)
             remaining = deadline - time.monotonic()
-            if answer.changes or answer.reset or answer.more or remaining <= 0:  # more: only transcripts so far
+            done = answer.changes or answer.reset or answer.more  # more: only transcripts so far, ask again
+            if done or remaining <= 0 or feed.stopped:
                 return JSONResponse(answer.as_json(), headers=_NO_STORE)
             with anyio.move_on_after(min(remaining, RECHECK_SECONDS)):
                 await signal.wait()

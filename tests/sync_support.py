@@ -80,7 +80,8 @@ class ProductServer:
         service = MemoryService(self.data_dir, self.embedder)
         callers = CallersFile(self.keys_dir / CALLERS_FILE)
         app = create_app(service, server_key=self.key, callers=callers, data_dir=self.data_dir)
-        self._running.enter_context(run_uvicorn(serve.uvicorn_config(app, graceful=1), port=self.port))
+        config = serve.uvicorn_config(app, graceful=1)
+        self._running.enter_context(run_uvicorn(config, port=self.port, on_stopping=service.stopping))
         self.service = service
 
     def stop(self) -> None:
@@ -155,6 +156,13 @@ class Laptop:
         target = self.path(relpath)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, "utf-8")
+
+    def read_log(self) -> str | None:
+        """The proxy's log file so far (None before the proxy wrote it)."""
+        try:
+            return self.log.read_text("utf-8")
+        except FileNotFoundError:
+            return None
 
     def read(self, relpath: str) -> str | None:
         try:

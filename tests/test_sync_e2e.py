@@ -5,11 +5,14 @@ Code does; the tests edit files as the user would and wait, bounded, for the oth
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import anyio
 import pytest
 
 from server.sync_service import SyncService
@@ -168,3 +171,17 @@ async def test_a_burst_of_500_file_writes_is_synced_completely_in_few_requests(l
     assert len(pushes) <= 40, f"{len(pushes)} push requests for 500 files"
     log = alice.log.read_text("utf-8")  # written at DEBUG: the sync's own lines, not one per inotify event
     assert "sync: pushed" in log and "watchdog" not in log
+
+
+async def test_a_server_stopping_with_laptops_waiting_answers_them_and_stops_quietly(laptops, server, caplog):
+    alice = laptops["alice"]
+    async with alice.running() as client:  # an MCP session with its GET stream open, and the sync's long-poll
+        await client.call_tool("memory_status", {})
+        await eventually(lambda: "sync: started" in (alice.read_log() or ""), "alice's proxy syncing")
+        await anyio.sleep(1.0)  # its long-poll is now waiting on the server
+        with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+            started = time.monotonic()
+            server.stop()
+            stopped = time.monotonic() - started
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+    assert stopped < 1.0  # not the graceful period's end: the long-poll answered and the stream ended at once

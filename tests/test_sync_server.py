@@ -293,6 +293,23 @@ async def test_a_long_poll_woken_by_a_push_finds_the_pushed_file_already_searcha
         slow.close()
 
 
+async def test_a_long_poll_answers_at_once_when_the_server_starts_stopping(laptops, service):
+    answers: list[dict[str, Any]] = []
+
+    async def wait_for_change() -> None:
+        answers.append(await pull(laptops["bob"], since=0, wait=WAIT))
+
+    with anyio.fail_after(WAIT / 2):  # well before the long-poll's own end
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait_for_change)
+            await anyio.sleep(0.2)
+            service.stopping()  # what the server's uvicorn calls as its shutdown begins
+    assert answers == [{"revision": 0, "next": 0, "more": False, "reset": False, "changes": []}]
+    started = anyio.current_time()
+    await pull(laptops["bob"], since=0, wait=WAIT)  # and every later one, until the process is gone
+    assert anyio.current_time() - started < 1.0
+
+
 async def test_a_long_answer_comes_in_pages_that_together_hold_every_change(laptops, service):
     for start in range(0, 150, 50):
         await push(
