@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,17 +235,26 @@ async def test_a_read_only_caller_may_pull_but_not_push_and_a_caller_without_an_
         assert (await call).status_code == 403
 
 
-async def test_a_long_poll_returns_as_soon_as_another_laptop_writes_and_otherwise_after_the_wait(laptops, service):
+async def long_poll_while(client: httpx2.AsyncClient, action: Callable[[], Awaitable[object]]) -> dict[str, Any]:
+    """Bob's answer to a long-poll (from revision 0) that `action` runs during; well before the poll's own end."""
     answers: list[dict[str, Any]] = []
 
     async def wait_for_change() -> None:
-        answers.append(await pull(laptops["bob"], since=0, wait=WAIT))
+        answers.append(await pull(client, since=0, wait=WAIT))
 
-    with anyio.fail_after(WAIT / 2):  # well before the long-poll's own end
+    with anyio.fail_after(WAIT / 2):
         async with anyio.create_task_group() as group:
             group.start_soon(wait_for_change)
             await anyio.sleep(0.2)  # let the poll start waiting (it answers correctly either way)
-            await anyio.to_thread.run_sync(lambda: service.write(caller("alice"), "an MCP write", path="memory/x.md"))
+            await action()
+    return answers[0]
+
+
+async def test_a_long_poll_returns_as_soon_as_another_laptop_writes_and_otherwise_after_the_wait(laptops, service):
+    def write() -> object:
+        return service.write(caller("alice"), "an MCP write", path="memory/x.md")
+
+    answers = [await long_poll_while(laptops["bob"], lambda: anyio.to_thread.run_sync(write))]
     assert [c["path"] for c in answers[0]["changes"]] == ["memory/x.md"]
     started = anyio.current_time()
     quiet = await pull(laptops["bob"], since=answers[0]["next"], wait=0.3)
@@ -294,17 +303,11 @@ async def test_a_long_poll_woken_by_a_push_finds_the_pushed_file_already_searcha
 
 
 async def test_a_long_poll_answers_at_once_when_the_server_starts_stopping(laptops, service):
-    answers: list[dict[str, Any]] = []
+    async def stopping() -> None:
+        service.stopping()  # what the server's uvicorn calls as its shutdown begins
 
-    async def wait_for_change() -> None:
-        answers.append(await pull(laptops["bob"], since=0, wait=WAIT))
-
-    with anyio.fail_after(WAIT / 2):  # well before the long-poll's own end
-        async with anyio.create_task_group() as group:
-            group.start_soon(wait_for_change)
-            await anyio.sleep(0.2)
-            service.stopping()  # what the server's uvicorn calls as its shutdown begins
-    assert answers == [{"revision": 0, "next": 0, "more": False, "reset": False, "changes": []}]
+    answer = await long_poll_while(laptops["bob"], stopping)
+    assert answer == {"revision": 0, "next": 0, "more": False, "reset": False, "changes": []}
     started = anyio.current_time()
     await pull(laptops["bob"], since=0, wait=WAIT)  # and every later one, until the process is gone
     assert anyio.current_time() - started < 1.0
