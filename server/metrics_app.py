@@ -48,43 +48,22 @@ def service_metrics(service: MemoryService) -> Metrics:
     return metrics
 
 
-class RequestMetrics:
-    """Counts each request of the inner app by route, method and status class, and how long its answer took."""
+class _AnswerObserver:
+    """ASGI middleware that reports each HTTP request's scope, answer status (500 when the app failed before
+    answering) and seconds taken to `observe`."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+
+    def observe(self, scope: Scope, status: int, seconds: float) -> None:
+        raise NotImplementedError
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500  # the app failed before it answered
-
-        async def counted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, counted)
-        finally:
-            self.metrics.observe_request(scope["path"], scope["method"], status, time.perf_counter() - started)
-
-
-class ChannelMetrics:
-    """Counts each request at the channel (handshakes, tunnel frames, health checks) by path and status."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
         status = 500
 
         async def counted(message: Message) -> None:
@@ -96,7 +75,21 @@ class ChannelMetrics:
         try:
             await self.app(scope, receive, counted)
         finally:
-            self.metrics.observe_channel(scope["path"], status)
+            self.observe(scope, status, time.perf_counter() - started)
+
+
+class RequestMetrics(_AnswerObserver):
+    """Counts each request of the inner app by route, method and status class, and how long its answer took."""
+
+    def observe(self, scope: Scope, status: int, seconds: float) -> None:
+        self.metrics.observe_request(scope["path"], scope["method"], status, seconds)
+
+
+class ChannelMetrics(_AnswerObserver):
+    """Counts each request at the channel (handshakes, tunnel frames, health checks) by path and status."""
+
+    def observe(self, scope: Scope, status: int, seconds: float) -> None:
+        self.metrics.observe_channel(scope["path"], status)
 
 
 def metrics_endpoint(metrics: Metrics) -> Callable[[Request], Any]:
