@@ -21,8 +21,7 @@ import logging
 from dataclasses import dataclass
 
 from server.index.errors import InvalidArgumentError
-from server.mirror import FileState
-from server.paths import SESSION_FILE, SESSION_ID, SESSIONS_DIR, session_file_path
+from server.paths import SESSION_ID, session_file_path
 from server.service import CallerContext, MemoryService
 
 log = logging.getLogger(__name__)
@@ -97,8 +96,11 @@ class SessionUploads:
                         path = session_file_path(caller.name, upload.day, upload.session, number)
                         state = mirror.write(path, content, caller=caller.name)
                         results.append({"path": path, "hash": state.hash})
-                    for stale in self._parts_past(mirror.list(f"{SESSIONS_DIR}/{caller.name}/"), upload):
-                        mirror.delete(stale, caller=caller.name)
+                    # Parts run 1..n without gaps: the ones past the count are count+1, count+2, ... while they exist.
+                    for number in range(upload.count + 1, MAX_PARTS + 1):
+                        stale = session_file_path(caller.name, upload.day, upload.session, number)
+                        if mirror.delete(stale, caller=caller.name) is None:
+                            break
                         removed.append(stale)
                 touched = [str(r["path"]) for r in results] + removed
                 if touched:
@@ -111,14 +113,3 @@ class SessionUploads:
                 len(removed),
             )
             return {"results": results, "removed": removed}
-
-    @staticmethod
-    def _parts_past(files: list[FileState], upload: SessionUpload) -> list[str]:
-        stale = []
-        for state in files:
-            match = SESSION_FILE.fullmatch(state.path.rsplit("/", 1)[-1])
-            if match is None or match.group(2) != upload.session or match.group(1) != upload.day.isoformat():
-                continue
-            if int(match.group(3) or 1) > upload.count:
-                stale.append(state.path)
-        return stale

@@ -100,8 +100,6 @@ def sync_routes(service: MemoryService) -> list[Route]:
     async def push(request: Request) -> Response:
         caller = _caller(request)
         document = await _json_body(request)
-        if isinstance(document, Response):
-            return document
         revision, results = await _in_thread(sync.push, caller, parse_push(document))
         return JSONResponse({"revision": revision, "results": [r.as_json() for r in results]}, headers=_NO_STORE)
 
@@ -110,8 +108,6 @@ def sync_routes(service: MemoryService) -> list[Route]:
     async def sessions(request: Request) -> Response:
         caller = _caller(request)
         document = await _json_body(request)
-        if isinstance(document, Response):
-            return document
         upload = parse_upload(document, service.settings.scan.max_file_bytes)
         return JSONResponse(await _in_thread(uploads.upload, caller, upload), headers=_NO_STORE)
 
@@ -122,11 +118,15 @@ def sync_routes(service: MemoryService) -> list[Route]:
     ]
 
 
+class _TooLarge(Exception):
+    """A body over MAX_PUSH_BYTES (answered 413)."""
+
+
 async def _json_body(request: Request) -> object:
-    """The parsed JSON body, or the 413 answer when it is over MAX_PUSH_BYTES."""
+    """The parsed JSON body; _TooLarge over MAX_PUSH_BYTES, InvalidArgumentError when it is not JSON."""
     body = await request.body()
     if len(body) > MAX_PUSH_BYTES:
-        return _error(413, "too_large", f"a body may hold at most {MAX_PUSH_BYTES} bytes; send less at once")
+        raise _TooLarge(f"a body may hold at most {MAX_PUSH_BYTES} bytes; send less at once")
     try:
         return json.loads(body)
     except (ValueError, RecursionError):
@@ -156,6 +156,8 @@ def _answering_errors(endpoint: Callable[[Request], Awaitable[Response]]) -> Cal
             return _error(403, "forbidden", str(exc))
         except InvalidArgumentError as exc:
             return _error(400, "bad_request", str(exc))
+        except _TooLarge as exc:
+            return _error(413, "too_large", str(exc))
         except ServiceClosedError as exc:
             return _error(503, "unavailable", str(exc))
         except EngineError as exc:
