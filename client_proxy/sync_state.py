@@ -55,6 +55,12 @@ def state_home(env: Mapping[str, str]) -> Path:
     return Path(env.get("HOME") or Path.home()) / ".local" / "state" / "memory-proxy"
 
 
+def state_path(home: Path, server_url: str, index: str, project: Path, suffix: str) -> Path:
+    """A state file of one (server, index, project) in `home`: a digest of the three, then `suffix`."""
+    digest = hashlib.sha256(json.dumps((server_url, index, str(project))).encode("utf-8")).hexdigest()[:16]
+    return home / f"{digest}{suffix}"
+
+
 def utc_stamp(moment: datetime | None = None) -> str:
     """ISO 8601 in UTC to the second, as the server writes times: `2026-11-23T10:15:00Z`."""
     return (moment or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -175,8 +181,7 @@ class StateStore:
     def __init__(self, home: Path, server_url: str, index: str, project: Path) -> None:
         self.home = home
         self.identity = (server_url, index, str(project))
-        digest = hashlib.sha256(json.dumps(self.identity).encode("utf-8")).hexdigest()[:16]
-        self.path = home / f"{digest}.json"
+        self.path = state_path(home, server_url, index, project, ".json")
         self._written: bytes | None = None
         self._lock_fd: int | None = None
 

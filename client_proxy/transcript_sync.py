@@ -32,7 +32,7 @@ import anyio.to_thread
 from channel.files import atomic_write
 from client_proxy.sync_api import EXPECTED_FAILURES, SyncApi, SyncRefused, describe_failure
 from client_proxy.sync_retry import Retry
-from client_proxy.sync_state import utc_stamp
+from client_proxy.sync_state import state_path, utc_stamp
 from client_proxy.transcript_render import render_markdown, split_parts
 from client_proxy.transcripts import (
     TranscriptError,
@@ -71,8 +71,7 @@ class TranscriptState:
     """The uploader's state file: loaded once, saved atomically after every upload."""
 
     def __init__(self, home: Path, server_url: str, index: str, project: Path) -> None:
-        identity = json.dumps([server_url, index, str(project)]).encode("utf-8")
-        self.path = home / f"{hashlib.sha256(identity).hexdigest()[:16]}.transcripts.json"
+        self.path = state_path(home, server_url, index, project, ".transcripts.json")
         self.sessions: dict[str, SentSession] = {}
 
     def load(self, *, quiet: bool = False) -> None:
@@ -187,6 +186,8 @@ class TranscriptUploader:
             return False
         sent = self.state.sessions.get(str(path))
         covered = sent.covered if sent is not None else 0
+        if info.st_size == covered:
+            return False
         if info.st_size < covered:  # rewritten from scratch: send it all again
             return True
         if info.st_size - covered >= RESEND_BYTES:
@@ -206,6 +207,7 @@ class TranscriptUploader:
         hashes = [hashlib.sha256(part.encode("utf-8")).hexdigest() for part in parts]
         changed = [(n + 1, part) for n, part in enumerate(parts) if n >= len(before) or before[n] != hashes[n]]
         if changed or len(before) != len(parts):
+            # At least one request, even with no part changed: a smaller count makes the server drop the rest.
             for start in range(0, max(len(changed), 1), PARTS_PER_REQUEST):
                 await self.api.upload_session(session, day, len(parts), changed[start : start + PARTS_PER_REQUEST])
             log.info(
