@@ -12,9 +12,9 @@ import httpx2
 import pytest
 
 from channel.authz import Access, ChannelUser
-from server.app import create_inner_app
 from server.index.errors import InvalidArgumentError
 from server.service import CallerContext, MemoryService
+from tests.inner_app import inner_clients
 
 pytestmark = pytest.mark.anyio
 
@@ -38,17 +38,8 @@ def caller(name: str) -> CallerContext:
 
 @pytest.fixture
 async def laptops(service: MemoryService) -> AsyncIterator[dict[str, httpx2.AsyncClient]]:
-    app = create_inner_app(service)
-    clients: dict[str, httpx2.AsyncClient] = {}
-    for who in (user("alice"), user("bob"), user("reader", "r")):
-
-        async def as_user(scope: Any, receive: Any, send: Any, who: ChannelUser = who) -> None:
-            await app({**scope, "user": who}, receive, send)
-
-        clients[who.name] = httpx2.AsyncClient(transport=httpx2.ASGITransport(as_user), base_url="http://memory")
-    yield clients
-    for client in clients.values():
-        await client.aclose()
+    async with inner_clients(service, user("alice"), user("bob"), user("reader", "r")) as clients:
+        yield clients
 
 
 def transcript(title: str, *lines: str, part: int = 1) -> str:

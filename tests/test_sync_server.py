@@ -15,13 +15,13 @@ import httpx2
 import pytest
 
 from channel.authz import Access, ChannelUser
-from server.app import create_inner_app
 from server.index.embeddings.base import InputKind, Vectors
 from server.mirror import sha256_hex
 from server.service import CallerContext, MemoryService
 from server.sync_rules import MAX_PUSH_BYTES, MAX_PUSH_CHANGES
 from server.sync_service import SyncService
 from tests.fakes.embedder import HashingEmbedder
+from tests.inner_app import inner_clients
 from tests.mcp_support import plant
 
 pytestmark = pytest.mark.anyio
@@ -42,17 +42,10 @@ def user(name: str, access: Access = "rw", index: str | None = INDEX) -> Channel
 @pytest.fixture
 async def laptops(service: MemoryService) -> AsyncIterator[dict[str, httpx2.AsyncClient]]:
     """Clients of the inner app as alice, bob (both rw) and reader (r), as the channel would let them in."""
-    app = create_inner_app(service)
-    clients: dict[str, httpx2.AsyncClient] = {}
-    for who in (user("alice"), user("bob"), user("reader", "r"), user("lost", index=None)):
-
-        async def as_user(scope: Any, receive: Any, send: Any, who: ChannelUser = who) -> None:
-            await app({**scope, "user": who}, receive, send)
-
-        clients[who.name] = httpx2.AsyncClient(transport=httpx2.ASGITransport(as_user), base_url="http://memory")
-    yield clients
-    for client in clients.values():
-        await client.aclose()
+    async with inner_clients(
+        service, user("alice"), user("bob"), user("reader", "r"), user("lost", index=None)
+    ) as clients:
+        yield clients
 
 
 async def push(client: httpx2.AsyncClient, *changes: dict[str, Any]) -> list[dict[str, Any]]:
@@ -273,32 +266,23 @@ class SlowEmbedder(HashingEmbedder):
 
 async def test_a_long_poll_woken_by_a_push_finds_the_pushed_file_already_searchable(tmp_path: Path) -> None:
     slow = MemoryService(tmp_path / "slow", SlowEmbedder())
-    app = create_inner_app(slow)
-
-    def client(who: ChannelUser) -> httpx2.AsyncClient:
-        async def as_user(scope: Any, receive: Any, send: Any) -> None:
-            await app({**scope, "user": who}, receive, send)
-
-        return httpx2.AsyncClient(transport=httpx2.ASGITransport(as_user), base_url="http://memory")
-
-    alice, bob = client(user("alice")), client(user("bob"))
     woken: list[list[str]] = []
-
-    async def wait_then_search() -> None:
-        answer = await pull(bob, since=0, wait=WAIT)
-        hits = await anyio.to_thread.run_sync(lambda: slow.search(caller("bob"), "canary deploy").hits)
-        woken.append([c["path"] for c in answer["changes"]] + [hit.path for hit in hits])
-
     try:
-        with anyio.fail_after(WAIT / 2):
-            async with anyio.create_task_group() as group:
-                group.start_soon(wait_then_search)
-                await anyio.sleep(0.2)
-                await push(alice, {"path": "memory/canary.md", "base": None, "content": "Canary deploy first.\n"})
+        async with inner_clients(slow, user("alice"), user("bob")) as clients:
+
+            async def wait_then_search() -> None:
+                answer = await pull(clients["bob"], since=0, wait=WAIT)
+                hits = await anyio.to_thread.run_sync(lambda: slow.search(caller("bob"), "canary deploy").hits)
+                woken.append([c["path"] for c in answer["changes"]] + [hit.path for hit in hits])
+
+            with anyio.fail_after(WAIT / 2):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(wait_then_search)
+                    await anyio.sleep(0.2)
+                    canary = {"path": "memory/canary.md", "base": None, "content": "Canary deploy first.\n"}
+                    await push(clients["alice"], canary)
         assert woken == [["memory/canary.md", "memory/canary.md"]]
     finally:
-        await alice.aclose()
-        await bob.aclose()
         slow.close()
 
 

@@ -21,11 +21,11 @@ from client_proxy.sync_api import SyncApi
 from client_proxy.transcript_render import render_markdown
 from client_proxy.transcript_sync import QUIET, RESEND_LINES, TranscriptState, TranscriptUploader
 from redaction import marker
-from server.app import create_inner_app
 from server.index.engine import EngineSettings
 from server.index.scan import ScanConfig
 from server.service import CallerContext, MemoryService
 from tests.fakes.embedder import HashingEmbedder
+from tests.inner_app import inner_clients
 from tests.secret_corpus import LOOK_ALIKES, PLANTED
 from tests.transcript_fixtures import (
     START,
@@ -67,14 +67,9 @@ class Counting(SyncApi):
 
 @asynccontextmanager
 async def client_as(service: MemoryService, user: ChannelUser) -> AsyncIterator[Counting]:
-    """The sync client of a laptop the channel let in as `user`, on the service's inner app."""
-    app = create_inner_app(service)
-
-    async def as_user(scope: Any, receive: Any, send: Any) -> None:
-        await app({**scope, "user": user}, receive, send)
-
-    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(as_user), base_url="http://memory") as client:
-        yield Counting(client)
+    """The sync client of a laptop the channel let in as `user`."""
+    async with inner_clients(service, user) as clients:
+        yield Counting(clients[user.name])
 
 
 @pytest.fixture

@@ -124,7 +124,8 @@ async def test_two_laptops_sessions_are_redacted_uploaded_kept_growing_and_searc
         assert f"[redacted:{kind}]" in text
     for lookalike in LOOKALIKES:
         assert lookalike in text, f"look-alike redacted: {lookalike}"
-    assert alice.project.joinpath("memory").exists() is False  # transcripts never come down into the project
+    for laptop in (alice, bob):  # transcripts never come down: both laptops synced, and neither got a file
+        assert laptop.files() == {} and not (laptop.project / "sessions").exists()
 
     params = alice.params()
     shown = subprocess.run(
