@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from server import config_cli, logs, serve
+from server import config_cli, logs, selfcheck, serve
 from server.index.embeddings.base import Embedder
 from server.index.engine import IndexStatus, MemoryIndex
 from server.index.errors import EngineError, InvalidArgumentError
@@ -76,6 +76,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     _register_admin(commands)
     serve.register(commands, settings)
     config_cli.register(commands)
+    selfcheck.register(commands)
     return parser
 
 
