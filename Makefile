@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-container lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ lint: $(VENV)/.installed-dev
 
 test: lint
 	$(BIN)/pytest
+
+# The image built from this tree and run with compose.yaml by a real Docker engine; starts a private engine when
+# none answers (as root: scripts/container/engine.sh). Needs no container registry.
+test-container: $(VENV)/.installed-dev
+	scripts/container/test-tier.sh
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py
