@@ -93,13 +93,21 @@ class Laptop:
     """One laptop: a device key granted on the server, a project folder, and `memory-proxy` when running."""
 
     def __init__(
-        self, folder: Path, server: ProductServer, name: str, index: str, *, extra_args: tuple[str, ...] = ()
+        self,
+        folder: Path,
+        server: ProductServer,
+        name: str,
+        index: str,
+        *,
+        extra_args: tuple[str, ...] = (),
+        proxy: Path = PROXY,
     ) -> None:
         self.home, self.state, self.project = folder / "home", folder / "state", folder / "project"
         self.claude_home = folder / "claude"  # CLAUDE_CONFIG_DIR: where this laptop's Claude Code keeps sessions
         self.project.mkdir(parents=True)
         self.log = folder / "proxy.log"
         self.name, self.index, self.extra_args = name, index, extra_args
+        self.proxy = proxy  # the memory-proxy executable: this checkout's, or one installed elsewhere
         device = init_proxy_home(self.home, url=server.url, key=server.key.public)
         write_config(self.home, render_config(server.url, server.key.public, name, index))
         server.admit(name, device)
@@ -114,7 +122,7 @@ class Laptop:
             "CLAUDE_CONFIG_DIR": str(self.claude_home),
         }
         args = ["run", "--project", str(self.project), "--log-file", str(self.log), *self.extra_args]
-        return StdioServerParameters(command=str(PROXY), args=args, env=env, cwd=str(self.project))
+        return StdioServerParameters(command=str(self.proxy), args=args, env=env, cwd=str(self.project))
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Client]:

@@ -1,0 +1,64 @@
+"""The channel's errors: one root, `ChannelError`, and a few subclasses callers can act on.
+
+Messages are for the local user (key files, pinning, configuration). What a remote peer sees is decided
+elsewhere: one fixed answer per layer, never the text of these exceptions.
+"""
+
+from __future__ import annotations
+
+
+class ChannelError(Exception):
+    """Root of every error raised by the channel package."""
+
+
+class KeyFileError(ChannelError):
+    """A key file or public key line is missing, unsafe, corrupt, or of the wrong type or length."""
+
+
+class ProtocolError(ChannelError):
+    """A handshake message or frame failed to parse or authenticate. Carries no detail on purpose."""
+
+
+class HandshakeError(ProtocolError):
+    """A handshake message failed to parse or authenticate."""
+
+
+class FrameError(ProtocolError):
+    """A frame failed to parse, authenticate, or arrive in order; or a response stream ended early."""
+
+
+class HandshakeRefused(HandshakeError):
+    """The server refused our handshake: an unknown or revoked device key, a replayed message, or a rate limit."""
+
+    def __init__(self, status: int, device: str) -> None:
+        if status == 429:
+            why = "too many handshakes from this address; try again in a few seconds"
+        else:
+            why = (
+                f"this device key ({device}) is not authorized on the server (not in callers.toml, or removed), "
+                "or the device clock went backwards"
+            )
+        super().__init__(f"the server refused the channel handshake (HTTP {status}): {why}")
+        self.status = status
+
+
+class ServerKeyMismatch(ChannelError):
+    """The server presents a different key from the one pinned: a hard error, never trust on first use."""
+
+    def __init__(self, pinned: str, presented: str) -> None:
+        super().__init__(
+            "the server's key does not match the pinned key: "
+            f"pinned {pinned}, server presents {presented}. "
+            "Something between you and the server may be impersonating it. Pin the new key only after checking "
+            "its fingerprint with the server's operator over another channel."
+        )
+        self.pinned = pinned
+        self.presented = presented
+
+
+class TunnelRefused(ChannelError):
+    """The server answered a tunnelled request with its generic refusal (bad frame, too large, no session)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"the server refused the tunnelled request (HTTP {status}); it was not executed")
+        self.status = status

@@ -1,0 +1,259 @@
+"""The server side: an ASGI middleware that answers `/v1/handshake` and `/v1/tunnel` and runs the inner app
+only for authenticated, authorized, fresh frames. Every other path is 404 unless listed as plain.
+
+Answers to peers are fixed: every handshake failure gets the same status, headers and body; every frame failure
+gets one generic answer; a session the server does not know gets 401 (the request was never opened, so the
+client may re-handshake and retry). The log says why, with the caller's name and key fingerprint but never
+keys, frames, bodies or whole session ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+
+from channel.asgi import ASGIApp, BodyTooLarge, ClientGone, Receive, Scope, Send, answer, header, read_body
+from channel.authz import CallerDirectory, Identity
+from channel.codec import InnerRequest, unpack_request
+from channel.constants import (
+    CONTENT_TYPE,
+    HANDSHAKE_PATH,
+    HELLO_LEN,
+    MAX_REQUEST_FRAME,
+    SERVER_KEY_HEADER,
+    SESSION_HEADER,
+    SESSION_ID_LEN,
+    TUNNEL_PATH,
+)
+from channel.errors import FrameError, HandshakeError
+from channel.framing import decode_session_id, open_request, parse_request
+from channel.handshake import Welcome, consume_initiation, create_response
+from channel.inner import run_inner, user_for
+from channel.keys import PrivateKey, PublicKey
+from channel.ratelimit import Rate, RateLimiter
+from channel.sealer import ResponseSealer
+from channel.session import Session, SessionTable
+
+log = logging.getLogger("channel.server")
+
+HANDSHAKE_FAILED = b"handshake failed\n"
+TOO_MANY_HANDSHAKES = b"too many handshakes\n"
+BAD_FRAME = b"bad frame\n"
+NO_SESSION = b"session unknown or expired\n"
+_SESSION_HEADER = SESSION_HEADER.encode()
+
+
+class ChannelMiddleware:
+    """Wrap `app` so that it is reachable only through the channel.
+
+    `callers` is asked on every handshake and request (and while responses stream) whether a key is still
+    allowed, so a directory that reloads `callers.toml` revokes keys at once. `plain_paths` (exact paths) reach
+    the inner app without the channel: only for things like a health check.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        server_key: PrivateKey,
+        callers: CallerDirectory,
+        plain_paths: Iterable[str] = ("/healthz",),
+        handshake_rate: Rate | None = None,
+        clock: Callable[[], float] = time.time,
+        random: Callable[[int], bytes] = os.urandom,
+        sessions: SessionTable | None = None,
+    ) -> None:
+        self.app = app
+        self._key = server_key
+        self._callers = callers
+        self._plain = frozenset(plain_paths)
+        self._clock = clock
+        self._random = random
+        self._limiter = RateLimiter(handshake_rate or Rate(), time.monotonic)
+        self.sessions = sessions if sessions is not None else SessionTable(clock)
+        # The server's public key on every handshake answer, so a client pinned to another key can name both.
+        self._key_header = [(SERVER_KEY_HEADER.encode(), PublicKey(server_key.public.raw).line().encode())]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path == TUNNEL_PATH and method == "POST":
+            await self._tunnel(scope, receive, send)
+        elif path == HANDSHAKE_PATH and method == "POST":
+            await self._handshake(scope, receive, send)
+        elif path in self._plain:
+            await self.app(scope, receive, send)
+        else:
+            await answer(send, 404, b"not found\n")
+
+    # -- handshake ------------------------------------------------------------------------------------------
+    async def _handshake(self, scope: Scope, receive: Receive, send: Send) -> None:
+        address = _address(scope)
+        if not self._limiter.allow(address):
+            log.warning("handshake refused: rate-limited address=%s", address)
+            await answer(send, 429, TOO_MANY_HANDSHAKES, self._key_header)
+            return
+        try:
+            message = await read_body(scope, receive, HELLO_LEN)
+        except ClientGone:
+            return
+        except BodyTooLarge:
+            reply, reason, identity = None, "oversized", None
+        else:
+            reply, reason, identity = self._accept(message)
+        if reply is None:
+            who = f" caller={identity.name} key={identity.fingerprint}" if identity else ""
+            log.warning("handshake refused: %s address=%s%s", reason, address, who)
+            await answer(send, 403, HANDSHAKE_FAILED, self._key_header)
+            return
+        await answer(send, 200, reply, self._key_header, content_type=CONTENT_TYPE.encode())
+
+    def _accept(self, message: bytes) -> tuple[bytes | None, str, Identity | None]:
+        """msg2 for an acceptable msg1, else None and the reason for the log. Never awaits, so the timestamp
+        check and its commit cannot interleave with another handshake."""
+        try:
+            hello, responder = consume_initiation(self._key, message)
+        except HandshakeError:
+            return None, "bad-message", None
+        identity = self._callers.lookup(hello.client_static)
+        if identity is None:
+            return None, "unknown-key", None
+        if not self.sessions.timestamp_is_fresh(hello.client_static, hello.timestamp):
+            return None, "replayed-timestamp", identity
+        now = self._clock()
+        session_id = self._random(SESSION_ID_LEN)
+        expires_at = now + self.sessions.lifetime
+        welcome = Welcome(session_id, int(expires_at * 1000), int(now * 1000))
+        reply, keys = create_response(responder, welcome, self._random)
+        session = Session(
+            id=session_id,
+            caller=identity.name,
+            static_key=hello.client_static,
+            receive_key=keys.initiator_to_responder,
+            send_key=keys.responder_to_initiator,
+            created=now,
+            expires_at=expires_at,
+            last_used=now,
+        )
+        if not self.sessions.open(session, hello.timestamp):
+            return None, "server-full", identity
+        log.info("handshake ok caller=%s key=%s session=%s", identity.name, identity.fingerprint, session.tag)
+        return reply, "", identity
+
+    # -- tunnel ---------------------------------------------------------------------------------------------
+    async def _tunnel(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        session, identity = self._live(header(scope, _SESSION_HEADER))
+        if session is None or identity is None:
+            log.debug("tunnel refused: no-session")
+            await answer(send, 401, NO_SESSION)
+            return
+        keep_alive = self._keep_alive_for(session)
+        try:
+            frame = await read_body(scope, receive, MAX_REQUEST_FRAME)
+        except ClientGone:
+            return
+        except BodyTooLarge:
+            opened: tuple[InnerRequest, int] | str = "oversized"
+        else:
+            if not keep_alive():  # expired or revoked during the upload: nothing was opened
+                await answer(send, 401, NO_SESSION)
+                return
+            opened = self._open(session, frame)
+        if isinstance(opened, str):
+            log.warning(
+                "tunnel refused: %s caller=%s key=%s session=%s",
+                opened,
+                identity.name,
+                identity.fingerprint,
+                session.tag,
+            )
+            await answer(send, 400, BAD_FRAME)
+            return
+        request, counter = opened
+        sealer = ResponseSealer(send, session, counter, keep_alive)
+        user = user_for(identity, request)
+        error = await run_inner(self.app, scope, receive, request, user, sealer, keep_alive)
+        if not log.isEnabledFor(logging.INFO):
+            return
+        log.info(
+            "tunnel caller=%s key=%s session=%s %s %s status=%s in=%dB out=%dB %.1fms%s",
+            identity.name,
+            identity.fingerprint,
+            session.tag,
+            request.method,
+            request.target.split(b"?", 1)[0].decode("ascii"),
+            sealer.status,
+            len(request.body),
+            sealer.body_bytes,
+            (time.perf_counter() - started) * 1000,
+            f" error={error}" if error else "",
+        )
+
+    def _live(self, raw_id: bytes | None) -> tuple[Session | None, Identity | None]:
+        """The live session named by the header, and its caller (None once its key is revoked)."""
+        session_id = decode_session_id(raw_id) if raw_id is not None else None
+        session = self.sessions.get(session_id) if session_id is not None else None
+        if session is None:
+            return None, None
+        return session, self._identity(session)
+
+    def _identity(self, session: Session) -> Identity | None:
+        """The caller owning the session's key; None once the key is revoked, which ends all its sessions."""
+        identity = self._callers.lookup(session.static_key)
+        if identity is None:
+            dropped = self.sessions.drop_where(lambda s: s.static_key == session.static_key)
+            if dropped:
+                log.warning("revoked key: ended %d session(s), one was session=%s", dropped, session.tag)
+        return identity
+
+    def _open(self, session: Session, frame: bytes) -> tuple[InnerRequest, int] | str:
+        """Authenticate, then commit the counter, then the request id; or the reason for refusing.
+
+        Never awaits, so two copies of one frame cannot both pass: the first commits, the second finds it.
+        """
+        try:
+            parsed = parse_request(frame)
+        except FrameError:
+            return "malformed-frame"
+        if not session.window.might_accept(parsed.counter):
+            return "replayed-counter"
+        try:
+            plaintext = open_request(session.receive_key, session.id, parsed, frame)
+        except FrameError:
+            return "unauthentic-frame"
+        if not session.window.accept(parsed.counter):
+            return "replayed-counter"
+        try:
+            request = unpack_request(plaintext)
+        except FrameError:
+            return "malformed-request"
+        if not self.sessions.first_use_of_request_id(session.static_key, request.request_id):
+            return "repeated-request"
+        self.sessions.touch(session)
+        return request, parsed.counter
+
+    def _keep_alive_for(self, session: Session) -> Callable[[], bool]:
+        """A check that the session is live and its key still allowed, which also marks the session in use."""
+
+        def keep_alive() -> bool:
+            if self.sessions.get(session.id) is not session or self._identity(session) is None:
+                return False
+            self.sessions.touch(session)
+            return True
+
+        return keep_alive
+
+
+def _address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"

@@ -1,0 +1,259 @@
+"""The client side: an httpx2 transport that carries every request through the channel.
+
+    transport = ChannelTransport("https://memory.example", client_key=key, server_key=pinned)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://memory") as client:
+        await client.post("/mcp", json=..., headers={INDEX_HEADER: "notes"})
+
+The client's own URL only supplies the inner path and query; the request is sealed into one frame and posted
+to `<url>/v1/tunnel`. The response is verified frame by frame as it streams, so SSE arrives live and a stream
+cut before its FINAL frame raises `FrameError`. The transport handshakes on first use, again shortly before the
+session expires, and once after a 401; it re-sends a request only after a 401, which the server gives only
+for requests it never opened.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import httpx2
+
+from channel.client_session import ClientSession
+from channel.codec import InnerHead, InnerRequest, pack_request, unpack_head
+from channel.constants import (
+    CONTENT_TYPE,
+    HANDSHAKE_PATH,
+    KIND_BODY,
+    MAX_BODY,
+    REQUEST_ID_LEN,
+    SERVER_KEY_HEADER,
+    SESSION_HEADER,
+    TUNNEL_PATH,
+    WELCOME_LEN,
+)
+from channel.errors import ChannelError, FrameError, HandshakeError, HandshakeRefused, ServerKeyMismatch, TunnelRefused
+from channel.framing import ResponseReader, seal_request
+from channel.handshake import consume_response, create_initiation
+from channel.keys import PrivateKey, PublicKey
+
+log = logging.getLogger("channel.client")
+
+MAX_REFUSAL = 4096  # bytes of a refusal body worth reading before closing
+# Connection-level headers describe the hop to the server, not the inner request.
+_HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"proxy-connection"})
+
+
+class ChannelTransport(httpx2.AsyncBaseTransport):
+    """Send httpx2 requests through the channel to the server at `url`, whose key must be `server_key`."""
+
+    def __init__(
+        self,
+        url: str | httpx2.URL,
+        *,
+        client_key: PrivateKey,
+        server_key: PublicKey,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.time,
+        random: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        base = str(url).rstrip("/")
+        self._handshake_url = httpx2.URL(base + HANDSHAKE_PATH)
+        self._tunnel_url = httpx2.URL(base + TUNNEL_PATH)
+        self._key = client_key
+        self._server = server_key
+        self._outer = transport if transport is not None else httpx2.AsyncHTTPTransport()
+        self._clock = clock
+        self._random = random
+        self._lock = anyio.Lock()
+        self._session: ClientSession | None = None
+        self._last_timestamp = 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = await _read_request_body(request)
+        # The caller's timeouts apply to each outer request (handshake and tunnel) made on its behalf.
+        extensions = {"timeout": request.extensions["timeout"]} if "timeout" in request.extensions else {}
+        inner = pack_request(
+            InnerRequest(
+                self._random(REQUEST_ID_LEN),
+                request.method,
+                request.url.raw_path,
+                [(name.lower(), value) for name, value in request.headers.raw if name.lower() not in _HOP_BY_HOP],
+                body,
+            )
+        )
+        stale: ClientSession | None = None
+        for _ in range(2):
+            session = await self._current(stale, extensions)
+            counter = session.next_counter()
+            frame = seal_request(session.send_key, session.id, counter, inner)
+            outer = await self._outer.handle_async_request(
+                httpx2.Request(
+                    "POST",
+                    self._tunnel_url,
+                    headers={SESSION_HEADER: session.header, "content-type": CONTENT_TYPE},
+                    content=frame,
+                    extensions=extensions,
+                )
+            )
+            if outer.status_code == 401:  # the server never opened it: safe to send again in a new session
+                await outer.aclose()
+                log.info("session %s refused by the server; handshaking again", session.tag)
+                stale = session
+                continue
+            if outer.status_code != 200:
+                await outer.aclose()
+                raise TunnelRefused(outer.status_code)
+            stream = FrameStream(outer, ResponseReader(session.receive_key, session.id, counter))
+            head = await stream.read_head()
+            return httpx2.Response(head.status, headers=head.headers, stream=stream)
+        raise TunnelRefused(401)
+
+    async def connect(self) -> None:
+        """Handshake now rather than on the first request: checks the pinned key and this device's authorization
+        (raising `ServerKeyMismatch` or `HandshakeRefused`), and replaces the current session."""
+        async with self._lock:
+            self._session = await self._handshake()
+
+    async def aclose(self) -> None:
+        await self._outer.aclose()
+
+    async def _current(self, stale: ClientSession | None, extensions: dict[str, Any]) -> ClientSession:
+        """A usable session: the current one, or a new one if it is missing, `stale`, or close to expiry."""
+        session = self._session
+        if session is None or session is stale or not session.usable(self._clock()):
+            async with self._lock:  # one handshake at a time; the others wait for its session
+                session = self._session
+                if session is None or session is stale or not session.usable(self._clock()):
+                    session = await self._handshake(extensions)
+                    self._session = session
+        session.last_used = self._clock()
+        return session
+
+    async def _handshake(self, extensions: dict[str, Any] | None = None) -> ClientSession:
+        """Handshake, trying once more after a 403: another transport of this device key (the proxy runs
+        several) may have just handshaked with a later timestamp, which makes ours look replayed."""
+        for attempt in range(2):
+            # The timestamp must grow with every handshake of this key, even if the clock stalls or steps back.
+            timestamp = max(int(self._clock() * 1e9), self._last_timestamp + 1)
+            self._last_timestamp = timestamp
+            message, initiator = create_initiation(self._key, self._server, timestamp, self._random)
+            sent_at = self._clock()
+            response = await self._outer.handle_async_request(
+                httpx2.Request(
+                    "POST",
+                    self._handshake_url,
+                    headers={"content-type": CONTENT_TYPE},
+                    content=message,
+                    extensions=extensions or {},
+                )
+            )
+            try:
+                body = await _read_at_most(response, max(WELCOME_LEN, MAX_REFUSAL))
+            finally:
+                await response.aclose()
+            if response.status_code == 200:
+                welcome, keys = consume_response(initiator, body)
+                session = ClientSession.start(welcome, keys, sent_at)
+                log.info("handshake ok session=%s", session.tag)
+                return session
+            self._check_server_key(response.headers.get(SERVER_KEY_HEADER))
+            if response.status_code != 403 or attempt:
+                break
+        raise HandshakeRefused(response.status_code, self._key.public.fingerprint)
+
+    def _check_server_key(self, presented: str | None) -> None:
+        """After a refusal: if the server names a key other than the pinned one, that is the error to report."""
+        if presented is None:
+            return
+        try:
+            key = PublicKey.parse(presented)
+        except ChannelError:
+            return
+        if not hmac.compare_digest(key.raw, self._server.raw):
+            raise ServerKeyMismatch(self._server.fingerprint, key.fingerprint)
+
+
+class FrameStream(httpx2.AsyncByteStream):
+    """The inner response body: decrypted BODY frames of one outer response, verified as they arrive."""
+
+    def __init__(self, outer: httpx2.Response, reader: ResponseReader) -> None:
+        self._outer = outer
+        self._chunks = _raw_chunks(outer)
+        self._reader = reader
+        self._frames: deque[tuple[int, bytes]] = deque()
+
+    async def read_head(self) -> InnerHead:
+        """Read up to the HEAD frame (the reader accepts nothing else first); close the outer response on error."""
+        try:
+            while not self._frames:
+                if not await self._pull():
+                    raise FrameError()
+            return unpack_head(self._frames.popleft()[1])
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            while True:
+                while self._frames:
+                    kind, data = self._frames.popleft()
+                    if kind == KIND_BODY and data:
+                        yield data
+                if not await self._pull():
+                    return
+        finally:
+            await self.aclose()
+
+    async def _pull(self) -> bool:
+        """Feed the next outer chunk to the reader; False at the end, which must come after the FINAL frame."""
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            self._reader.finish()
+            return False
+        self._frames.extend(self._reader.feed(chunk))
+        return True
+
+    async def aclose(self) -> None:
+        closer = getattr(self._chunks, "aclose", None)
+        if closer is not None:
+            await closer()
+        await self._outer.aclose()
+
+
+async def _read_request_body(request: httpx2.Request) -> bytes:
+    """The whole request body, refused as soon as it passes what one frame can carry."""
+    if not isinstance(request.stream, httpx2.AsyncByteStream):
+        raise ChannelError("the channel transport is asynchronous: use httpx2.AsyncClient")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream:
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise ChannelError(f"cannot tunnel a request body over {MAX_BODY} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _raw_chunks(response: httpx2.Response) -> AsyncIterator[bytes]:
+    """The outer body exactly as it came (no content decoding), from the outer transport's own stream."""
+    if not isinstance(response.stream, httpx2.AsyncByteStream):
+        raise ChannelError("the channel needs an asynchronous outer transport")
+    return response.stream.__aiter__()
+
+
+async def _read_at_most(response: httpx2.Response, limit: int) -> bytes:
+    """The body of a small answer; more than `limit` bytes is a broken or hostile answer."""
+    data = bytearray()
+    async for chunk in _raw_chunks(response):
+        data += chunk
+        if len(data) > limit:
+            raise HandshakeError()
+    return bytes(data)

@@ -1,0 +1,219 @@
+"""Secrets known only by their surroundings: URLs with a password, HTTP authorization, assignments to
+credential-like names, and high-entropy strings just after a credential word.
+
+Only the secret is replaced; the name, the separator, the quotes and the rest of the line stay, so
+`password = "x"` becomes `password = "[redacted:password]"`. No context window crosses a line break or a
+marker (`[redacted:`), so shortening one secret never brings another into reach on a second pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from redaction.entropy import char_classes, looks_random
+from redaction.kinds import has_marker
+from redaction.rule import Judge, Rule, Span, after_edge, when
+from redaction.values import Assignment, is_password, is_placeholder, is_reference, is_secret
+
+
+def _opaque(text: str) -> bool:
+    """A value written out in full: not a stand-in, not a reference, not something already redacted."""
+    return bool(text) and not (has_marker(text) or is_placeholder(text) or is_reference(text))
+
+
+def _generated(text: str) -> bool:
+    """Opaque and mixing two of lower case, upper case and digits, as generated credentials do."""
+    return char_classes(text) >= 2 and _opaque(text)
+
+
+def _token_like(text: str) -> bool:
+    return len(text) >= 12 and _generated(text)
+
+
+def _glue(limit: int) -> str:
+    """Up to `limit` characters of one line, lazily, never entering a marker."""
+    return rf"(?:(?!\[redacted:)[^\r\n]){{0,{limit}}}?"
+
+
+# --- values after a name -------------------------------------------------------------------------------------
+
+_UNQUOTED = r"[^\s\"'`\\,;&|<>(){}\[\]]"
+# A value: double-, single- or back-quoted (quotes may be JSON-escaped, as in transcripts), or one bare word.
+_VALUE = (
+    r"(?:\\?\"(?P<dq>[^\"\\\r\n]{0,4096}+)\\?\""
+    r"|\\?'(?P<sq>[^'\\\r\n]{0,4096}+)\\?'"
+    r"|`(?P<bq>[^`\\\r\n]{0,4096}+)`"
+    rf"|(?P<uq>{_UNQUOTED}{{1,4096}}+)(?!{_UNQUOTED}))"
+)
+_SEPARATOR = r"(?P<kq>\\?[\"'])?+(?P<sp1>[ \t]{0,8}+)(?P<sep>:=|=>|=(?!=)|:(?=[ \t\"'`\\]))(?P<sp2>[ \t]{0,8}+)"
+_NAME_END = r"(?![a-z0-9_.-])"
+# After a value at the end of a line (or before a comment, a closing quote or bracket). A comma is not an end:
+# `private_key: PKCS7PrivateKeyTypes,` is a parameter list, `password: see above, …` a sentence.
+_ENDS_LINE = re.compile(r"[ \t]{0,200}+(?:$|[\r\n#\"'`}\]]|\\[nr])", re.MULTILINE)
+# `key` alone names a dictionary key far more often than a secret: only these compounds count.
+_KEY_COMPOUND = re.compile(
+    r"(?:api|access|private|secret|signing|encryption|master|auth|session|license|client)[ _-]?$"
+)
+
+
+def _before_identifier(text: str, start: int) -> str:
+    """The first character before the identifier (and any quotes or spaces) that ends at `start`."""
+    low = max(0, start - 128)
+    i = start
+    while i > low and (text[i - 1].isalnum() or text[i - 1] in "_.-"):
+        i -= 1
+    while i > low and text[i - 1] in " \t\"'":
+        i -= 1
+    return text[i - 1] if i > low else ""
+
+
+def _compound_key(match: re.Match[str]) -> bool:
+    """False for a `key` that is not an API, access, private… key; True for every other name."""
+    if match.re.groupindex.get("name") is None or match.group("name") != "key":
+        return True
+    start = match.start("name")
+    return bool(_KEY_COMPOUND.search(match.string, max(0, start - 13), start))
+
+
+def _assignment(test: Callable[[Assignment], bool], *, flag: bool = False) -> Judge:
+    """A judge that reads the matched name and value into an `Assignment` and lets `test` decide."""
+
+    def judge(match: re.Match[str], text: str) -> Span | None:
+        if not _compound_key(match):
+            return None
+        groups = match.groupdict()
+        quote = next(g for g in ("dq", "sq", "bq", "uq") if groups[g] is not None)
+        start, end = match.span(quote)
+        if quote == "uq":  # a sentence's full stop or colon is not part of the password
+            while end > start and text[end - 1] in ".:":
+                end -= 1
+        item = Assignment(
+            name=text[match.start("name") : match.end("name")],
+            value=text[start:end],
+            quoted=quote != "uq",
+            separator=groups.get("sep") or " ",
+            spaced=bool(groups.get("sp1") or groups.get("sp2")),
+            quoted_name=bool(groups.get("kq")),
+            # After `(` or `,`, or followed by `,` (an argument on a line of its own): a keyword argument.
+            in_call=_before_identifier(text, match.start("name")) in ("(", ",") or text[end : end + 1] == ",",
+            flag=flag,
+            next_char=text[end : end + 1],
+            ends_line=_ENDS_LINE.match(text, end) is not None,
+        )
+        return (start, end) if test(item) else None
+
+    return judge
+
+
+def _assigned(kind: str, name: str, test: Callable[[Assignment], bool]) -> Rule:
+    """`<…name> = value`, `"…name": "value"`, `…NAME: value` and the like, for one name pattern."""
+    pattern = re.compile(rf"(?P<name>{name}){_NAME_END}{_SEPARATOR}{_VALUE}")
+    return Rule(kind, pattern, _assignment(test), folded=True)
+
+
+# --- high-entropy strings after a credential word -------------------------------------------------------------
+
+# The window stays within one clause: no line break, comma, semicolon, bracket or brace (markers start with one).
+_WINDOW = r"(?![a-z])(?P<glue>[^\r\n,;(){}\[\]]{0,40}?)"
+# Not after a dot: `x.crypto_pwhash_MIN` is an attribute, `ya29.…` a token that names its issuer.
+_CANDIDATE = r"(?<![A-Za-z0-9_+/=.-])(?P<secret>[A-Za-z0-9_+/-]{20,512}+={0,2}+)(?![A-Za-z0-9_+/=-])"
+# Words that make the string a hash or an identifier even after a credential word ("token refresh: commit …").
+_HASH_CONTEXT = re.compile(
+    r"(?<![a-z])(?:commit|sha\d*|md5|hash|digest|checksum|integrity|revision|rev|etag|uuid|id|nonce|salt)(?![a-z])"
+)
+_HASH_PREFIX = re.compile(r"(?i)(?:sha(?:1|224|256|384|512)|md5)-")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _high_entropy(match: re.Match[str], text: str) -> Span | None:
+    if not _compound_key(match):
+        return None
+    start, end = match.span("secret")
+    value = text[start:end]
+    if not looks_random(value) or is_placeholder(value) or value.startswith(("/", "~")) or text[end : end + 1] == "(":
+        return None
+    if _UUID.fullmatch(value) or _HASH_PREFIX.match(value) or _HASH_CONTEXT.search(match.group("glue")):
+        return None
+    return start, end
+
+
+def _after_word(word: str) -> Rule:
+    """A random-looking string within 40 characters after `word`."""
+    return Rule("secret", re.compile(word + _WINDOW + _CANDIDATE), _high_entropy, folded=True)
+
+
+CONTEXT_RULES: tuple[Rule, ...] = (
+    Rule(
+        "aws-secret",
+        re.compile(
+            # `aws_secret…` or `…secret_access_key`, in any case and spelling (`SecretAccessKey`).
+            r"secret(?:(?<=aws[ _.-]secret)|(?<=awssecret)|(?=[ _-]?access))(?:[ _-]?access)?(?:[ _-]?key)?"
+            + _glue(24)
+            + r"(?<![A-Za-z0-9/+])(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+        ),
+        when(_generated),
+        folded=True,
+    ),
+    # scheme://user:password@host; the password may itself hold an unescaped @, so the last one ends it.
+    Rule(
+        "url-password",
+        re.compile(r"://[^\s:/?#@\[\]\"'`<>\\]{0,128}+:(?P<secret>[^\s/?#\"'`<>\\]{1,256})@(?=[A-Za-z0-9\[._-])"),
+        when(_opaque),
+    ),
+    Rule(
+        "basic-auth",
+        re.compile(
+            r"authorization[\"'\\]{0,2}+[ \t]{0,4}+[:=][ \t]{0,4}+[\"'\\]{0,2}+basic[ \t]{1,4}+"
+            r"(?P<secret>[a-z0-9+/]{8,4096}+={0,2}+)(?![a-z0-9+/=])"
+        ),
+        when(_generated),
+        folded=True,
+    ),
+    Rule(
+        "bearer-token",
+        re.compile(
+            after_edge("bearer", "a-z")
+            + r"[ \t]{1,4}+(?P<secret>[a-z0-9_~+/-]{8,4096}+(?:\.[a-z0-9_~+/-]{1,4096}+){0,4}+={0,2}+)"
+            r"(?![a-z0-9_~+/=-])"
+        ),
+        when(_token_like),
+        folded=True,
+    ),
+    # A bare `pass` or `pwd` is a word ("First pass: …") or the shell's working directory (`PWD=/home/…`): only
+    # compounds (`DB_PASS`, `MYSQL_PWD`, `smtp.pass`) count.
+    _assigned("password", r"pass(?:word|wd|phrase|(?<=[_.-]pass))|pwd(?<=[_.-]pwd)", is_password),
+    Rule(
+        "password",
+        re.compile(
+            after_edge("--", "a-z0-9_-")
+            + r"(?:[a-z0-9]{1,20}+-){0,3}+(?P<name>pass(?:word|wd|phrase)?)[ \t]{1,4}+"
+            + _VALUE
+        ),
+        _assignment(is_password, flag=True),
+        folded=True,
+    ),
+    # curl -u user:password (the user stays, as in a URL).
+    Rule(
+        "password",
+        re.compile(
+            after_edge("curl", "a-z0-9_-")
+            + r"(?![a-z0-9_-])"
+            + _glue(400)
+            + r"[ \t](?:-u|--user)(?:[ \t]{1,4}+|=)[\"']?+[^\s:\"'\[\]\\]{1,128}+:(?P<secret>[^\s\"'\\]{1,256}+)"
+        ),
+        when(_opaque),
+        folded=True,
+    ),
+    # One rule per name, so each starts with its literal (see rule.py).
+    _assigned("secret", "secret", is_secret),
+    _assigned("secret", "token", is_secret),
+    _assigned("secret", "credentials?", is_secret),
+    _assigned("secret", "key", is_secret),
+    _after_word(after_edge("secret", "a-z")),
+    _after_word(after_edge("token", "a-z")),
+    _after_word(after_edge("credential", "a-z") + "s?"),
+    _after_word(after_edge("pass", "a-z") + "(?:word|wd|phrase)"),
+    _after_word(after_edge("auth", "a-z") + "(?:orization|entication)?"),
+    _after_word("(?P<name>key)"),
+)

@@ -1,0 +1,128 @@
+"""The server's ASGI app: the channel outermost; inside it `/healthz` (plain), the MCP endpoint at `/mcp`, file
+sync at `/sync/changes` and `/sync/push` (`server.sync_app`) and `/metrics` (`server.metrics_app`).
+
+    app = create_app(service, server_key=key, callers=CallersFile(keys_dir / "callers.toml"))
+    uvicorn.run(app, ...)
+
+The MCP endpoint is the SDK's streamable HTTP transport, stateful: `initialize` opens a session whose id only its
+own caller may use (see `server.mcp_caller`), answers stream as SSE through the tunnel, and clients of the
+`server/discover` generation are served per request. The lifespan runs the SDK's session manager and, when the
+server stops, closes the memory service after the calls in flight have finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+from mcp.server import MCPServer
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from channel.authz import CallerDirectory
+from channel.keys import PrivateKey
+from channel.middleware import ChannelMiddleware
+from channel.ratelimit import Rate
+from channel.session import SessionTable
+from channel.timestamps import FileTimestamps
+from server.mcp_caller import CallerBoundEndpoint
+from server.mcp_tools import build_mcp_server
+from server.metrics import Metrics
+from server.metrics_app import METRICS_PATH, RequestMetrics, metrics_endpoint, service_metrics
+from server.service import MemoryService
+from server.sync_app import sync_routes
+
+log = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+HEALTH_PATH = "/healthz"
+TIMESTAMPS_FILE = "handshake-timestamps.json"
+MAX_MCP_BODY = 8 * 1024 * 1024  # one JSON-RPC message: a memory file (2 MiB by default) JSON-escaped, with room
+SESSION_IDLE_TIMEOUT = 30 * 60.0
+
+
+async def healthz(request: Request) -> JSONResponse:
+    """Up and serving: nothing else, and no authentication."""
+    return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
+
+
+def create_inner_app(service: MemoryService, mcp: MCPServer | None = None, metrics: Metrics | None = None) -> Starlette:
+    """`/healthz`, `/mcp`, `/sync/*` and `/metrics`, as the channel's inner app (the requests it lets through carry
+    `scope["user"]`); every request is counted in `metrics`."""
+    mcp = mcp if mcp is not None else build_mcp_server(service)
+    metrics = metrics if metrics is not None else service_metrics(service)
+    # Host/Origin checks protect browsers from DNS rebinding of a local server; here every request to /mcp has
+    # already been authenticated by the channel, and its Host is whatever the proxy wrote inside the tunnel.
+    mcp.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=MAX_MCP_BODY,
+        session_idle_timeout=SESSION_IDLE_TIMEOUT,
+    )
+    manager = mcp.session_manager
+    service.stopping_listeners.append(lambda: _end_standalone_streams(manager))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            async with manager.run():
+                yield
+        finally:
+            # Tool calls run their service work in threads that are never abandoned, so by now every write in
+            # flight has finished; close waits for anything still holding the service.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(service.close)
+            log.info("memory service closed")
+
+    routes = [
+        Route(HEALTH_PATH, healthz, methods=["GET"]),
+        Route(MCP_PATH, CallerBoundEndpoint(StreamableHTTPASGIApp(manager)), methods=["GET", "POST", "DELETE"]),
+        *sync_routes(service),
+        Route(METRICS_PATH, metrics_endpoint(metrics), methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestMetrics, metrics=metrics)])
+
+
+def create_app(
+    service: MemoryService,
+    *,
+    server_key: PrivateKey,
+    callers: CallerDirectory,
+    data_dir: Path | None = None,
+    mcp: MCPServer | None = None,
+    handshake_rate: Rate | None = None,
+    metrics: Metrics | None = None,
+) -> ChannelMiddleware:
+    """The whole server: `create_inner_app` behind the channel, `/healthz` its only plain path.
+
+    With `data_dir`, handshake timestamps are kept there, so a recorded handshake stays dead after a restart.
+    `handshake_rate` overrides the channel's per-address handshake limit (benchmarks open many at once).
+    """
+    sessions = None
+    if data_dir is not None:
+        sessions = SessionTable(time.time, timestamps=FileTimestamps(data_dir / TIMESTAMPS_FILE))
+    return ChannelMiddleware(
+        create_inner_app(service, mcp, metrics),
+        server_key=server_key,
+        callers=callers,
+        plain_paths=(HEALTH_PATH,),
+        sessions=sessions,
+        handshake_rate=handshake_rate,
+    )
+
+
+def _end_standalone_streams(manager: StreamableHTTPSessionManager) -> None:
+    """End every session's open GET stream (server-to-client notifications) as the server stops, so uvicorn's
+    graceful period is not spent waiting for streams that never end, then cancelling them with a traceback. The SDK
+    keeps its sessions in a private table; it offers no public way to reach them."""
+    for transport in list(manager._server_instances.values()):
+        transport.close_standalone_sse_stream()

@@ -1,0 +1,190 @@
+"""Voyage and OpenAI embeddings over HTTP: batched, retried with backoff on 429/5xx, bounded by timeouts.
+
+The API key lives only in this process (read from the server's environment or a secret file by `select`), is sent
+only in the Authorization header, and is scrubbed from every error message before it can reach a log or a client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import numpy as np
+
+from server.index.embeddings.base import InputKind, Tokenizer, Vectors, normalise
+from server.index.errors import EmbeddingError
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+MAX_RETRY_AFTER = 60.0
+MAX_ERROR_TEXT = 200
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    timeout: float = 30.0  # seconds per request (connect, read, write, pool)
+    max_retries: int = 4  # extra attempts after the first, on 429/5xx/network errors
+    backoff: float = 0.5  # first retry delay in seconds; doubles each attempt, with jitter
+    batch_size: int = 128  # inputs per request
+
+
+class HttpEmbedder:
+    """Shared machinery of the JSON embedding APIs; subclasses say how to shape a request."""
+
+    provider = "http"
+    path = "/v1/embeddings"
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str,
+        dimensions: int,
+        base_url: str,
+        tokenizer: Tokenizer,
+        max_tokens: int,
+        options: HttpOptions | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not api_key or any(c.isspace() for c in api_key):
+            raise EmbeddingError(f"{self.provider}: the API key is empty or contains whitespace")
+        self.model = model
+        self.dimensions = dimensions
+        self.max_tokens = max_tokens
+        self.tokenizer = tokenizer
+        self.options = options or HttpOptions()
+        self._api_key = api_key
+        self._sleep = sleep
+        self._url = base_url.rstrip("/") + self.path
+        self._client = httpx2.Client(
+            timeout=httpx2.Timeout(self.options.timeout),
+            headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:  # never the key
+        return f"{type(self).__name__}(model={self.model!r}, url={self._url!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def body(self, texts: Sequence[str], kind: InputKind) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def embed(self, texts: Sequence[str], *, kind: InputKind = "document") -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        parts = [
+            self._embed_batch(texts[i : i + self.options.batch_size], kind)
+            for i in range(0, len(texts), self.options.batch_size)
+        ]
+        return normalise(np.concatenate(parts))
+
+    def probe(self) -> int:
+        """Embed one word to check the key, the URL and the model; returns the dimensions the API answered with."""
+        return int(self._embed_batch(["ping"], "query", check_dimensions=False).shape[1])
+
+    def _embed_batch(self, texts: Sequence[str], kind: InputKind, *, check_dimensions: bool = True) -> Vectors:
+        payload = json.dumps(self.body(texts, kind)).encode()
+        attempt = 0
+        while True:
+            try:
+                response = self._client.post(self._url, content=payload)
+            except httpx2.TimeoutException:
+                failure, retry_after = f"timed out after {self.options.timeout:g} s", None
+            except httpx2.TransportError as exc:
+                failure, retry_after = f"network error ({type(exc).__name__})", None
+            else:
+                if response.status_code == 200:
+                    return self._parse(response, len(texts), check_dimensions)
+                failure = f"HTTP {response.status_code}: {self._error_text(response)}"
+                if response.status_code not in RETRY_STATUSES:
+                    raise EmbeddingError(f"{self.provider} embeddings failed: {failure}")
+                retry_after = _retry_after(response.headers.get("retry-after"))
+            if attempt >= self.options.max_retries:
+                raise EmbeddingError(
+                    f"{self.provider} embeddings failed after {attempt + 1} attempts: {self._scrub(failure)}"
+                )
+            delay = retry_after if retry_after is not None else self.options.backoff * 2**attempt
+            delay = min(delay * random.uniform(1.0, 1.25), MAX_RETRY_AFTER)
+            log.warning("%s embeddings: %s; retrying in %.1f s", self.provider, self._scrub(failure), delay)
+            self._sleep(delay)
+            attempt += 1
+
+    def _parse(self, response: httpx2.Response, count: int, check_dimensions: bool) -> Vectors:
+        try:
+            document = response.json()
+            rows = document["data"]
+            if not isinstance(rows, list) or len(rows) != count:
+                raise ValueError(f"expected {count} embeddings, got {len(rows) if isinstance(rows, list) else 'none'}")
+            ordered: list[list[float] | None] = [None] * count
+            for row in rows:
+                index = row["index"]
+                if not isinstance(index, int) or not 0 <= index < count or ordered[index] is not None:
+                    raise ValueError("embedding indexes are not a permutation of the inputs")
+                ordered[index] = row["embedding"]
+            vectors = np.asarray(ordered, dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbeddingError(f"{self.provider} returned a malformed response: {self._scrub(str(exc))}") from None
+        if vectors.ndim != 2 or (check_dimensions and vectors.shape[1] != self.dimensions):
+            got = vectors.shape[1] if vectors.ndim == 2 else "ragged"
+            raise EmbeddingError(f"{self.provider} returned vectors of {got} dimensions, expected {self.dimensions}")
+        if not np.isfinite(vectors).all():
+            raise EmbeddingError(f"{self.provider} returned non-finite numbers")
+        return vectors
+
+    def _error_text(self, response: httpx2.Response) -> str:
+        """The API's own error message when it has one, shortened and without the key."""
+        try:
+            document = response.json()
+            error = document.get("error") if isinstance(document, dict) else None
+            text = (error.get("message") if isinstance(error, dict) else error) or document.get("detail")
+        except (ValueError, AttributeError):
+            text = None
+        text = str(text) if text else response.reason_phrase or "error"
+        return self._scrub(text)[:MAX_ERROR_TEXT]
+
+    def _scrub(self, text: str) -> str:
+        text = text.replace(self._api_key, "[redacted]")
+        # Providers echo a prefix of a wrong key ("sk-abc***"); drop anything that looks like one.
+        return " ".join("[redacted]" if _looks_like_key(word) else word for word in text.split(" "))
+
+
+def _looks_like_key(word: str) -> bool:
+    return len(word) >= 12 and word.startswith(("sk-", "pa-", "sk_", "pa_"))
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None  # HTTP-date form: fall back to our own backoff
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+class VoyageEmbedder(HttpEmbedder):
+    """Voyage AI: `input_type` distinguishes documents from queries, which Voyage embeds differently."""
+
+    provider = "voyage"
+
+    def body(self, texts: Sequence[str], kind: InputKind) -> dict[str, Any]:
+        return {"input": list(texts), "model": self.model, "input_type": kind, "truncation": True}
+
+
+class OpenAIEmbedder(HttpEmbedder):
+    """OpenAI (or any server speaking its embeddings API)."""
+
+    provider = "openai"
+
+    def body(self, texts: Sequence[str], kind: InputKind) -> dict[str, Any]:
+        return {"input": list(texts), "model": self.model, "encoding_format": "float"}

@@ -1,0 +1,205 @@
+"""Choosing the embedding provider at start-up: the first usable one in the configured fallback order.
+
+A provider is skipped (with the reason kept for `status` and the log) when it is not configured (no API key), its
+package is missing, or its probe request fails. A provider that is configured wrongly (an unknown name, an
+unreadable or malformed key file) is an error, not a silent fallback. With no usable provider the server runs
+keyword-only and says so in every search result.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from server.index.embeddings.base import Embedder
+from server.index.embeddings.remote import HttpEmbedder, HttpOptions, OpenAIEmbedder, VoyageEmbedder
+from server.index.errors import EmbeddingError, InvalidArgumentError
+
+log = logging.getLogger(__name__)
+
+PROVIDERS = ("local", "voyage", "openai", "none")
+MAX_SECRET_BYTES = 4096
+
+# Dimensions of the models we know, for when probing is turned off; a probe reads them from the API itself.
+KNOWN_DIMENSIONS = {
+    "voyage-3.5": 1024,
+    "voyage-3.5-lite": 1024,
+    "voyage-3": 1024,
+    "voyage-3-lite": 512,
+    "voyage-code-3": 1024,
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+# The most tokens one input may have; our chunks (sized for MiniLM's 254) stay far below these.
+REMOTE_MAX_TOKENS = {"voyage": 32000, "openai": 8191}
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    model: str
+    base_url: str
+    dimensions: int | None = None  # None: ask the API (probe) or the table above
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    providers: tuple[str, ...] = ("local",)
+    voyage: RemoteSettings = field(
+        default_factory=lambda: RemoteSettings(model="voyage-3.5-lite", base_url="https://api.voyageai.com")
+    )
+    openai: RemoteSettings = field(
+        default_factory=lambda: RemoteSettings(model="text-embedding-3-small", base_url="https://api.openai.com")
+    )
+    http: HttpOptions = field(default_factory=HttpOptions)
+    probe: bool = True
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> EmbeddingSettings:
+        names = tuple(p.strip().lower() for p in env.get("MEMORY_EMBEDDING_PROVIDERS", "local").split(",") if p.strip())
+        if not names:
+            raise InvalidArgumentError("MEMORY_EMBEDDING_PROVIDERS is empty; use 'none' for keyword-only search")
+        unknown = [n for n in names if n not in PROVIDERS]
+        if unknown:
+            raise InvalidArgumentError(
+                f"MEMORY_EMBEDDING_PROVIDERS names unknown provider(s) {', '.join(unknown)}; "
+                f"choose from {', '.join(PROVIDERS)}"
+            )
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError("MEMORY_EMBEDDING_PROVIDERS lists a provider twice")
+        defaults = cls()
+        http = HttpOptions(
+            timeout=_positive(env, "MEMORY_EMBEDDING_TIMEOUT", defaults.http.timeout, float),
+            max_retries=int(_positive(env, "MEMORY_EMBEDDING_RETRIES", defaults.http.max_retries, int, zero=True)),
+            backoff=defaults.http.backoff,
+            batch_size=int(_positive(env, "MEMORY_EMBEDDING_BATCH", defaults.http.batch_size, int)),
+        )
+        probe = env.get("MEMORY_EMBEDDING_PROBE", "1").strip().lower()
+        if probe not in ("0", "1", "true", "false", "yes", "no"):
+            raise InvalidArgumentError("MEMORY_EMBEDDING_PROBE must be 1 or 0")
+        return cls(
+            providers=names,
+            voyage=_remote(env, "VOYAGE", defaults.voyage),
+            openai=_remote(env, "OPENAI", defaults.openai),
+            http=http,
+            probe=probe in ("1", "true", "yes"),
+        )
+
+
+def _remote(env: Mapping[str, str], prefix: str, default: RemoteSettings) -> RemoteSettings:
+    base_url = env.get(f"MEMORY_{prefix}_BASE_URL", default.base_url).strip()
+    if not base_url.startswith(("https://", "http://")):
+        raise InvalidArgumentError(f"MEMORY_{prefix}_BASE_URL must be an http(s) URL")
+    raw_dims = env.get(f"MEMORY_{prefix}_DIMENSIONS", "").strip()
+    return RemoteSettings(
+        model=env.get(f"MEMORY_{prefix}_MODEL", default.model).strip() or default.model,
+        base_url=base_url,
+        dimensions=int(_positive(env, f"MEMORY_{prefix}_DIMENSIONS", 1, int)) if raw_dims else None,
+    )
+
+
+def _positive(
+    env: Mapping[str, str], key: str, default: float, kind: Callable[[str], float], zero: bool = False
+) -> float:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"{key} must be a number, not {raw!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero) or value > 1_000_000:
+        raise InvalidArgumentError(f"{key} is out of range")
+    return value
+
+
+def read_secret(env: Mapping[str, str], name: str) -> str | None:
+    """The key in the file named by `NAME_FILE` (compose secrets), else `NAME` from the environment; None when
+    neither holds one. An empty secret file counts as absent, so compose can always mount one (from /dev/null when
+    the operator has none) while a plain environment variable stays the fallback."""
+    inline = env.get(name, "").strip()
+    path = env.get(f"{name}_FILE", "").strip()
+    from_file = read_secret_file(name, path) if path else None
+    if from_file is not None:
+        if inline:
+            log.warning("%s_FILE and %s are both set; using the file", name, name)
+        return from_file
+    if inline and any(c.isspace() for c in inline):
+        raise InvalidArgumentError(f"{name} must hold exactly one key, without spaces")
+    return inline or None
+
+
+def read_secret_file(name: str, path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SECRET_BYTES + 1)
+    except OSError as exc:
+        raise InvalidArgumentError(f"{name}_FILE {path}: cannot read ({exc.strerror})") from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise InvalidArgumentError(f"{name}_FILE {path}: too large to be an API key")
+    try:
+        secret = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(f"{name}_FILE {path}: not UTF-8 text") from None
+    if any(c.isspace() for c in secret):
+        raise InvalidArgumentError(f"{name}_FILE {path}: must hold exactly one key on one line")
+    return secret or None
+
+
+def select_embedder(settings: EmbeddingSettings, env: Mapping[str, str]) -> tuple[Embedder | None, list[str]]:
+    """The first usable provider in `settings.providers`, and why each one before it was skipped.
+
+    The choice is logged here, once for every program that makes it."""
+    reasons: list[str] = []
+    for name in settings.providers:
+        if name == "none":
+            reasons.append("none: keyword-only search was configured")
+            log.info("keyword-only search was configured")
+            return None, reasons
+        try:
+            embedder = _build(name, settings, env)
+        except EmbeddingError as exc:
+            reasons.append(f"{name}: {exc}")
+            log.warning("embedding provider %s skipped: %s", name, exc)
+            continue
+        return embedder, reasons
+    log.warning("no embedding provider is usable; search is keyword-only")
+    return None, reasons
+
+
+def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str]) -> Embedder:
+    if name == "local":
+        try:
+            from server.index.embeddings.local import LocalEmbedder
+        except ImportError as exc:  # the server extra is not installed
+            raise EmbeddingError(f"sentence-transformers is not installed ({exc.name})") from None
+        return LocalEmbedder()
+    remote = settings.voyage if name == "voyage" else settings.openai
+    key_name = f"{name.upper()}_API_KEY"
+    api_key = read_secret(env, key_name)
+    if api_key is None:
+        raise EmbeddingError(f"not configured (set {key_name} or {key_name}_FILE)")
+    dimensions = remote.dimensions or KNOWN_DIMENSIONS.get(remote.model)
+    if dimensions is None and not settings.probe:
+        raise EmbeddingError(f"unknown dimensions for model {remote.model}; set MEMORY_{name.upper()}_DIMENSIONS")
+    from server.index.tokens import WordPieceTokenizer
+
+    kind: type[HttpEmbedder] = VoyageEmbedder if name == "voyage" else OpenAIEmbedder
+    embedder = kind(
+        api_key=api_key,
+        model=remote.model,
+        dimensions=dimensions or 0,
+        base_url=remote.base_url,
+        tokenizer=WordPieceTokenizer.default(),
+        max_tokens=REMOTE_MAX_TOKENS[name],
+        options=settings.http,
+    )
+    if settings.probe:
+        answered = embedder.probe()
+        if dimensions is not None and answered != dimensions:
+            embedder.close()
+            raise EmbeddingError(f"model {remote.model} answered with {answered} dimensions, expected {dimensions}")
+        embedder.dimensions = answered
+    return embedder

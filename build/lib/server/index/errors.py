@@ -1,0 +1,27 @@
+"""Errors of the index engine. One root, a few meaningful subclasses; messages are safe to show users."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Root of every error the index engine raises on purpose."""
+
+
+class InvalidArgumentError(EngineError):
+    """A caller passed something the engine will not accept (empty query, absurd limit, bad name)."""
+
+
+class UnknownIndexError(EngineError):
+    """The named index does not exist under the data directory."""
+
+
+class CorruptIndexError(EngineError):
+    """The database file is damaged; it can be rebuilt from the markdown files."""
+
+
+class EmbeddingError(EngineError):
+    """An embedding provider failed; the message never contains an API key."""
+
+
+class EmbeddingUnavailableError(EmbeddingError):
+    """A provider cannot be used at all here (no key, no model files, bad checksum)."""

@@ -1,0 +1,257 @@
+"""Bring an index up to date with a folder of memory files: skip unchanged files, re-embed only new chunks,
+remove deleted files. Each file is written in its own transaction, so a crash leaves a consistent index."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import apsw
+
+from server.index.chunker import Chunk, ChunkerConfig, chunk_markdown
+from server.index.embeddings.base import Embedder, Tokenizer
+from server.index.errors import EmbeddingError, InvalidArgumentError
+from server.index.scan import ScanConfig, UnreadableFile, day_of, decode_memory
+from server.index.store import Store
+from server.index.vectors import VectorSpace, embed_missing
+
+log = logging.getLogger(__name__)
+
+EMBED_BATCH_CHUNKS = 512  # chunks gathered across files before one call to the model (which sorts by length)
+
+
+@dataclass
+class IndexReport:
+    files_seen: int = 0
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_removed: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    chunks_written: int = 0
+    chunks_embedded: int = 0  # model calls, per chunk; the rest came from the cache
+    chunks_pending: int = 0  # written without a vector because the model failed
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    relpath: str
+    source: str
+    digest: str
+    size: int
+    mtime_ns: int
+    lines: int
+    chunks: list[Chunk]
+
+
+def scan_folder(root: Path, config: ScanConfig) -> Iterator[tuple[str, str, os.stat_result]]:
+    """(relative path, source, lstat) of every regular file the rules take; symlinks are never followed."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        base = Path(dirpath)
+        for name in sorted(filenames):
+            path = base / name
+            relpath = path.relative_to(root).as_posix()
+            source = config.source_of(relpath)
+            if source is None:
+                continue
+            info = path.lstat()
+            if stat.S_ISREG(info.st_mode):
+                yield relpath, source, info
+
+
+def scan_paths(root: Path, config: ScanConfig, relpaths: Collection[str]) -> Iterator[tuple[str, str, os.stat_result]]:
+    """`scan_folder` for given relative paths only: the same rules, and no symlink anywhere on the way."""
+    for relpath in sorted(set(relpaths)):
+        source = config.source_of(relpath)
+        if source is None or relpath.startswith("/") or ".." in relpath.split("/"):
+            continue
+        path = root
+        info: os.stat_result | None = None
+        for part in relpath.split("/"):
+            path = path / part
+            try:
+                info = path.lstat()
+            except OSError:
+                info = None
+                break
+            if stat.S_ISLNK(info.st_mode):
+                info = None
+                break
+        if info is not None and stat.S_ISREG(info.st_mode):
+            yield relpath, source, info
+
+
+class Indexer:
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder | None,
+        space: VectorSpace | None,
+        tokenizer: Tokenizer,
+        chunker: ChunkerConfig,
+        scan: ScanConfig,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.space = space  # the live vector table, when it belongs to `embedder`
+        self.tokenizer = tokenizer
+        self.chunker = chunker
+        self.scan = scan
+
+    def run(
+        self,
+        root: Path,
+        *,
+        force: bool = False,
+        on_file: Callable[[str], None] | None = None,
+        only: Collection[str] | None = None,
+    ) -> IndexReport:
+        """Bring the index up to date with `root`; with `only`, look at just those relative paths (a file that is
+        gone, or no longer a memory file, leaves the index) instead of walking the whole folder."""
+        if not root.is_dir():
+            raise InvalidArgumentError(f"not a folder: {root}")
+        started = time.perf_counter()
+        report = IndexReport()
+        db = self.store.connection()
+        known = {
+            path: (file_id, digest, size, mtime_ns)
+            for file_id, path, digest, size, mtime_ns in db.execute("SELECT id, path, hash, size, mtime_ns FROM files")
+        }
+        seen: set[str] = set()
+        batch: list[_Prepared] = []
+        files = scan_folder(root, self.scan) if only is None else scan_paths(root, self.scan, only)
+        for relpath, source, info in files:
+            report.files_seen += 1
+            seen.add(relpath)
+            old = known.get(relpath)
+            if old and not force and (old[2], old[3]) == (info.st_size, info.st_mtime_ns):
+                report.files_unchanged += 1
+                continue
+            prepared = self._prepare(root, relpath, source, info, report)
+            if prepared is None:
+                continue
+            if old and not force and old[1] == prepared.digest:
+                with db:  # same bytes, new mtime: remember the stat so the next scan skips it fast
+                    db.execute("UPDATE files SET mtime_ns = ? WHERE id = ?", (prepared.mtime_ns, old[0]))
+                report.files_unchanged += 1
+                continue
+            batch.append(prepared)
+            if sum(len(p.chunks) for p in batch) >= EMBED_BATCH_CHUNKS:
+                self._write_batch(batch, report, on_file)
+                batch = []
+        self._write_batch(batch, report, on_file)
+        for relpath in sorted((set(known) if only is None else set(known) & set(only)) - seen):
+            self.remove(relpath)
+            report.files_removed += 1
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _prepare(
+        self, root: Path, relpath: str, source: str, info: os.stat_result, report: IndexReport
+    ) -> _Prepared | None:
+        try:
+            if info.st_size > self.scan.max_file_bytes:
+                raise UnreadableFile(f"larger than {self.scan.max_file_bytes} bytes")
+            data = (root / relpath).read_bytes()
+            text = decode_memory(data, self.scan.max_file_bytes)
+        except (UnreadableFile, OSError) as exc:
+            reason = str(exc) if isinstance(exc, UnreadableFile) else f"unreadable ({exc.strerror})"
+            log.warning("skipping %s: %s", relpath, reason)
+            report.skipped.append((relpath, reason))
+            return None
+        chunks = chunk_markdown(text, self.tokenizer, self.chunker)
+        lines = text.count("\n") + 1 if text else 0
+        digest = hashlib.sha256(data).hexdigest()
+        return _Prepared(relpath, source, digest, len(data), info.st_mtime_ns, lines, chunks)
+
+    def _write_batch(self, batch: list[_Prepared], report: IndexReport, on_file: Callable[[str], None] | None) -> None:
+        if not batch:
+            return
+        db = self.store.connection()
+        vectors: dict[str, bytes] = {}
+        if self.embedder is not None and self.space is not None:
+            items = {c.hash: c.embed_text for p in batch for c in p.chunks}
+            try:
+                vectors, embedded = embed_missing(db, self.embedder, items)
+                report.chunks_embedded += embedded
+            except EmbeddingError as exc:
+                log.warning("embedding failed, chunks stay keyword-only until retried: %s", exc)
+        for prepared in batch:
+            self._write_file(db, prepared, vectors)
+            report.files_indexed += 1
+            report.chunks_written += len(prepared.chunks)
+            if self.space is not None:
+                report.chunks_pending += sum(1 for c in prepared.chunks if c.hash not in vectors)
+            if on_file:
+                on_file(prepared.relpath)
+
+    def _write_file(self, db: apsw.Connection, p: _Prepared, vectors: dict[str, bytes]) -> None:
+        day = day_of(p.relpath)
+        with db:
+            rows = db.execute("SELECT id FROM files WHERE path = ?", (p.relpath,)).fetchall()
+            if rows:
+                file_id = int(rows[0][0])  # type: ignore[arg-type]
+                self._delete_chunks(db, file_id)
+                db.execute(
+                    "UPDATE files SET source = ?, hash = ?, size = ?, mtime_ns = ?, lines = ?, day = ?,"
+                    " indexed_at = ? WHERE id = ?",
+                    (p.source, p.digest, p.size, p.mtime_ns, p.lines, day, time.time(), file_id),
+                )
+            else:
+                db.execute(
+                    "INSERT INTO files(path, source, hash, size, mtime_ns, lines, day, indexed_at)"
+                    " VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+                    (p.relpath, p.source, p.digest, p.size, p.mtime_ns, p.lines, day, time.time()),
+                )
+                file_id = db.last_insert_rowid()
+            for ordinal, chunk in enumerate(p.chunks):
+                db.execute(
+                    "INSERT INTO chunks(file_id, ordinal, start_line, end_line, heading, context, text, hash, tokens)"
+                    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        file_id,
+                        ordinal,
+                        chunk.start_line,
+                        chunk.end_line,
+                        " > ".join(chunk.heading),
+                        chunk.context,
+                        chunk.text,
+                        chunk.hash,
+                        chunk.tokens,
+                    ),
+                )
+                vector = vectors.get(chunk.hash)
+                if vector is not None and self.space is not None:
+                    db.execute(
+                        f"INSERT INTO {self.space.table}(chunk_id, embedding, source, path, day) VALUES(?, ?, ?, ?, ?)",
+                        (db.last_insert_rowid(), vector, p.source, p.relpath, day or ""),
+                    )
+            self.store.set_meta("last_change", str(time.time()), db)
+
+    def remove(self, relpath: str) -> bool:
+        """Forget one file; True when it was indexed."""
+        db = self.store.connection()
+        with db:
+            rows = db.execute("SELECT id FROM files WHERE path = ?", (relpath,)).fetchall()
+            if not rows:
+                return False
+            file_id = int(rows[0][0])  # type: ignore[arg-type]
+            self._delete_chunks(db, file_id)
+            db.execute("DELETE FROM files WHERE id = ?", (file_id,))
+            self.store.set_meta("last_change", str(time.time()), db)
+        return True
+
+    def _delete_chunks(self, db: apsw.Connection, file_id: int) -> None:
+        for table in self._vector_tables():
+            db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id = ?)", (file_id,))
+        db.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
+
+    def _vector_tables(self) -> list[str]:
+        return [t for key in ("vector_table", "vector_next_table") if (t := self.store.get_meta(key))]

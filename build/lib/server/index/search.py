@@ -1,0 +1,292 @@
+"""Hybrid search: vector KNN and BM25 candidates, completed on both sides, fused, filtered and cited."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import posixpath
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal
+
+import apsw
+import numpy as np
+
+from server.index.embeddings.base import Embedder
+from server.index.errors import EmbeddingError, InvalidArgumentError
+from server.index.fts import match_expression, query_terms
+from server.index.fusion import FusionWeights, Scored, fuse
+from server.index.queries import (
+    CLEAR_KEYWORD_SCORES,
+    CREATE_KEYWORD_SCORES,
+    FILL_KEYWORD_SCORES,
+    Filters,
+    cached_vectors_by_id_sql,
+    hits_sql,
+    keyword_best_sql,
+    keyword_scores_of_sql,
+    vector_sql,
+    vectors_by_id_sql,
+)
+from server.index.snippets import make_snippet
+from server.index.store import Store
+from server.index.vectors import VectorSpace
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["auto", "hybrid", "vector", "keyword"]
+SOURCES = ("memory", "sessions")
+MAX_LIMIT = 100
+MAX_QUERY_CHARS = 2000
+CANDIDATE_MULTIPLIER = 4
+MIN_CANDIDATES = 40
+KEYWORD_WAIT_SECONDS = 120.0  # the keyword side waits this long at most for the vector candidates
+# Shared by every index in the process; each thread keeps its own connection per index (see Store).
+_KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-search")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    limit: int = 8
+    min_score: float = 0.0
+    filters: Filters = field(default_factory=Filters)
+    mode: Mode = "auto"
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: str
+    start_line: int
+    end_line: int
+    heading: str
+    score: float
+    snippet: str
+    source: str
+    citation: str
+    vector_score: float
+    keyword_score: float
+    indexed_at: float
+    chunk_id: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "start_line": self.start_line,
+            "end_line": self.end_line,
+            "heading": self.heading,
+            "score": round(self.score, 4),
+            "snippet": self.snippet,
+            "source": self.source,
+            "citation": self.citation,
+        }
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    hits: list[Hit]
+    mode: str  # "hybrid", "vector" or "keyword": what actually ran
+    notice: str | None  # why the mode is less than hybrid, when it is
+    embed_ms: float  # time spent embedding the query
+    search_ms: float  # everything else
+
+
+def build_options(
+    *,
+    limit: int = 8,
+    min_score: float = 0.0,
+    sources: list[str] | tuple[str, ...] | None = None,
+    path_prefix: str | None = None,
+    date_from: str | None = None,
+    date_to: str | None = None,
+    mode: str = "auto",
+) -> SearchOptions:
+    """Validate user-supplied search arguments into options; every problem is an InvalidArgumentError."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIMIT}")
+    if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 <= min_score <= 1:
+        raise InvalidArgumentError("min_score must be a number from 0 to 1")
+    if mode not in ("auto", "hybrid", "vector", "keyword"):
+        raise InvalidArgumentError("mode must be auto, hybrid, vector or keyword")
+    unknown = set(sources or ()) - set(SOURCES)
+    if unknown:
+        raise InvalidArgumentError(f"unknown source {sorted(unknown)[0]!r}; sources are {', '.join(SOURCES)}")
+    days = [_check_day(d, name) for d, name in ((date_from, "date_from"), (date_to, "date_to"))]
+    if days[0] and days[1] and days[0] > days[1]:
+        raise InvalidArgumentError("date_from is after date_to")
+    filters = Filters(
+        sources=tuple(dict.fromkeys(sources or ())),
+        path_prefix=normalise_prefix(path_prefix or ""),
+        date_from=days[0],
+        date_to=days[1],
+    )
+    return SearchOptions(limit=limit, min_score=float(min_score), filters=filters, mode=mode)  # type: ignore[arg-type]
+
+
+def _check_day(value: str | None, name: str) -> str | None:
+    if value is None or value == "":
+        return None
+    try:
+        return dt.date.fromisoformat(value).isoformat() if len(value) == 10 else _bad_day(name)
+    except (TypeError, ValueError):
+        return _bad_day(name)
+
+
+def _bad_day(name: str) -> str:
+    raise InvalidArgumentError(f"{name} must be a date written YYYY-MM-DD")
+
+
+def normalise_prefix(prefix: str) -> str:
+    """A relative POSIX path prefix; absolute paths and `..` are refused."""
+    if not prefix:
+        return ""
+    if "\\" in prefix or "\x00" in prefix or prefix.startswith("/"):
+        raise InvalidArgumentError("path must be a relative path inside the memory folder")
+    trailing = prefix.endswith("/")
+    clean = posixpath.normpath(prefix)
+    if clean == ".":
+        return ""
+    if clean == ".." or clean.startswith("../"):
+        raise InvalidArgumentError("path must be a relative path inside the memory folder")
+    return clean + "/" if trailing else clean
+
+
+def search(
+    store: Store,
+    embedder: Embedder | None,
+    space: VectorSpace | None,
+    query: str,
+    options: SearchOptions,
+    weights: FusionWeights,
+    unavailable: str | None = None,
+) -> SearchResult:
+    """Run one search. `space` is the live vector table when it belongs to `embedder`; `unavailable` says why
+    vectors are off when they are."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidArgumentError("the query is empty")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidArgumentError(f"the query is longer than {MAX_QUERY_CHARS} characters")
+    started = time.perf_counter()
+    db = store.connection()
+    candidates = max(options.limit * CANDIDATE_MULTIPLIER, MIN_CANDIDATES)
+    match = match_expression(query) if options.mode != "vector" else None
+    notice = unavailable
+
+    # The keyword side runs on its own connection in a pool thread while this one embeds the query and runs the
+    # KNN (apsw releases the GIL inside SQLite): search takes the longer of the two, not their sum.
+    vector_ids: Future[list[int]] = Future()
+    keyword = (
+        _KEYWORD_POOL.submit(_keyword_side, store, match, options.filters, candidates, vector_ids) if match else None
+    )
+    similarities: dict[int, float] = {}
+    query_vector = None
+    embed_ms = 0.0
+    try:
+        if options.mode != "keyword" and space is not None and embedder is not None:
+            t0 = time.perf_counter()
+            try:
+                query_vector = embedder.embed([query], kind="query")[0]
+            except EmbeddingError as exc:
+                notice = f"vector search is unavailable right now ({exc})"
+                log.warning("query embedding failed: %s", exc)
+            embed_ms = (time.perf_counter() - t0) * 1000
+        elif options.mode == "vector" and notice is None:
+            notice = "vector search is unavailable"
+        if query_vector is not None and space is not None:
+            sql, params = vector_sql(space.table, options.filters, candidates)
+            params[0] = query_vector.astype(np.float32).tobytes()
+            similarities = {chunk: 1.0 - distance for chunk, distance in db.execute(sql, params)}
+    finally:
+        vector_ids.set_result(list(similarities))  # the keyword side never waits for a search that failed
+    # Both sides score every candidate: the keyword side also reads the vector candidates' BM25.
+    ranks = keyword.result() if keyword is not None else {}
+
+    if query_vector is not None and match is not None:
+        mode = "hybrid"
+        _complete_similarities(db, space, query_vector, similarities, ranks)
+    elif query_vector is not None:
+        mode = "vector"
+        if match is None and options.mode != "vector":
+            notice = notice or "the query has no searchable words for keyword search"
+    else:
+        mode = "keyword"
+        if match is None:
+            notice = notice or "the query has no searchable words"
+
+    scored = [s for s in fuse(similarities, ranks, weights, mode) if s.score >= options.min_score and s.score > 0]
+    hits = _load_hits(db, scored[: options.limit], query_terms(query))
+    return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
+
+
+def _keyword_side(
+    store: Store, match: str, filters: Filters, limit: int, vector_ids: Future[list[int]]
+) -> dict[int, float]:
+    """BM25 of the best `limit` keyword matches and of the vector candidates that match, from one scoring pass."""
+    db = store.connection()
+    db.execute(CREATE_KEYWORD_SCORES)
+    try:
+        db.execute(FILL_KEYWORD_SCORES, (match,))
+        sql, params = keyword_best_sql(filters, limit)
+        ranks: dict[int, float] = dict(db.execute(sql, params))
+        wanted = [c for c in vector_ids.result(timeout=KEYWORD_WAIT_SECONDS) if c not in ranks]
+        if wanted:
+            sql, params = keyword_scores_of_sql(wanted)
+            ranks.update(db.execute(sql, params))
+        return ranks
+    finally:
+        db.execute(CLEAR_KEYWORD_SCORES)
+
+
+def _complete_similarities(
+    db: apsw.Connection,
+    space: VectorSpace | None,
+    query_vector: np.ndarray,
+    similarities: dict[int, float],
+    ranks: dict[int, float],
+) -> None:
+    """Exact cosine for keyword candidates that the KNN did not return."""
+    missing = [c for c in ranks if c not in similarities]
+    if not missing or space is None:
+        return
+    sql, params = cached_vectors_by_id_sql(space.provider, space.model, missing)
+    size = space.dimensions * 4
+    found = {chunk: blob for chunk, blob in db.execute(sql, params) if len(blob) == size}
+    rest = [c for c in missing if c not in found]
+    if rest:  # not in the cache (an index written before it, or a vector inserted directly): ask vec0
+        sql, params = vectors_by_id_sql(space.table, rest)
+        found.update((chunk, blob) for chunk, blob in db.execute(sql, params) if len(blob) == size)
+    if found:
+        ids = list(found)
+        matrix = np.frombuffer(b"".join(found[c] for c in ids), dtype=np.float32).reshape(len(ids), -1)
+        for chunk, similarity in zip(ids, (matrix @ query_vector).tolist(), strict=True):
+            similarities[chunk] = similarity
+
+
+def _load_hits(db: apsw.Connection, scored: list[Scored], terms: list[str]) -> list[Hit]:
+    if not scored:
+        return []
+    sql, params = hits_sql([s.chunk_id for s in scored])
+    rows = {row[0]: row for row in db.execute(sql, params)}
+    hits: list[Hit] = []
+    for s in scored:
+        row = rows.get(s.chunk_id)
+        if row is None:  # deleted between the candidate query and now
+            continue
+        chunk_id, path, source, _day, start, end, heading, text, indexed_at = row
+        hits.append(
+            Hit(
+                path=path,
+                start_line=start,
+                end_line=end,
+                heading=heading,
+                score=s.score,
+                snippet=make_snippet(text, terms),
+                source=source,
+                citation=f"{path}#L{start}-L{end}",
+                vector_score=s.vector,
+                keyword_score=s.keyword,
+                indexed_at=indexed_at,
+                chunk_id=chunk_id,
+            )
+        )
+    return hits

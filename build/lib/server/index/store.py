@@ -1,0 +1,124 @@
+"""The SQLite file of one index: opening with sqlite-vec, WAL, migrations, meta, and corruption detection."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import apsw
+
+from server.index.errors import CorruptIndexError, EngineError
+from server.index.migrations import migrate
+
+log = logging.getLogger(__name__)
+
+MMAP_BYTES = 1 << 30
+BUSY_TIMEOUT_MS = 10_000
+_CORRUPTION = (apsw.CorruptError, apsw.NotADBError)
+
+
+def vec_available() -> bool:
+    """Whether the sqlite-vec extension can be loaded here."""
+    try:
+        import sqlite_vec  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def is_corruption(exc: BaseException) -> bool:
+    return isinstance(exc, _CORRUPTION)
+
+
+class Store:
+    """Hands out one configured connection per thread to the database at `path`."""
+
+    def __init__(self, path: Path, *, load_vec: bool = True) -> None:
+        self.path = path
+        self.vec_loaded = load_vec and vec_available()
+        self._local = threading.local()
+        self._connections: list[apsw.Connection] = []
+        self._lock = threading.Lock()
+        try:
+            db = self.connection()
+            # Touch the schema so a file that is not a database fails here, not in the middle of a search.
+            migrate(db)
+            db.execute("SELECT count(*) FROM files").fetchall()
+        except _CORRUPTION as exc:
+            self.close()
+            raise CorruptIndexError(f"the index database {path.name} is damaged") from exc
+
+    def connection(self) -> apsw.Connection:
+        db: apsw.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = self._open()
+            self._local.db = db
+            with self._lock:
+                self._connections.append(db)
+        return db
+
+    def _open(self) -> apsw.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db = apsw.Connection(str(self.path))
+        except apsw.CantOpenError as exc:
+            raise EngineError(f"cannot open the index database at {self.path}") from exc
+        db.set_busy_timeout(BUSY_TIMEOUT_MS)
+        if self.vec_loaded:
+            import sqlite_vec
+
+            db.enable_load_extension(True)
+            db.load_extension(sqlite_vec.loadable_path())
+            db.enable_load_extension(False)
+        db.execute("PRAGMA journal_mode=WAL").fetchall()
+        db.execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY")
+        # Reads through mmap skip a copy per page: a vec0 KNN scans every vector (measured 92 -> 80 ms at 100k
+        # chunks, 10.5 -> 5.5 ms at 10k). Address space only; pages stay in the OS cache as before.
+        db.execute(f"PRAGMA mmap_size={MMAP_BYTES}").fetchall()
+        return db
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for db in connections:
+            db.close()
+        self._local = threading.local()
+
+    # meta ------------------------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self.connection().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchall()
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: str | None, db: apsw.Connection | None = None) -> None:
+        db = db or self.connection()
+        if value is None:
+            db.execute("DELETE FROM meta WHERE key = ?", (key,))
+        else:
+            db.execute(
+                "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def size_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(f"{self.path}{suffix}").st_size
+        return total
+
+
+def quarantine(path: Path) -> Path:
+    """Move a damaged database (and its WAL files) aside, so a rebuild starts clean and evidence is kept."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(f"{path}{suffix}")
+        if source.exists():
+            os.replace(source, Path(f"{target}{suffix}"))
+    log.warning("moved damaged index database aside to %s", target.name)
+    return target

@@ -1,0 +1,238 @@
+"""The vector side of an index: which vec0 table is live for which model, the embedding cache, and the
+background rebuild that swaps a new model's vectors in atomically."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import apsw
+import numpy as np
+
+from server.index.embeddings.base import Embedder, Vectors
+from server.index.errors import EmbeddingError
+from server.index.queries import create_vector_table_sql
+from server.index.store import Store
+
+log = logging.getLogger(__name__)
+
+REBUILD_BATCH = 128
+CACHE_KEEP_DAYS = 30.0  # unused cached vectors live this long (reverts and switching back stay free)
+CACHE_PRUNE_EVERY = 86400.0  # seconds between prunes of one index
+
+
+@dataclass(frozen=True)
+class VectorSpace:
+    """A live or pending vec0 table and the model whose vectors it holds."""
+
+    table: str
+    provider: str
+    model: str
+    dimensions: int
+
+    def serves(self, embedder: Embedder | None) -> bool:
+        return embedder is not None and (embedder.provider, embedder.model, embedder.dimensions) == (
+            self.provider,
+            self.model,
+            self.dimensions,
+        )
+
+
+def _read_space(store: Store, prefix: str) -> VectorSpace | None:
+    table = store.get_meta(f"{prefix}_table")
+    if table is None:
+        return None
+    return VectorSpace(
+        table=table,
+        provider=store.get_meta(f"{prefix}_provider") or "",
+        model=store.get_meta(f"{prefix}_model") or "",
+        dimensions=int(store.get_meta(f"{prefix}_dimensions") or 0),
+    )
+
+
+def _write_space(store: Store, db: apsw.Connection, prefix: str, space: VectorSpace | None) -> None:
+    for key in ("table", "provider", "model", "dimensions"):
+        value = None if space is None else str(getattr(space, key))
+        store.set_meta(f"{prefix}_{key}", value, db)
+
+
+def live_space(store: Store) -> VectorSpace | None:
+    return _read_space(store, "vector")
+
+
+def pending_space(store: Store) -> VectorSpace | None:
+    return _read_space(store, "vector_next")
+
+
+def create_space(store: Store, embedder: Embedder, prefix: str) -> VectorSpace:
+    """A new, empty vec0 table for `embedder`, recorded under `prefix` in meta."""
+    db = store.connection()
+    with db:
+        number = int(store.get_meta("vector_table_counter") or 0) + 1
+        space = VectorSpace(f"vectors_{number}", embedder.provider, embedder.model, embedder.dimensions)
+        db.execute(create_vector_table_sql(space.table, space.dimensions))
+        store.set_meta("vector_table_counter", str(number), db)
+        _write_space(store, db, prefix, space)
+    return space
+
+
+def ensure_live_space(store: Store, embedder: Embedder) -> VectorSpace:
+    return live_space(store) or create_space(store, embedder, "vector")
+
+
+# embedding cache -------------------------------------------------------------------------------------
+
+
+def cached_vectors(db: apsw.Connection, embedder: Embedder, hashes: Sequence[str]) -> dict[str, bytes]:
+    """Cached vectors of `hashes` for this model; each one found is marked as used now."""
+    found: dict[str, bytes] = {}
+    unique = list(dict.fromkeys(hashes))
+    now = time.time()
+    for start in range(0, len(unique), 500):
+        batch = unique[start : start + 500]
+        marks = ", ".join("?" for _ in batch)
+        where = f"provider = ? AND model = ? AND hash IN ({marks})"
+        rows = dict(
+            db.execute(
+                f"SELECT hash, vector FROM embedding_cache WHERE {where}", (embedder.provider, embedder.model, *batch)
+            )
+        )
+        found.update(rows)
+        if rows:
+            with db:
+                db.execute(
+                    f"UPDATE embedding_cache SET used_at = ? WHERE {where}",
+                    (now, embedder.provider, embedder.model, *batch),
+                )
+    return found
+
+
+def prune_cache(store: Store, space: VectorSpace | None, *, keep_days: float = CACHE_KEEP_DAYS) -> int:
+    """Forget cached vectors unused for `keep_days` unless the live model's vectors still need them; at most once
+    a day. Recent ones stay, so reverting an edit or switching back to a model stays free for that long."""
+    now = time.time()
+    last = float(store.get_meta("cache_pruned_at") or 0)
+    if now - last < CACHE_PRUNE_EVERY:
+        return 0
+    db = store.connection()
+    keep = "(provider = ? AND model = ? AND hash IN (SELECT hash FROM chunks))" if space is not None else "0"
+    params: list[object] = [now - keep_days * 86400]
+    if space is not None:
+        params += [space.provider, space.model]
+    with db:
+        db.execute(f"DELETE FROM embedding_cache WHERE used_at < ? AND NOT {keep}", params)
+        removed = db.changes()
+        store.set_meta("cache_pruned_at", str(now), db)
+    return removed
+
+
+def embed_missing(db: apsw.Connection, embedder: Embedder, items: dict[str, str]) -> tuple[dict[str, bytes], int]:
+    """Vectors for `items` (hash -> text), from the cache or the model; returns them and how many were embedded.
+
+    Raises EmbeddingError when the model fails; nothing is cached then.
+    """
+    found = cached_vectors(db, embedder, list(items))
+    missing = [h for h in items if h not in found]
+    if missing:
+        vectors: Vectors = embedder.embed([items[h] for h in missing], kind="document")
+        if vectors.shape != (len(missing), embedder.dimensions) or not np.all(np.isfinite(vectors)):
+            raise EmbeddingError("the embedding provider returned vectors of the wrong shape")
+        with db:
+            for h, vector in zip(missing, vectors, strict=True):
+                blob = vector.astype(np.float32).tobytes()
+                found[h] = blob
+                db.execute(
+                    "INSERT OR REPLACE INTO embedding_cache(provider, model, hash, vector, used_at)"
+                    " VALUES(?, ?, ?, ?, ?)",
+                    (embedder.provider, embedder.model, h, blob, time.time()),
+                )
+    return found, len(missing)
+
+
+# filling a table -------------------------------------------------------------------------------------
+
+
+def _chunks_without_vectors(db: apsw.Connection, table: str, limit: int) -> list[tuple[int, str, str, str, str, str]]:
+    sql = (
+        "SELECT c.id, c.hash, CASE WHEN c.context = '' THEN c.text ELSE c.context || char(10) || c.text END,"
+        " f.source, f.path, coalesce(f.day, '') FROM chunks c JOIN files f ON f.id = c.file_id"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {table} v WHERE v.chunk_id = c.id) ORDER BY c.id LIMIT ?"
+    )
+    rows = db.execute(sql, (limit,))
+    return [(int(i), str(h), str(t), str(s), str(p), str(d)) for i, h, t, s, p, d in rows]
+
+
+def count_missing(store: Store, space: VectorSpace) -> int:
+    sql = f"SELECT count(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM {space.table} v WHERE v.chunk_id = c.id)"
+    return int(store.connection().execute(sql).fetchall()[0][0])  # type: ignore[arg-type]
+
+
+def fill_space(
+    store: Store,
+    space: VectorSpace,
+    embedder: Embedder,
+    *,
+    stop: threading.Event | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> int:
+    """Embed every chunk that has no vector in `space`; returns how many the model embedded.
+
+    Works in short transactions, so searches and indexing go on meanwhile. Raises EmbeddingError on failure.
+    """
+    db = store.connection()
+    embedded = 0
+    last_seen = -1
+    while not (stop and stop.is_set()):
+        rows = _chunks_without_vectors(db, space.table, REBUILD_BATCH)
+        if not rows or rows[-1][0] == last_seen:
+            break
+        last_seen = rows[-1][0]
+        vectors, count = embed_missing(db, embedder, {h: text for _, h, text, *_ in rows})
+        embedded += count
+        with db:
+            for chunk_id, h, _, source, path, day in rows:
+                # The chunk may have been replaced while we embedded; insert only if it still exists.
+                if db.execute("SELECT 1 FROM chunks WHERE id = ?", (chunk_id,)).fetchall():
+                    db.execute(
+                        f"INSERT OR IGNORE INTO {space.table}(chunk_id, embedding, source, path, day)"
+                        " VALUES(?, ?, ?, ?, ?)",
+                        (chunk_id, vectors[h], source, path, day),
+                    )
+        if on_batch:
+            on_batch(len(rows))
+    return embedded
+
+
+def rebuild(store: Store, embedder: Embedder, *, stop: threading.Event | None = None) -> bool:
+    """Build `embedder`'s vectors beside the live ones and swap them in; False if stopped before the swap."""
+    pending = pending_space(store)
+    if pending is None or not pending.serves(embedder):
+        if pending is not None:
+            _drop(store, pending, "vector_next")
+        pending = create_space(store, embedder, "vector_next")
+    log.info("rebuilding vectors for %s/%s", embedder.provider, embedder.model)
+    fill_space(store, pending, embedder, stop=stop)
+    if stop and stop.is_set():
+        return False
+    db = store.connection()
+    with db:
+        old = live_space(store)
+        db.execute(f"DELETE FROM {pending.table} WHERE chunk_id NOT IN (SELECT id FROM chunks)")
+        _write_space(store, db, "vector", pending)
+        _write_space(store, db, "vector_next", None)
+        if old is not None and old.table != pending.table:
+            db.execute(f"DROP TABLE {old.table}")
+    # Chunks indexed during the last batch are embedded now; the swap did not wait for them.
+    fill_space(store, pending, embedder, stop=stop)
+    log.info("vectors for %s/%s are live", embedder.provider, embedder.model)
+    return True
+
+
+def _drop(store: Store, space: VectorSpace, prefix: str) -> None:
+    db = store.connection()
+    with db:
+        db.execute(f"DROP TABLE IF EXISTS {space.table}")
+        _write_space(store, db, prefix, None)

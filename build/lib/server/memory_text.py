@@ -1,0 +1,113 @@
+"""Pure text rules of memory files: how lines are counted and paged, and what an append adds. No I/O.
+
+Lines are numbered from 1 the way the chunker numbers them (`\\r\\n`, `\\r` and `\\n` end a line), so a search
+hit's `L10-L20` is what `memory_get(start_line=10, end_line=20)` returns. A final line terminator does not start
+another line: `"a\\nb\\n"` has two lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.index.markdown import split_lines
+
+MAX_TOPIC_CHARS = 120
+
+
+def file_lines(text: str) -> list[str]:
+    """The lines of `text` without terminators; no phantom empty line after a final newline."""
+    if text == "":
+        return []
+    lines = split_lines(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def count_lines(text: str) -> int:
+    return len(file_lines(text))
+
+
+def count_lines_of_bytes(data: bytes) -> int:
+    """`count_lines` of the bytes' text, without decoding (line ends are ASCII in UTF-8)."""
+    if not data:
+        return 0
+    normal = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return normal.count(b"\n") + (0 if normal.endswith(b"\n") else 1)
+
+
+@dataclass(frozen=True)
+class Page:
+    content: str
+    start_line: int  # 0 when no line is returned
+    end_line: int
+    total_lines: int
+    truncated: bool
+    next_start_line: int | None
+
+
+def page(text: str, start_line: int | None, end_line: int | None, max_chars: int) -> Page:
+    """Lines `start_line`..`end_line` (1-based, inclusive, clamped to the file) joined with `\\n`, at most
+    `max_chars` characters. When the cap cuts the range short, `next_start_line` says where to go on; a single
+    line longer than the cap is cut (its rest is not reachable by line paging)."""
+    lines = file_lines(text)
+    total = len(lines)
+    first = start_line or 1
+    last = min(end_line if end_line is not None else total, total)
+    if first > last:
+        return Page("", 0, 0, total, False, None)
+    taken: list[str] = []
+    used = 0
+    for number in range(first, last + 1):
+        line = lines[number - 1]
+        cost = len(line) + (1 if taken else 0)
+        if used + cost > max_chars:
+            if not taken:  # one huge line: return what fits of it
+                taken.append(line[:max_chars])
+                number += 1
+            return Page("\n".join(taken), first, number - 1, total, True, number if number <= last else None)
+        taken.append(line)
+        used += cost
+    return Page("\n".join(taken), first, last, total, False, None)
+
+
+def clean_topic(topic: str | None) -> str | None:
+    """One line of at most MAX_TOPIC_CHARS: whitespace runs (newlines too) become one space."""
+    if topic is None:
+        return None
+    flat = " ".join(topic.split())
+    if not flat:
+        return None
+    if len(flat) > MAX_TOPIC_CHARS:
+        flat = flat[: MAX_TOPIC_CHARS - 1].rstrip() + "…"
+    return flat
+
+
+def entry_heading(time_of_day: str, topic: str | None) -> str:
+    """`## HH:MM — topic`, or `## HH:MM` without a topic."""
+    return f"## {time_of_day} — {topic}" if topic else f"## {time_of_day}"
+
+
+@dataclass(frozen=True)
+class Appended:
+    text: str  # the whole new file
+    start_line: int  # first line of the added entry (its heading when it has one)
+    end_line: int
+
+
+def compose_append(existing: str, content: str, *, title: str | None = None, heading: str | None = None) -> Appended:
+    """`existing` + a blank line + (`heading` + blank line) + `content`, ending in one newline. `title` starts
+    an empty file (`# 2024-05-01`). Blank lines around `content` are dropped; its inner text is kept as sent."""
+    body = content.strip("\r\n")
+    before = existing
+    if before == "" and title:
+        before = f"{title}\n"
+    if before:
+        if not before.endswith(("\n", "\r")):
+            before += "\n"
+        if not before.endswith(("\n\n", "\r\n\r\n", "\r\r")):
+            before += "\n"
+    entry = f"{heading}\n\n{body}\n" if heading else f"{body}\n"
+    start = count_lines(before) + 1
+    text = before + entry
+    return Appended(text, start, count_lines(text))

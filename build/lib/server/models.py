@@ -1,0 +1,126 @@
+"""What the memory service returns: pydantic models that are also the MCP tools' structured outputs.
+
+Times are ISO 8601 in UTC (`2024-05-01T09:30:00Z`); paths are relative POSIX paths inside the index's mirror.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Access = Literal["r", "rw"]
+SearchMode = Literal["hybrid", "vector", "keyword"]
+WriteMode = Literal["append", "replace"]
+
+
+class SearchHit(BaseModel):
+    path: str = Field(description="file path inside the index, e.g. memory/2024-05-01.md")
+    start_line: int = Field(description="first line of the passage, 1-based")
+    end_line: int = Field(description="last line of the passage, inclusive")
+    heading: str = Field(description="heading path of the passage, ' > ' separated")
+    score: float = Field(description="relevance from 0 to 1")
+    snippet: str
+    source: Literal["memory", "sessions"]
+    citation: str = Field(description="path#L10-L20")
+    index: str = Field(description="the index the hit comes from")
+    updated_by: str | None = Field(description="caller that last changed the file ('(disk)' for edits on the server)")
+    updated_at: str | None = Field(description="when the file last changed, ISO 8601 UTC")
+
+
+class SearchOutput(BaseModel):
+    hits: list[SearchHit]
+    search_mode: SearchMode = Field(description="what actually ran")
+    notice: str | None = Field(description="why the search was less than hybrid, when it was")
+    indexes: list[str] = Field(description="the indexes searched")
+    index_updated_at: str | None = Field(description="when the searched index last changed, ISO 8601 UTC")
+    pending_files: int = Field(description="files changed on disk and not yet indexed")
+
+
+class GetOutput(BaseModel):
+    path: str
+    exists: bool
+    content: str = Field(description="the requested lines, joined with newlines")
+    start_line: int = Field(description="first line returned, 1-based (0 when nothing is returned)")
+    end_line: int = Field(description="last line returned, inclusive (0 when nothing is returned)")
+    total_lines: int
+    hash: str | None = Field(description="sha256 of the whole file; pass it as expected_hash to replace it")
+    truncated: bool = Field(description="true when the answer stops before end_line was reached")
+    next_start_line: int | None = Field(description="where to continue reading when truncated")
+    updated_by: str | None
+    updated_at: str | None
+
+
+class WriteOutput(BaseModel):
+    path: str
+    mode: WriteMode
+    hash: str = Field(description="sha256 of the whole file after the write")
+    lines: int = Field(description="lines in the file after the write")
+    start_line: int = Field(description="first line of the written text")
+    end_line: int = Field(description="last line of the written text")
+    indexed: bool = Field(description="the index already holds the new text (search finds it)")
+    replayed: bool = Field(description="an earlier call with the same idempotency key already did this")
+    redacted: dict[str, int] = Field(
+        default_factory=dict, description="secrets replaced by [redacted:<kind>] markers before storing, per kind"
+    )
+
+
+class FileEntry(BaseModel):
+    path: str
+    source: Literal["memory", "sessions"] = Field(description="sessions: a laptop's Claude Code transcript (read-only)")
+    size: int
+    lines: int
+    hash: str
+    updated_at: str | None
+    updated_by: str | None
+
+
+class ListOutput(BaseModel):
+    files: list[FileEntry]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null on the last page")
+    total: int = Field(description="files matching the filters, over all pages")
+
+
+class DeleteOutput(BaseModel):
+    path: str
+    deleted: bool = Field(description="false when there was no such file")
+    previous_hash: str | None
+
+
+class CallerSyncEntry(BaseModel):
+    """One laptop's file sync with this index, as the server saw it."""
+
+    caller: str
+    last_pull_at: str | None = Field(description="when it last asked for changes (its proxy long-polls)")
+    pulled_revision: int | None
+    last_push_at: str | None = Field(description="when it last sent local changes")
+    pushed_revision: int | None
+
+
+class StatusOutput(BaseModel):
+    caller: str
+    index: str
+    access: Access
+    server_version: str
+    provider: str | None
+    model: str | None
+    dimensions: int | None
+    files: dict[str, int] = Field(description="indexed files per source")
+    chunks: dict[str, int] = Field(description="indexed chunks per source")
+    pending_vectors: int
+    pending_files: int
+    last_change_at: str | None
+    database_bytes: int
+    search_modes: list[str]
+    notice: str | None
+    revision: int = Field(description="the index's change counter (file sync)")
+    sync: list[CallerSyncEntry] = Field(description="each caller's last file sync with this index")
+
+
+class SyncOutput(BaseModel):
+    files_seen: int
+    files_indexed: int
+    files_removed: int
+    chunks_embedded: int
+    seconds: float
+    cancelled: bool

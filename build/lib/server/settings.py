@@ -1,0 +1,300 @@
+"""The server's configuration: the environment over an optional TOML file, both read here and nowhere else.
+
+    settings = Settings.from_env(os.environ)                    # the file named by MEMORY_CONFIG, if any
+    settings = Settings.from_env(os.environ, config_file=path)  # `memory-server --config PATH`
+
+Every variable has a key in the file: its name without `MEMORY_`, in lower case (`MEMORY_PORT` is `port`,
+`VOYAGE_API_KEY_FILE` is `voyage_api_key_file`). A variable set in the environment wins over the file; an empty
+one counts as unset (compose passes variables the operator did not set through as empty). There is no default
+location: a file is read only when it is named. It is refused whole when group or others may change it, or when
+it has an unknown key, a value of the wrong type, or an API key itself instead of the path of a file holding it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import stat
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from server.index.embeddings.base import Embedder
+from server.index.embeddings.select import EmbeddingSettings, select_embedder
+from server.index.engine import EngineSettings
+from server.index.errors import InvalidArgumentError
+from server.index.fusion import FusionWeights
+from server.index.scan import DEFAULT_MAX_FILE_BYTES, ScanConfig
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+CONFIG_VARIABLE = "MEMORY_CONFIG"
+MAX_CONFIG_BYTES = 64 * 1024
+SECRETS = ("VOYAGE_API_KEY", "OPENAI_API_KEY")  # accepted from the environment, never from the file
+
+Origin = Literal["default", "env", "file"]
+Kind = Literal["text", "path", "integer", "number", "boolean", "list"]
+
+# Every variable the server reads, with the TOML type its key in the config file takes.
+VARIABLES: Mapping[str, Kind] = {
+    "MEMORY_DATA_DIR": "path",
+    "MEMORY_KEYS_DIR": "path",
+    "MEMORY_HOST": "text",
+    "MEMORY_PORT": "integer",
+    "MEMORY_LOG_LEVEL": "text",
+    "MEMORY_LOG_FORMAT": "text",
+    "MEMORY_METRICS_HOST": "text",
+    "MEMORY_METRICS_PORT": "integer",
+    "MEMORY_EMBEDDING_PROVIDERS": "list",
+    "MEMORY_EMBEDDING_PROBE": "boolean",
+    "MEMORY_EMBEDDING_TIMEOUT": "number",
+    "MEMORY_EMBEDDING_RETRIES": "integer",
+    "MEMORY_EMBEDDING_BATCH": "integer",
+    "MEMORY_VOYAGE_MODEL": "text",
+    "MEMORY_VOYAGE_BASE_URL": "text",
+    "MEMORY_VOYAGE_DIMENSIONS": "integer",
+    "MEMORY_OPENAI_MODEL": "text",
+    "MEMORY_OPENAI_BASE_URL": "text",
+    "MEMORY_OPENAI_DIMENSIONS": "integer",
+    "MEMORY_WEIGHT_VECTOR": "number",
+    "MEMORY_WEIGHT_KEYWORD": "number",
+    "MEMORY_MAX_FILE_BYTES": "integer",
+    "MEMORY_REDACT_WRITES": "boolean",
+    "VOYAGE_API_KEY_FILE": "path",
+    "OPENAI_API_KEY_FILE": "path",
+}
+_KINDS: Mapping[Kind, str] = {
+    "text": "a string",
+    "path": "a string (a path; a relative one is taken from the config file's folder)",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "list": 'a list of strings, e.g. ["voyage", "local"]',
+}
+
+
+def file_key(variable: str) -> str:
+    """The config file's key for an environment variable: `MEMORY_PORT` -> `port`."""
+    return variable.removeprefix("MEMORY_").lower()
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path("data")
+    keys_dir: Path = Path("keys")
+    log_level: str = "warning"
+    log_format: str = "text"
+    host: str = "127.0.0.1"
+    port: int = 8765
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # None: no plain metrics listener
+    redact_writes: bool = True  # secrets in memory_write content become [redacted:<kind>] markers
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    config_file: Path | None = None
+    origins: Mapping[str, Origin] = field(default_factory=dict)  # file key -> where its value came from
+    key_files: Mapping[str, str] = field(default_factory=dict)  # NAME_FILE -> path, from the config file
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], config_file: Path | None = None) -> Settings:
+        """The settings from `env` over the config file (`config_file`, else the one `MEMORY_CONFIG` names)."""
+        named = config_file or (Path(env[CONFIG_VARIABLE]) if _is_set(env, CONFIG_VARIABLE) else None)
+        from_file = read_config_file(named) if named is not None else {}
+        merged: dict[str, str] = {}
+        origins: dict[str, Origin] = {}
+        for variable in VARIABLES:
+            if _is_set(env, variable):
+                merged[variable], origins[file_key(variable)] = env[variable], "env"
+            elif variable in from_file:
+                merged[variable], origins[file_key(variable)] = from_file[variable], "file"
+            else:
+                origins[file_key(variable)] = "default"
+        # A provider key configured in the environment (the key, or its file) wins over the file's key file.
+        key_files = {
+            f"{name}_FILE": from_file[f"{name}_FILE"]
+            for name in SECRETS
+            if f"{name}_FILE" in from_file and not _is_set(env, name) and not _is_set(env, f"{name}_FILE")
+        }
+        try:
+            return cls._parse(merged, named, origins, key_files)
+        except InvalidArgumentError as exc:
+            raise _located(exc, origins, named) from None
+
+    @classmethod
+    def _parse(
+        cls, env: Mapping[str, str], named: Path | None, origins: Mapping[str, Origin], key_files: Mapping[str, str]
+    ) -> Settings:
+        log_level = env.get("MEMORY_LOG_LEVEL", "warning").strip().lower()
+        if log_level not in LOG_LEVELS:
+            raise InvalidArgumentError(f"MEMORY_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
+        log_format = env.get("MEMORY_LOG_FORMAT", "text").strip().lower()
+        if log_format not in LOG_FORMATS:
+            raise InvalidArgumentError(f"MEMORY_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
+        metrics_host = env.get("MEMORY_METRICS_HOST", "127.0.0.1").strip()
+        if not is_loopback(metrics_host):
+            raise InvalidArgumentError(
+                f"MEMORY_METRICS_HOST must be a loopback address (127.0.0.1, ::1 or localhost), not {metrics_host}: "
+                "the metrics listener has no authentication"
+            )
+        weights = FusionWeights(
+            vector=_number(env, "MEMORY_WEIGHT_VECTOR", FusionWeights.vector),
+            keyword=_number(env, "MEMORY_WEIGHT_KEYWORD", FusionWeights.keyword),
+        )
+        scan = ScanConfig(max_file_bytes=int(_number(env, "MEMORY_MAX_FILE_BYTES", DEFAULT_MAX_FILE_BYTES)))
+        port = _port(env, "MEMORY_PORT")
+        redact_writes = env.get("MEMORY_REDACT_WRITES", "1").strip().lower()
+        if redact_writes not in ("0", "1", "true", "false", "yes", "no"):
+            raise InvalidArgumentError("MEMORY_REDACT_WRITES must be 1 or 0")
+        return cls(
+            data_dir=Path(env.get("MEMORY_DATA_DIR", "data")),
+            keys_dir=Path(env.get("MEMORY_KEYS_DIR", "keys")),
+            log_level=log_level,
+            log_format=log_format,
+            host=env.get("MEMORY_HOST", "127.0.0.1").strip(),
+            port=port if port is not None else 8765,
+            metrics_host=metrics_host,
+            metrics_port=_port(env, "MEMORY_METRICS_PORT"),
+            redact_writes=redact_writes in ("1", "true", "yes"),
+            embedding=EmbeddingSettings.from_env(env),
+            engine=EngineSettings(scan=scan, weights=weights),
+            config_file=named,
+            origins=dict(origins),
+            key_files=dict(key_files),
+        )
+
+    def key_sources(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Where provider keys are read from: `env`, plus the config file's key files for the providers whose
+        key the environment does not configure. Only paths come from the file, never keys."""
+        return {**env, **self.key_files}
+
+    def select_embedder(self, env: Mapping[str, str]) -> tuple[Embedder | None, list[str]]:
+        """The first usable provider in the configured order, and why the ones before it were skipped."""
+        return select_embedder(self.embedding, self.key_sources(env))
+
+
+def read_config_file(path: Path) -> dict[str, str]:
+    """The file's settings as environment values (`{"MEMORY_PORT": "9000"}`), every key and type checked."""
+    data = _read_safely(path)
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(f"config file {path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgumentError(f"config file {path}: not valid TOML: {exc}") from None
+    variables = {file_key(variable): variable for variable in VARIABLES}
+    values: dict[str, str] = {}
+    for key, value in table.items():
+        if key in {name.lower() for name in SECRETS}:
+            raise InvalidArgumentError(
+                f"config file {path}: {key} is not accepted in a config file, which ends up in backups and diffs; "
+                f"put the key in a file of its own (mode 0600) and set {key}_file to its path"
+            )
+        variable = variables.get(key)
+        if variable is None:
+            close = difflib.get_close_matches(key, variables, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"the keys are: {', '.join(variables)}"
+            raise InvalidArgumentError(f"config file {path}: unknown key {key!r}; {hint}")
+        values[variable] = _as_text(path, key, VARIABLES[variable], value)
+    return values
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _read_safely(path: Path) -> bytes:
+    try:  # O_NONBLOCK: a FIFO named here must not hang the start; fstat below refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InvalidArgumentError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise InvalidArgumentError(f"config file {path}: cannot open it ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidArgumentError(f"config file {path} is not a regular file")
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o022:
+            raise InvalidArgumentError(
+                f"refusing config file {path}: mode {mode:04o} lets group or others change the server's "
+                f"configuration; run: chmod go-w {path}"
+            )
+        data = os.read(fd, MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise InvalidArgumentError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    return data
+
+
+def _as_text(path: Path, key: str, kind: Kind, value: object) -> str:
+    """A file value as the environment would hold it. Values are never echoed: one may be a misplaced secret."""
+    text: str | None = None
+    if kind in ("text", "path", "list") and isinstance(value, str):  # a list may also be "voyage, local"
+        text = value
+    elif kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    elif kind == "number" and isinstance(value, int | float) and not isinstance(value, bool):
+        text = repr(value)
+    elif kind == "boolean" and isinstance(value, bool):
+        text = "1" if value else "0"
+    elif kind == "list" and isinstance(value, list) and all(isinstance(item, str) for item in value):
+        text = ",".join(value)
+    if text is None:
+        raise InvalidArgumentError(f"config file {path}: {key} must be {_KINDS[kind]}, not {_toml_type(value)}")
+    if not text.strip():
+        raise InvalidArgumentError(f"config file {path}: {key} is empty; leave it out for the default")
+    if kind == "path":
+        return str(path.parent / Path(text).expanduser())  # an absolute path stays as it is
+    return text
+
+
+def _toml_type(value: object) -> str:
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string")):
+        if isinstance(value, kind):
+            return name
+    return "a table" if isinstance(value, dict) else "an array" if isinstance(value, list) else "a date or time"
+
+
+def _located(error: InvalidArgumentError, origins: Mapping[str, Origin], named: Path | None) -> InvalidArgumentError:
+    """The error, saying so when the value it names came from the config file rather than the environment."""
+    message = str(error)
+    for variable in VARIABLES:
+        if variable in message and origins.get(file_key(variable)) == "file":
+            return InvalidArgumentError(f"{message} (set as {file_key(variable)} in {named})")
+    return error
+
+
+def _is_set(env: Mapping[str, str], variable: str) -> bool:
+    return bool(env.get(variable, "").strip())
+
+
+def _port(env: Mapping[str, str], key: str) -> int | None:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or not 0 <= int(raw) <= 65535:
+        raise InvalidArgumentError(f"{key} must be a TCP port (0-65535), not {raw!r}")
+    return int(raw)
+
+
+def _number(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"{key} must be a number, not {raw!r}") from None
+    if value < 0:
+        raise InvalidArgumentError(f"{key} must not be negative")
+    return value
