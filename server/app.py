@@ -1,11 +1,11 @@
 """The server's ASGI app: the channel outermost; inside it `/healthz` (plain), the MCP endpoint at `/mcp`, file
-sync at `/sync/changes` and `/sync/push` (`server.sync_app`) and `/metrics` (`server.metrics_app`).
+sync at `/sync/changes` and `/sync/push` (`server.sync.app`) and `/metrics` (`server.observe.metrics_app`).
 
     app = create_app(service, server_key=key, callers=CallersFile(keys_dir / "callers.toml"))
     uvicorn.run(app, ...)
 
 The MCP endpoint is the SDK's streamable HTTP transport, stateful: `initialize` opens a session whose id only its
-own caller may use (see `server.mcp_caller`), answers stream as SSE through the tunnel, and clients of the
+own caller may use (see `server.mcp.caller`), answers stream as SSE through the tunnel, and clients of the
 `server/discover` generation are served per request. The lifespan runs the SDK's session manager and, when the
 server stops, closes the memory service after the calls in flight have finished.
 """
@@ -34,12 +34,12 @@ from channel.middleware import ChannelMiddleware
 from channel.ratelimit import Rate
 from channel.session import SessionTable
 from channel.timestamps import FileTimestamps
-from server.mcp_caller import CallerBoundEndpoint
-from server.mcp_tools import build_mcp_server
-from server.metrics import Metrics
-from server.metrics_app import METRICS_PATH, RequestMetrics, metrics_endpoint, service_metrics
-from server.service import MemoryService
-from server.sync_app import sync_routes
+from server.mcp.caller import CallerBoundEndpoint
+from server.mcp.tools import build_mcp_server
+from server.memory.service import MemoryService
+from server.observe.metrics import Metrics
+from server.observe.metrics_app import METRICS_PATH, RequestMetrics, metrics_endpoint, service_metrics
+from server.sync.app import sync_routes
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ def anyio_backend() -> str:
 @pytest.fixture
 def hashing_service(tmp_path: Path) -> Iterator[object]:
     """A memory service on a temporary data folder with the fast hashing embedder (for protocol-level tests)."""
-    from server.service import MemoryService
+    from server.memory.service import MemoryService
     from tests.fakes.embedder import HashingEmbedder
 
     running = MemoryService(tmp_path / "data", HashingEmbedder())

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from channel.keys import PrivateKey, PublicKey, read_private_key
-from server.cli import main
+from server.cli.main import main
 from server.settings import Settings
 from tests.conftest import REPO
 
@@ -219,7 +219,7 @@ def test_the_console_script_inits_adds_and_lists_without_loading_torch(tmp_path)
     )
     assert listing.returncode == 0 and json.loads(listing.stdout)[0]["grants"] == {"alice": "rw"}
     probe = (
-        "import sys; from server.cli import main; "
+        "import sys; from server.cli.main import main; "
         f"assert main(['--keys-dir', {keys!r}, 'keys', 'show']) == 0; "
         "assert not {'torch', 'sentence_transformers'} & set(sys.modules), 'a model library was imported'"
     )

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from channel.authz import NAME_PATTERN
 from channel.keys import PrivateKey, PublicKey
-from server.callers import (
+from server.callers.config import (
     HEADER,
     MAX_FILE_BYTES,
     CallerEntry,
@@ -22,7 +22,7 @@ from server.callers import (
     parse_callers,
     render_callers,
 )
-from server.callers_file import CallersFile, read_callers, update_callers, write_callers
+from server.callers.file import CallersFile, read_callers, update_callers, write_callers
 
 
 def new_key(comment: str = "") -> PublicKey:
@@ -357,7 +357,7 @@ def test_a_broken_edit_keeps_the_last_good_table_and_reports_why(callers_path, c
     good = render_callers(CallersConfig().add("bob", [BOB], {"team": "rw"}).add("alice", [ALICE], {}))
     callers_path.write_text(good.replace('"rw"', '"admin"'))
     clock.now += 1
-    with caplog.at_level(logging.ERROR, logger="server.callers"):
+    with caplog.at_level(logging.ERROR, logger="server.callers.config"):
         assert directory.lookup(BOB.x25519) is not None  # nobody is locked out...
         assert directory.lookup(ALICE.x25519) is None  # ...and nothing new is granted
         clock.now += 1
@@ -387,7 +387,7 @@ def test_a_broken_file_at_start_lets_nobody_in(callers_path):
 
 
 def test_a_missing_file_means_no_callers_with_a_hint(callers_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="server.callers"):
+    with caplog.at_level(logging.WARNING, logger="server.callers.config"):
         directory = CallersFile(callers_path)
     assert directory.lookup(BOB.x25519) is None and directory.error is None
     assert "nobody can connect" in caplog.text and "memory-server callers add" in caplog.text

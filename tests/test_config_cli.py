@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from server.cli import main
+from server.cli.main import main
 from server.settings import VARIABLES, file_key
 
 VOYAGE_KEY = "pa-voyage-CANARY-0123456789"

@@ -1,4 +1,4 @@
-"""The proxy's MCP header rules: the port in `client_proxy.mcp_headers` agrees with the SDK it was taken from, and
+"""The proxy's MCP header rules: `client_proxy.forward.mcp_headers` agrees with the SDK it was taken from, and
 `Stamper` stamps each message as the SDK's client session and transport would."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp.shared import inbound
 
-from client_proxy import mcp_headers
-from client_proxy.jsonrpc import Message
-from client_proxy.stamping import Stamper
+from client_proxy.forward import mcp_headers
+from client_proxy.forward.jsonrpc import Message
+from client_proxy.forward.stamping import Stamper
 
 SCHEMAS = [
     None,

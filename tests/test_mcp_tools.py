@@ -16,10 +16,10 @@ from mcp.shared.exceptions import MCPError
 
 from server.errors import ConflictError, PermissionDeniedError, UnsafePathError
 from server.index.errors import EmbeddingError, EngineError, InvalidArgumentError
-from server.mcp_answers import MAX_ANSWER_CHARS, render_get
-from server.mcp_calls import translated
-from server.models import GetOutput
-from server.service import MAX_GET_CHARS, MemoryService
+from server.mcp.answers import MAX_ANSWER_CHARS, render_get
+from server.mcp.calls import translated
+from server.memory.results import GetOutput
+from server.memory.service import MAX_GET_CHARS, MemoryService
 from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import (
     MODES,

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.index.markdown import split_lines
-from server.memory_text import (
+from server.memory.text import (
     MAX_TOPIC_CHARS,
     clean_topic,
     compose_append,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from server.merge import merge3, merge_unrelated
+from server.sync.merge import merge3, merge_unrelated
 
 DAILY = "# 2026-11-23\n\n## 09:00 — a\nfirst\n"
 ENTRY_B = "\n## 10:00 — b\nsecond\n"

@@ -15,14 +15,14 @@ import pytest
 
 from channel.constants import INDEX_HEADER
 from channel.keys import PrivateKey
-from server import serve
 from server.app import create_app
-from server.callers import CALLERS_FILE
-from server.callers_file import CallersFile, update_callers
+from server.callers.config import CALLERS_FILE
+from server.callers.file import CallersFile, update_callers
+from server.cli import serve
 from server.index.errors import InvalidArgumentError
-from server.metrics import BUCKETS, Family, Metrics, Sample, read_index_sizes, render
-from server.metrics_app import MetricsListener, service_metrics
-from server.service import CallerContext, MemoryService
+from server.memory.service import CallerContext, MemoryService
+from server.observe.metrics import BUCKETS, Family, Metrics, Sample, read_index_sizes, render
+from server.observe.metrics_app import MetricsListener, service_metrics
 from tests.channel.conftest import RunningServer
 from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import serve_asgi

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import server.mirror as mirror_module
-import server.mirror_state as mirror_state
+import server.mirror.mirror as mirror_module
+import server.mirror.state as mirror_state
 from server.errors import ConflictError, UnsafePathError
 from server.index.errors import EngineError, InvalidArgumentError
-from server.memory_text import count_lines_of_bytes
-from server.mirror import (
+from server.memory.text import count_lines_of_bytes
+from server.mirror.mirror import (
     ABSENT,
     DISK,
     STATE_SCHEMA_VERSION,

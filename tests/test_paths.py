@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.index.errors import InvalidArgumentError
-from server.paths import (
+from syncproto.paths import (
     MAX_PATH_CHARS,
     daily_log_path,
     is_memory_file,

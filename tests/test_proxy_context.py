@@ -13,7 +13,7 @@ import pytest
 
 from channel.keys import PrivateKey
 from client_proxy.cli import build_parser, cmd_context, cmd_run, main
-from client_proxy.context import (
+from client_proxy.project.context import (
     DAILY_LINES,
     MAX_FILE_BYTES,
     MAX_OUTPUT_CHARS,
@@ -22,8 +22,8 @@ from client_proxy.context import (
     local_today,
     share,
 )
-from client_proxy.stack import Stack
-from client_proxy.templates import MEMORY_TEMPLATE, install_templates
+from client_proxy.project.stack import Stack
+from client_proxy.project.templates import MEMORY_TEMPLATE, install_templates
 from tests.conftest import REPO
 
 TODAY = dt.date(2026, 11, 23)

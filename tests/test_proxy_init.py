@@ -120,7 +120,7 @@ def test_init_creates_a_0600_key_in_a_0700_dir_and_prints_the_operator_command(r
 
 
 def test_the_printed_command_is_accepted_by_memory_server(run, tmp_path, capsys):
-    from server.cli import main as server_main
+    from server.cli.main import main as server_main
 
     _, out, _ = init(run, "--name", "alice-laptop")
     command = next(line for line in out.splitlines() if "memory-server callers add" in line)

@@ -19,13 +19,13 @@ from channel.errors import (
     TunnelRefused,
 )
 from channel.keys import PrivateKey, write_private_key
-from client_proxy import stdio
 from client_proxy.config import ProxyConfig, render_config, write_config
 from client_proxy.errors import ConfigError
-from client_proxy.jsonrpc import INVALID_REQUEST, PARSE_ERROR, NotJsonRpc, error_line, parse, with_id
-from client_proxy.local_zone import local_timezone
+from client_proxy.forward import stdio
+from client_proxy.forward.jsonrpc import INVALID_REQUEST, PARSE_ERROR, NotJsonRpc, error_line, parse, with_id
+from client_proxy.forward.local_zone import local_timezone
+from client_proxy.forward.upstream import describe
 from client_proxy.settings import RunSettings
-from client_proxy.upstream import describe
 
 URL = "https://memory.lan"
 

@@ -12,11 +12,11 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 
 from client_proxy.config import render_config, write_config
-from server import serve
 from server.app import create_app
-from server.callers import CALLERS_FILE
-from server.callers_file import CallersFile, update_callers
-from server.service import MemoryService
+from server.callers.config import CALLERS_FILE
+from server.callers.file import CallersFile, update_callers
+from server.cli import serve
+from server.memory.service import MemoryService
 from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import MODES, serve_asgi, structured
 from tests.proxy_support import init_proxy_home, proxy_params

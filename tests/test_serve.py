@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from server.cli import main
+from server.cli.main import main
+from server.cli.serve import bind, is_loopback
 from server.index.errors import InvalidArgumentError
-from server.serve import bind, is_loopback
 from server.settings import Settings
 from tests.conftest import REPO
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from server.cli import main
+from server.cli.main import main
 from tests.conftest import EXAMPLE, REPO
 
 

@@ -20,14 +20,14 @@ from mcp.shared.exceptions import MCPError
 
 from channel.constants import INDEX_HEADER
 from channel.keys import PrivateKey
-from server import serve
 from server.app import create_app
-from server.callers import CALLERS_FILE
-from server.callers_file import CallersFile, update_callers
+from server.callers.config import CALLERS_FILE
+from server.callers.file import CallersFile, update_callers
+from server.cli import serve
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.remote import HttpOptions, OpenAIEmbedder
 from server.index.tokens import WordPieceTokenizer
-from server.service import MemoryService
+from server.memory.service import MemoryService
 from tests.channel.conftest import RunningServer
 from tests.fakes.embedder import HashingEmbedder
 from tests.fakes.provider_api import FakeProviderAPI
@@ -311,7 +311,7 @@ async def test_shutting_down_finishes_the_write_in_flight(tmp_path):
 
 
 def reopened_caller() -> Any:
-    from server.service import CallerContext
+    from server.memory.service import CallerContext
 
     return CallerContext("alice", "SHA256:x", GRANTS["alice"], "alice-notes", "rw")
 

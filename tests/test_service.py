@@ -16,8 +16,8 @@ from server.index.embeddings.base import InputKind, Vectors
 from server.index.engine import EngineSettings
 from server.index.errors import InvalidArgumentError
 from server.index.scan import ScanConfig
-from server.mirror import DISK
-from server.service import MAX_GET_CHARS, MAX_WRITE_BYTES, CallerContext, MemoryService
+from server.memory.service import MAX_GET_CHARS, MAX_WRITE_BYTES, CallerContext, MemoryService
+from server.mirror.mirror import DISK
 from tests.fakes.embedder import HashingEmbedder
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from channel.authz import Access, ChannelUser
 from server.index.errors import InvalidArgumentError
-from server.service import CallerContext, MemoryService
+from server.memory.service import CallerContext, MemoryService
 from tests.inner_app import inner_clients
 
 pytestmark = pytest.mark.anyio

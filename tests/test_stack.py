@@ -1,4 +1,4 @@
-"""Stack detection from a project's manifests (`client_proxy.stack`) and the project-context page it seeds."""
+"""Stack detection from a project's manifests (`client_proxy.project.stack`) and the project-context page it seeds."""
 
 from __future__ import annotations
 
@@ -7,8 +7,15 @@ import os
 
 import pytest
 
-from client_proxy.stack import MAX_MANIFEST_BYTES, Ecosystem, ProjectFiles, Stack, detect_stack, read_project_files
-from client_proxy.templates import render_project_context
+from client_proxy.project.stack import (
+    MAX_MANIFEST_BYTES,
+    Ecosystem,
+    ProjectFiles,
+    Stack,
+    detect_stack,
+    read_project_files,
+)
+from client_proxy.project.templates import render_project_context
 
 
 def detect(files: dict[str, str | bytes], *markers: str) -> tuple[Ecosystem, ...]:

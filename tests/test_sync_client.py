@@ -15,8 +15,10 @@ import pytest
 from client_proxy import cli
 from client_proxy.config import ProxyConfig
 from client_proxy.errors import ConfigError
-from client_proxy.local_files import RACY_NS, LocalFiles, sha256_hex
-from client_proxy.scope import (
+from client_proxy.settings import RunSettings
+from client_proxy.sync.local_files import RACY_NS, LocalFiles, sha256_hex
+from client_proxy.sync.plan import pending_pushes
+from client_proxy.sync.scope import (
     DEFAULT_MAX_FILE_BYTES,
     UnsafePath,
     content_problem,
@@ -24,10 +26,8 @@ from client_proxy.scope import (
     name_problem,
     safe_target,
 )
-from client_proxy.settings import RunSettings
-from client_proxy.sync_plan import pending_pushes
-from client_proxy.sync_state import Base, StateStore, state_home
-from client_proxy.watcher import Wakeup, Watcher
+from client_proxy.sync.state import Base, StateStore, state_home
+from client_proxy.sync.watcher import Wakeup, Watcher
 from tests.proxy_support import init_proxy_home
 
 pytestmark = pytest.mark.anyio

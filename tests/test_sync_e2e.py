@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import anyio
 import pytest
 
-from server.sync_service import SyncService
+from server.sync.service import SyncService
 from tests.mcp_support import structured
 from tests.sync_support import TIMEZONE, Laptop, ProductServer, eventually, search_paths
 

@@ -17,15 +17,15 @@ import httpx2
 import pytest
 
 from channel.authz import Access, ChannelUser
-from client_proxy.local_files import LocalFiles, sha256_hex
-from client_proxy.scope import DEFAULT_MAX_FILE_BYTES
-from client_proxy.sync_api import SyncApi
-from client_proxy.sync_retry import Retry
-from client_proxy.sync_state import StateStore
-from client_proxy.syncer import Syncer
-from client_proxy.watcher import Wakeup, Watcher
+from client_proxy.sync.api import SyncApi
+from client_proxy.sync.local_files import LocalFiles, sha256_hex
+from client_proxy.sync.retry import Retry
+from client_proxy.sync.scope import DEFAULT_MAX_FILE_BYTES
+from client_proxy.sync.state import StateStore
+from client_proxy.sync.syncer import Syncer
+from client_proxy.sync.watcher import Wakeup, Watcher
 from server.app import create_inner_app
-from server.service import MemoryService
+from server.memory.service import MemoryService
 from tests.fakes.embedder import HashingEmbedder
 
 pytestmark = pytest.mark.anyio
@@ -395,7 +395,7 @@ async def test_a_success_ends_every_pause_at_once():
 
 
 async def test_a_second_proxy_on_the_same_folder_waits_and_takes_over_when_the_first_stops(rig, monkeypatch):
-    monkeypatch.setattr("client_proxy.syncer.LOCK_RETRY", 0.05)
+    monkeypatch.setattr("client_proxy.sync.syncer.LOCK_RETRY", 0.05)
     rig.write("memory/a.md", "a\n")
     syncers: dict[str, Syncer] = {}
     stop = {"first": anyio.Event(), "second": anyio.Event()}

@@ -16,10 +16,10 @@ import pytest
 
 from channel.authz import Access, ChannelUser
 from server.index.embeddings.base import InputKind, Vectors
-from server.mirror import sha256_hex
-from server.service import CallerContext, MemoryService
-from server.sync_rules import MAX_PUSH_BYTES, MAX_PUSH_CHANGES
-from server.sync_service import SyncService
+from server.memory.service import CallerContext, MemoryService
+from server.mirror.mirror import sha256_hex
+from server.sync.rules import MAX_PUSH_BYTES, MAX_PUSH_CHANGES
+from server.sync.service import SyncService
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
 from tests.mcp_support import plant

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client_proxy.transcript_lines import Message, ToolCall, Transcript
-from client_proxy.transcript_render import render_markdown, session_title, split_parts
-from client_proxy.transcripts import read_transcript
+from client_proxy.transcripts.files import read_transcript
+from client_proxy.transcripts.lines import Message, ToolCall, Transcript
+from client_proxy.transcripts.render import render_markdown, session_title, split_parts
 from server.index.markdown import heading_title, parse_sections, split_lines
 from tests.transcript_fixtures import (
     CWD,

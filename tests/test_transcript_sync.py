@@ -16,14 +16,14 @@ import httpx2
 import pytest
 
 from channel.authz import ChannelUser
-from client_proxy import transcript_sync
-from client_proxy.sync_api import SyncApi
-from client_proxy.transcript_render import render_markdown
-from client_proxy.transcript_sync import QUIET, RESEND_LINES, TranscriptState, TranscriptUploader
+from client_proxy.sync.api import SyncApi
+from client_proxy.transcripts import upload as transcript_sync
+from client_proxy.transcripts.render import render_markdown
+from client_proxy.transcripts.upload import QUIET, RESEND_LINES, TranscriptState, TranscriptUploader
 from redaction import marker
 from server.index.engine import EngineSettings
 from server.index.scan import ScanConfig
-from server.service import CallerContext, MemoryService
+from server.memory.service import CallerContext, MemoryService
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
 from tests.secret_corpus import LOOK_ALIKES, PLANTED
@@ -183,7 +183,7 @@ async def test_only_changed_parts_go_again_and_state_survives_a_restart(api, ser
 
 
 def _small_parts(text: str) -> list[str]:
-    from client_proxy.transcript_render import split_parts
+    from client_proxy.transcripts.render import split_parts
 
     return split_parts(text, max_bytes=4096)
 

@@ -13,9 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client_proxy.transcript_lines import Message, ToolCall, Transcript
-from client_proxy.transcript_render import render_markdown, split_parts
-from client_proxy.transcripts import (
+from client_proxy.transcripts.files import (
     TranscriptError,
     belongs_to,
     claude_home,
@@ -25,6 +23,8 @@ from client_proxy.transcripts import (
     session_files,
     transcript_folders,
 )
+from client_proxy.transcripts.lines import Message, ToolCall, Transcript
+from client_proxy.transcripts.render import render_markdown, split_parts
 from tests.transcript_fixtures import (
     CWD,
     SESSION,

@@ -11,9 +11,9 @@ import anyio.lowlevel
 import httpx2
 import pytest
 
-from client_proxy.forwarder import Forwarder
-from client_proxy.jsonrpc import Message, parse
-from client_proxy.upstream import Failure, SessionExpired, Upstream
+from client_proxy.forward.forwarder import Forwarder
+from client_proxy.forward.jsonrpc import Message, parse
+from client_proxy.forward.upstream import Failure, SessionExpired, Upstream
 
 pytestmark = pytest.mark.anyio
 

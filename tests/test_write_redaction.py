@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from channel.authz import ChannelUser
-from server.service import CallerContext, MemoryService
+from server.memory.service import CallerContext, MemoryService
 from tests.fakes.embedder import HashingEmbedder
 
 ALICE = CallerContext.from_user(ChannelUser("alice", "SHA256:alice", {"team": "rw"}, "team", "rw"))
