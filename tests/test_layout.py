@@ -35,3 +35,36 @@ def test_a_package_never_imports_what_its_side_must_not_have(package):
         if _imports(path) & FORBIDDEN[package]
     }
     assert offenders == {}
+
+
+# Which of the project's own packages each package may import (docs/architecture.md, "Packages"). A package not
+# named on the left is not one of ours; one named on the right must exist.
+PROJECT = ("channel", "client_proxy", "redaction", "server", "syncproto")
+MAY_IMPORT = {
+    "syncproto": set(),
+    "channel": set(),
+    "redaction": set(),
+    "client_proxy": {"channel", "redaction", "syncproto"},
+    "server": {"channel", "redaction", "syncproto"},
+}
+
+
+@pytest.mark.parametrize("package", PROJECT)
+def test_a_package_imports_only_the_project_packages_its_row_allows(package):
+    offenders = {
+        str(path.relative_to(REPO)): sorted((_imports(path) & set(PROJECT)) - MAY_IMPORT[package] - {package})
+        for path in sorted((REPO / package).rglob("*.py"))
+        if (_imports(path) & set(PROJECT)) - MAY_IMPORT[package] - {package}
+    }
+    assert offenders == {}
+
+
+def test_the_sync_protocol_package_needs_nothing_but_the_standard_library():
+    import sys
+
+    outside = {
+        str(path.relative_to(REPO)): sorted(_imports(path) - set(sys.stdlib_module_names) - {"syncproto", "__future__"})
+        for path in sorted((REPO / "syncproto").rglob("*.py"))
+        if _imports(path) - set(sys.stdlib_module_names) - {"syncproto", "__future__"}
+    }
+    assert outside == {}

@@ -10,13 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.index.errors import InvalidArgumentError
-from syncproto.paths import (
-    MAX_PATH_CHARS,
-    daily_log_path,
-    is_memory_file,
-    normalise_memory_path,
-    normalise_memory_prefix,
-)
+from server.mirror.paths import normalise_memory_path, normalise_memory_prefix
+from syncproto.paths import MAX_PATH_CHARS, daily_log_path, is_memory_file
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ from channel.authz import Access, ChannelUser
 from server.index.embeddings.base import InputKind, Vectors
 from server.memory.service import CallerContext, MemoryService
 from server.mirror.mirror import sha256_hex
-from server.sync.rules import MAX_PUSH_BYTES, MAX_PUSH_CHANGES
 from server.sync.service import SyncService
+from syncproto.wire import MAX_PUSH_BYTES, MAX_PUSH_CHANGES
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
 from tests.mcp_support import plant

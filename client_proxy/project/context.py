@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 from zoneinfo import ZoneInfo
 
 from client_proxy.errors import ProxyError
+from syncproto.content import NotRegularFile, open_regular, read_capped
+from syncproto.wire import MAX_FILE_BYTES
 
-MAX_FILE_BYTES: Final = 2 * 1024 * 1024  # as the server's scan: a bigger file is not memory text
 MEMORY_LINES: Final = 200  # MEMORY.md: its first lines
 DAILY_LINES: Final = 200  # a daily log: its last lines
 MAX_OUTPUT_CHARS: Final = 9_000  # under Claude Code's 10,000 (counted in UTF-16 units there), with room
@@ -97,21 +97,18 @@ def read_memory_file(root: Path, relpath: str) -> str | None:
     real = Path(os.path.realpath(path))
     if not real.is_relative_to(root):
         raise SkippedFile("it links outside the project")
-    try:
-        # O_NONBLOCK: a FIFO under that name must not hang the hook; O_NOFOLLOW: `real` was resolved just above.
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:  # never blocks on a FIFO under that name; never follows a link (`real` was resolved just above)
+        fd, info = open_regular(real)
     except FileNotFoundError:  # a dangling link inside the project, or gone meanwhile
         return None
+    except NotRegularFile:
+        raise SkippedFile("not a regular file") from None
     except OSError as exc:
         raise SkippedFile(f"cannot read it ({exc.strerror})") from None
     try:
-        info = os.fstat(fd)  # before fdopen, which refuses a folder with an error
-        if not stat.S_ISREG(info.st_mode):
-            raise SkippedFile("not a regular file")
         if info.st_size > MAX_FILE_BYTES:
             raise SkippedFile(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        data = read_capped(fd, MAX_FILE_BYTES)
     except OSError as exc:
         raise SkippedFile(f"cannot read it ({exc.strerror})") from None
     finally:

@@ -8,9 +8,7 @@ refusal `SyncRefused` (with the server's code and message); transport and channe
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx2
@@ -18,15 +16,24 @@ import httpx2
 from channel.errors import ChannelError
 from client_proxy.errors import ProxyError
 from client_proxy.forward.upstream import describe
+from syncproto.errors import MessageRefused
+from syncproto.messages import Change, Changes, PushChange, PushResult, answer_list, parse_push_answer, push_body
+from syncproto.wire import CHANGES_PATH, PUSH_BATCH_BYTES, PUSH_PATH, SESSIONS_PATH
 
-CHANGES_PATH: Final = "/sync/changes"
-PUSH_PATH: Final = "/sync/push"
-SESSIONS_PATH: Final = "/sync/sessions"
-MAX_PUSH_CHANGES: Final = 100
-MAX_PUSH_BYTES: Final = 4 * 1024 * 1024  # half the server's cap: headroom for JSON escapes we do not count
+__all__ = [
+    "EXPECTED_FAILURES",
+    "PUSH_BATCH_BYTES",
+    "Change",
+    "Changes",
+    "PushChange",
+    "PushResult",
+    "SyncApi",
+    "SyncProtocolError",
+    "SyncRefused",
+    "describe_failure",
+]
+
 MAX_ERROR_BODY: Final = 64 * 1024
-STATUSES: Final = frozenset({"applied", "merged", "unchanged", "conflict", "deleted", "kept", "rejected"})
-_HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
 class SyncRefused(ProxyError):
@@ -40,57 +47,6 @@ class SyncRefused(ProxyError):
 
 class SyncProtocolError(ProxyError):
     """The server's answer does not follow the sync protocol."""
-
-
-@dataclass(frozen=True)
-class Change:
-    """One path's latest state in a pull answer; `hash` None is a deletion."""
-
-    path: str
-    revision: int
-    hash: str | None
-    content: str | None
-
-
-@dataclass(frozen=True)
-class Changes:
-    revision: int
-    next: int
-    more: bool
-    reset: bool
-    changes: list[Change]
-
-
-@dataclass(frozen=True)
-class PushChange:
-    """A change to send: `content` None is a deletion; `hash` is the pushed content's (None for a deletion)."""
-
-    path: str
-    base: str | None
-    content: str | None
-    hash: str | None
-
-    def as_json(self) -> dict[str, object]:
-        if self.content is None:
-            return {"path": self.path, "base": self.base, "delete": True}
-        return {"path": self.path, "base": self.base, "content": self.content}
-
-    def wire_size(self) -> int:
-        return len(json.dumps(self.as_json(), ensure_ascii=False).encode("utf-8"))
-
-
-@dataclass(frozen=True)
-class PushResult:
-    """The server's file after one change (see the protocol's table)."""
-
-    path: str
-    status: str
-    hash: str | None
-    revision: int
-    content: str | None = None
-    conflict_path: str | None = None
-    conflict_revision: int | None = None
-    message: str | None = None
 
 
 EXPECTED_FAILURES: Final = (httpx2.HTTPError, ChannelError, SyncRefused, SyncProtocolError, OSError)
@@ -121,26 +77,18 @@ class SyncApi:
         response = await self._client.get(CHANGES_PATH, params={"since": since, "wait": wait}, timeout=timeout)
         document = _answer(response)
         try:
-            changes = [_change(item) for item in _list(document, "changes")]
-            return Changes(
-                revision=_int(document, "revision"),
-                next=_int(document, "next"),
-                more=_bool(document, "more"),
-                reset=_bool(document, "reset"),
-                changes=changes,
-            )
-        except (KeyError, TypeError) as exc:
+            return Changes.from_json(document)
+        except MessageRefused as exc:
             raise SyncProtocolError(f"malformed changes answer from the server ({exc})") from None
 
     async def push(self, batch: Sequence[PushChange]) -> tuple[int, list[PushResult]]:
         """Send `batch`: the index's revision after it, and one result per change, in order."""
-        body = json.dumps({"changes": [change.as_json() for change in batch]}, ensure_ascii=False).encode("utf-8")
+        body = push_body(batch)
         response = await self._client.post(PUSH_PATH, content=body, headers={"content-type": "application/json"})
         document = _answer(response)
         try:
-            revision = _int(document, "revision")
-            results = [_result(item) for item in _list(document, "results")]
-        except (KeyError, TypeError) as exc:
+            revision, results = parse_push_answer(document)
+        except MessageRefused as exc:
             raise SyncProtocolError(f"malformed push answer from the server ({exc})") from None
         if [result.path for result in results] != [change.path for change in batch]:
             raise SyncProtocolError("the server's push answer does not match the changes sent")
@@ -154,8 +102,8 @@ class SyncApi:
         response = await self._client.post(SESSIONS_PATH, content=content, headers={"content-type": "application/json"})
         document = _answer(response)
         try:
-            stored = _list(document, "results")
-        except (KeyError, TypeError) as exc:
+            stored = answer_list(document, "results")
+        except MessageRefused as exc:
             raise SyncProtocolError(f"malformed sessions answer from the server ({exc})") from None
         if len(stored) != len(parts):
             raise SyncProtocolError("the server's sessions answer does not match the parts sent")
@@ -189,66 +137,3 @@ def _error(response: httpx2.Response) -> tuple[str, str]:
 
 def _printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in text[:500])
-
-
-def _list(document: dict[str, Any], name: str) -> list[Any]:
-    value = document[name]
-    if not isinstance(value, list):
-        raise TypeError(f"{name} is not a list")
-    return value
-
-
-def _int(document: dict[str, Any], name: str) -> int:
-    value = document[name]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise TypeError(f"{name} is not a revision")
-    return value
-
-
-def _bool(document: dict[str, Any], name: str) -> bool:
-    value = document.get(name, False)
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} is not a boolean")
-    return value
-
-
-def _str(document: dict[str, Any], name: str) -> str | None:
-    value = document.get(name)
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{name} is not a string")
-    return value
-
-
-def _hash(document: dict[str, Any]) -> str | None:
-    value = _str(document, "hash")
-    if value is not None and not _HASH.match(value):
-        raise TypeError("hash is not a sha256 hex digest")
-    return value
-
-
-def _change(item: object) -> Change:
-    if not isinstance(item, dict) or not isinstance(item.get("path"), str):
-        raise TypeError("a change has no path")
-    change = Change(item["path"], _int(item, "revision"), _hash(item), _str(item, "content"))
-    if (change.hash is None) != (change.content is None):
-        raise TypeError(f"change {change.path!r}: content and hash must come together")
-    return change
-
-
-def _result(item: object) -> PushResult:
-    if not isinstance(item, dict) or not isinstance(item.get("path"), str):
-        raise TypeError("a result has no path")
-    status = item.get("status")
-    if status not in STATUSES:
-        raise TypeError(f"unknown status {status!r}")
-    conflict_revision = _int(item, "conflict_revision") if item.get("conflict_revision") is not None else None
-    return PushResult(
-        path=item["path"],
-        status=status,
-        hash=_hash(item),
-        revision=_int(item, "revision"),
-        content=_str(item, "content"),
-        conflict_path=_str(item, "conflict_path"),
-        conflict_revision=conflict_revision,
-        message=_str(item, "message"),
-    )

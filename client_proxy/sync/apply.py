@@ -12,11 +12,12 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from client_proxy.sync.api import MAX_PUSH_BYTES, MAX_PUSH_CHANGES, Change, PushChange, PushResult
-from client_proxy.sync.local_files import LocalFile, LocalFiles, Scan, Unsyncable, sha256_hex
+from client_proxy.sync.api import Change, PushChange, PushResult
+from client_proxy.sync.local_files import LocalFile, LocalFiles, Scan, Unsyncable
 from client_proxy.sync.plan import Pending
 from client_proxy.sync.scope import UnsafePath
 from client_proxy.sync.state import Base, SyncState
+from syncproto.wire import MAX_PUSH_CHANGES, PUSH_BATCH_BYTES, sha256_hex
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,14 @@ class Reconciler:
                 entry.size, entry.mtime_ns = local.size, local.mtime_ns
 
     def take_batch(self, queue: list[Pending]) -> list[PushChange]:
-        """Read the next pushes off `queue` (at most `MAX_PUSH_CHANGES` and about `MAX_PUSH_BYTES`)."""
+        """Read the next pushes off `queue` (at most `MAX_PUSH_CHANGES` and about `PUSH_BATCH_BYTES`)."""
         batch: list[PushChange] = []
         size = 0
         while queue and len(batch) < MAX_PUSH_CHANGES:
             change = self._read(queue[0])
             if change is not None:
                 change_size = change.wire_size()
-                if batch and size + change_size > MAX_PUSH_BYTES:
+                if batch and size + change_size > PUSH_BATCH_BYTES:
                     break
                 batch.append(change)
                 size += change_size

@@ -8,7 +8,6 @@ saved meanwhile is never overwritten. Deletes check the same way. None of this r
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import secrets
@@ -29,23 +28,20 @@ from client_proxy.sync.scope import (
     name_problem,
     safe_target,
 )
+from syncproto.content import NotRegularFile, open_regular, read_capped
+from syncproto.wire import sha256_hex
 
 log = logging.getLogger(__name__)
 
 # A (size, mtime) seen less than this after the file's mtime may hide a second write in the same clock tick, so
 # it is not trusted as a cache key (git's "racy" rule). Such a file is simply hashed again on the next scan.
 RACY_NS: Final = 2_000_000_000
-_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _TOP_NAMES: Final = frozenset({*ROOT_FILES, MEMORY_DIR})
 MAX_DEPTH: Final = 15  # folders below memory/; the server allows 16 path parts in all
 
 
 class Unsyncable(ProxyError):
     """A local file that exists but cannot be synced (too large, binary, not UTF-8, a symlink)."""
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -190,16 +186,17 @@ class LocalFiles:
 
     def _read(self, path: Path) -> tuple[bytes, os.stat_result]:
         try:
-            fd = os.open(path, _READ_FLAGS)
+            fd, info = open_regular(path)
+        except NotRegularFile:
+            raise Unsyncable("is not a regular file") from None
         except OSError as exc:
             if isinstance(exc, FileNotFoundError):
                 raise
             raise Unsyncable(f"cannot be read ({exc.strerror})") from None
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise Unsyncable("is not a regular file")
-            data = handle.read(self.max_bytes + 1)
+        try:
+            data = read_capped(fd, self.max_bytes)
+        finally:
+            os.close(fd)
         problem = content_problem(data, self.max_bytes)
         if problem:
             raise Unsyncable(problem)

@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -32,13 +31,13 @@ from typing import Any
 from channel.files import atomic_write
 from client_proxy.errors import ProxyError
 from client_proxy.sync.scope import name_problem
+from syncproto.wire import is_content_hash
 
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 MAX_CONFLICTS = 50  # the most recent ones; the copies themselves stay on disk
 MAX_STATE_BYTES = 64 * 1024 * 1024
-_HASH = re.compile(r"^[0-9a-f]{64}$")
 
 
 class StateCorrupt(ProxyError):
@@ -167,7 +166,7 @@ def _path(path: str) -> str:
 
 
 def _base(entry: object, path: str) -> Base:
-    if not isinstance(entry, dict) or not isinstance(entry.get("base"), str) or not _HASH.match(entry["base"]):
+    if not isinstance(entry, dict) or not isinstance(entry.get("base"), str) or not is_content_hash(entry["base"]):
         raise StateCorrupt(f"files[{path!r}].base must be a sha256 hex digest")
     size, mtime = entry.get("size"), entry.get("mtime_ns")
     if not all(value is None or (isinstance(value, int) and not isinstance(value, bool)) for value in (size, mtime)):

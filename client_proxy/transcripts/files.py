@@ -18,9 +18,9 @@ from typing import Final
 
 from client_proxy.errors import ProxyError
 from client_proxy.transcripts.lines import LineReader, Transcript
+from syncproto.content import NotRegularFile, open_regular
 
 MAX_TRANSCRIPT_BYTES: Final = 64 * 1024 * 1024
-_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 # Claude Code cuts a munged folder name to 200 characters and appends a hash of the path we cannot recompute.
 _MAX_MUNGED_CHARS: Final = 200
 _LEGACY_SEPARATORS: Final = re.compile(r"[/.\\:]")  # older releases replaced only these
@@ -112,7 +112,9 @@ def read_transcript(path: Path, *, max_bytes: int = MAX_TRANSCRIPT_BYTES) -> Tra
     """Read the complete lines of one session file. A last line without its newline is still being written: it is
     left for the next read, and `complete_bytes` stops before it."""
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd, info = open_regular(path)
+    except NotRegularFile:
+        raise TranscriptError(f"{path} is not a regular file") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise TranscriptError(f"{path} is a symlink; session files are never read through links") from exc
@@ -121,9 +123,6 @@ def read_transcript(path: Path, *, max_bytes: int = MAX_TRANSCRIPT_BYTES) -> Tra
     complete = lines = 0
     try:
         with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise TranscriptError(f"{path} is not a regular file")
             if info.st_size > max_bytes:
                 raise TranscriptError(f"{path} is {info.st_size} bytes, more than the {max_bytes} read at most")
             remaining = info.st_size  # what was there when we looked: a file still growing is read next time

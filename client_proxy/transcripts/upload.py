@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +42,8 @@ from client_proxy.transcripts.files import (
 )
 from client_proxy.transcripts.render import render_markdown, split_parts
 from redaction import Redaction, redact
+from syncproto.content import open_regular
+from syncproto.wire import SESSION_ID
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,6 @@ QUIET: Final = 60.0  # seconds without growth after which whatever is unsent goe
 FLUSH_GRACE: Final = 10.0  # seconds the last pass may take when the proxy stops
 PARTS_PER_REQUEST: Final = 16  # the server's limit
 MAX_STATE_BYTES: Final = 16 * 1024 * 1024
-_SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # the server's rule; Claude Code's are UUIDs
 
 
 @dataclass
@@ -240,7 +240,7 @@ class TranscriptUploader:
             return None
         redaction = redact(render_markdown(transcript, laptop=self.laptop))
         session = transcript.session_id
-        if not _SESSION_ID.fullmatch(session):
+        if not SESSION_ID.fullmatch(session):  # Claude Code's are UUIDs
             session = hashlib.sha256(session.encode("utf-8", "replace")).hexdigest()[:32]
         first = transcript.started or datetime.fromtimestamp(os.stat(path).st_mtime, UTC)
         day = first.astimezone(UTC).date().isoformat()
@@ -251,8 +251,8 @@ class TranscriptUploader:
 def _new_lines(path: Path, covered: int) -> int:
     """Complete lines after byte `covered` (a partly written last line does not count yet), up to RESEND_LINES."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
+        fd, _info = open_regular(path)
+    except OSError:  # gone, a link, or not a regular file: nothing new to count
         return 0
     try:
         return min(os.pread(fd, RESEND_BYTES, covered).count(b"\n"), RESEND_LINES)

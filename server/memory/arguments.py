@@ -14,11 +14,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from server.index.engine import validate_name
 from server.index.errors import InvalidArgumentError
 from server.mirror.mirror import ABSENT
-from syncproto.paths import normalise_memory_path
+from server.mirror.paths import normalise_memory_path
+from syncproto.wire import is_content_hash
 
 MAX_WRITE_BYTES = 256 * 1024
 MAX_KEY_CHARS = 128
-_HASH = re.compile(r"^[0-9a-f]{64}$")
 _TIMEZONE = re.compile(r"^[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+){0,2}$")
 
 
@@ -51,7 +51,7 @@ def check_expected_hash(value: object) -> str | None:
     if not isinstance(value, str):
         raise InvalidArgumentError("expected_hash must be a string")
     lowered = value.strip().lower()
-    if lowered == ABSENT or _HASH.match(lowered):
+    if lowered == ABSENT or is_content_hash(lowered):
         return lowered
     raise InvalidArgumentError(f"expected_hash must be a sha256 hex digest (64 characters) or {ABSENT!r}")
 

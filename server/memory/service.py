@@ -61,13 +61,8 @@ from server.memory.results import (
 )
 from server.memory.text import clean_topic, compose_append, count_lines, entry_heading, page
 from server.mirror.mirror import ABSENT, FileState, IdempotencyRecord, Mirror, check_expected, iso, sha256_hex, utc_now
-from syncproto.paths import (
-    daily_log_path,
-    is_session_file,
-    normalise_memory_path,
-    normalise_memory_prefix,
-    normalise_mirror_path,
-)
+from server.mirror.paths import normalise_memory_path, normalise_memory_prefix, normalise_mirror_path
+from syncproto.paths import daily_log_path, is_session_file
 
 __all__ = [
     "ABSENT",

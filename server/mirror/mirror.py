@@ -38,6 +38,7 @@ from server.errors import ConflictError, UnsafePathError
 from server.index.errors import EngineError, InvalidArgumentError
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, day_of
 from server.memory.text import count_lines_of_bytes
+from server.mirror.paths import normalise_mirror_path
 from server.mirror.state import (
     STATE_COLUMNS,
     STATE_SCHEMA_VERSION,
@@ -49,13 +50,14 @@ from server.mirror.state import (
     migrate_state,
     prune_versions,
     record_sync,
-    sha256_hex,
     state_of,
     store_version,
     sync_callers,
     utc_now,
 )
-from syncproto.paths import SESSIONS_DIR, is_session_file, normalise_mirror_path
+from syncproto.content import NotRegularFile, open_regular
+from syncproto.paths import SESSIONS_DIR, is_session_file
+from syncproto.wire import sha256_hex
 
 __all__ = [
     "ABSENT",
@@ -486,15 +488,14 @@ class Mirror:
             with self._dir(path) as parent:
                 name = path.rsplit("/", 1)[-1]
                 try:
-                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=parent)
+                    fd, info = open_regular(name, dir_fd=parent)
                 except FileNotFoundError:
                     return None
+                except NotRegularFile:
+                    raise UnsafePathError(f"{path} is not a regular file in the mirror") from None
                 except OSError as exc:
                     raise _unsafe(path, exc) from None
                 try:
-                    info = os.fstat(fd)
-                    if not stat.S_ISREG(info.st_mode):
-                        raise UnsafePathError(f"{path} is not a regular file in the mirror")
                     return _read_snapshot(fd, info.st_mtime_ns, self.max_file_bytes)
                 finally:
                     os.close(fd)

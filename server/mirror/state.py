@@ -8,7 +8,6 @@ Nothing here can be rebuilt from the files: it is the sync history.
 
 from __future__ import annotations
 
-import hashlib
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,10 +29,6 @@ def utc_now() -> datetime:
 def iso(moment: datetime) -> str:
     """ISO 8601 in UTC to the second: `2024-05-01T09:30:00Z`."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)

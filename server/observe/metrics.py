@@ -28,12 +28,13 @@ from pathlib import Path
 import apsw
 
 from server.index.store import vec_available
+from syncproto.wire import CHANGES_PATH, PUSH_PATH
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-ROUTES = frozenset({"/mcp", "/sync/changes", "/sync/push", "/metrics", "/healthz"})
+ROUTES = frozenset({"/mcp", CHANGES_PATH, PUSH_PATH, "/metrics", "/healthz"})
 CHANNEL_PATHS = frozenset({"/v1/handshake", "/v1/tunnel", "/healthz"})
 METHODS = frozenset({"GET", "POST", "DELETE"})
 BUSY_TIMEOUT_MS = 1000

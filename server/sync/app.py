@@ -27,17 +27,16 @@ from channel.authz import ChannelUser
 from server.errors import PermissionDeniedError, ServiceClosedError
 from server.index.errors import EngineError, InvalidArgumentError
 from server.memory.service import CallerContext, MemoryService
-from server.sync.rules import MAX_PUSH_BYTES, parse_push, parse_since, parse_wait
 from server.sync.service import SyncService
 from server.sync.sessions import SessionUploads, parse_upload
+from syncproto.errors import ProtocolError
+from syncproto.messages import parse_push, parse_since, parse_wait
+from syncproto.wire import CHANGES_PATH, MAX_PUSH_BYTES, PUSH_PATH, SESSIONS_PATH
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-CHANGES_PATH = "/sync/changes"
-PUSH_PATH = "/sync/push"
-SESSIONS_PATH = "/sync/sessions"
 RECHECK_SECONDS = 5.0  # a long-poll looks again this often even without a signal (disk edits, a missed wake-up)
 _NO_STORE = {"cache-control": "no-store"}
 
@@ -154,7 +153,7 @@ def _answering_errors(endpoint: Callable[[Request], Awaitable[Response]]) -> Cal
             return await endpoint(request)
         except PermissionDeniedError as exc:
             return _error(403, "forbidden", str(exc))
-        except InvalidArgumentError as exc:
+        except (InvalidArgumentError, ProtocolError) as exc:
             return _error(400, "bad_request", str(exc))
         except _TooLarge as exc:
             return _error(413, "too_large", str(exc))

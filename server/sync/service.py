@@ -12,16 +12,21 @@ from dataclasses import dataclass, field
 
 from server.index.errors import InvalidArgumentError
 from server.memory.service import CallerContext, MemoryService
-from server.mirror.mirror import ABSENT, FileState, Mirror, MirrorFile, sha256_hex
+from server.mirror.mirror import ABSENT, FileState, Mirror, MirrorFile
+from server.mirror.paths import normalise_memory_path
+from server.sync.conflicts import conflict_path
 from server.sync.merge import merge3, merge_unrelated
-from server.sync.rules import MAX_CHANGE_BYTES, MAX_CHANGES, PushChange, PushResult, conflict_path
-from syncproto.paths import is_session_file, normalise_memory_path
+from syncproto.messages import Change, PushChange, PushResult, changes_json
+from syncproto.paths import is_session_file
+from syncproto.wire import MAX_CHANGE_BYTES, MAX_CHANGES, sha256_hex
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ChangesAnswer:
+    """A pull answer as the server builds it, its entries already in their wire form (`Change.as_json`)."""
+
     revision: int
     next: int
     more: bool
@@ -29,13 +34,7 @@ class ChangesAnswer:
     changes: list[dict[str, object]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
-        return {
-            "revision": self.revision,
-            "next": self.next,
-            "more": self.more,
-            "reset": self.reset,
-            "changes": self.changes,
-        }
+        return changes_json(self.revision, self.next, self.more, self.reset, self.changes)
 
 
 class SyncService:
@@ -113,7 +112,6 @@ class SyncService:
 
 def _change(mirror: Mirror, row: FileState) -> dict[str, object]:
     """One entry of a changes answer: the path's state now (it may be newer than `row`), content included."""
-    entry: dict[str, object] = {"path": row.path}
     current: MirrorFile | None = None
     if row.hash is not None:
         try:
@@ -123,12 +121,11 @@ def _change(mirror: Mirror, row: FileState) -> dict[str, object]:
     if current is None:
         gone = mirror.state(row.path) if row.hash is not None else row
         gone = gone if gone is not None else row
-        entry.update(revision=max(gone.revision, row.revision), hash=None)
-        entry.update(updated_by=gone.updated_by, updated_at=gone.updated_at)
-        return entry
-    entry.update(revision=current.revision, hash=current.hash, content=current.text)
-    entry.update(updated_by=current.updated_by, updated_at=current.updated_at)
-    return entry
+        revision = max(gone.revision, row.revision)
+        return Change(row.path, revision, None, None, gone.updated_by, gone.updated_at).as_json()
+    return Change(
+        row.path, current.revision, current.hash, current.text, current.updated_by, current.updated_at
+    ).as_json()
 
 
 def _write(

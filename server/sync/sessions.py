@@ -22,12 +22,11 @@ from dataclasses import dataclass
 
 from server.index.errors import InvalidArgumentError
 from server.memory.service import CallerContext, MemoryService
-from syncproto.paths import SESSION_ID, session_file_path
+from server.mirror.paths import session_file_path
+from syncproto.wire import MAX_PARTS_PER_UPLOAD, MAX_SESSION_PARTS, SESSION_ID
 
 log = logging.getLogger(__name__)
 
-MAX_PARTS = 999  # parts of one session (the path pattern's limit)
-MAX_PARTS_PER_UPLOAD = 16
 _FIELDS = frozenset({"session", "day", "count", "parts"})
 
 
@@ -55,8 +54,8 @@ def parse_upload(document: object, max_part_bytes: int) -> SessionUpload:
         first_day = dt.date.fromisoformat(day)
     except ValueError:
         raise InvalidArgumentError("day must be a date, YYYY-MM-DD") from None
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PARTS:
-        raise InvalidArgumentError(f"count must be a whole number from 1 to {MAX_PARTS}")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SESSION_PARTS:
+        raise InvalidArgumentError(f"count must be a whole number from 1 to {MAX_SESSION_PARTS}")
     if not isinstance(parts, list) or len(parts) > MAX_PARTS_PER_UPLOAD:
         raise InvalidArgumentError(f"parts must be a list of at most {MAX_PARTS_PER_UPLOAD} parts")
     seen: set[int] = set()
@@ -97,7 +96,7 @@ class SessionUploads:
                         state = mirror.write(path, content, caller=caller.name)
                         results.append({"path": path, "hash": state.hash})
                     # Parts run 1..n without gaps: the ones past the count are count+1, count+2, ... while they exist.
-                    for number in range(upload.count + 1, MAX_PARTS + 1):
+                    for number in range(upload.count + 1, MAX_SESSION_PARTS + 1):
                         stale = session_file_path(caller.name, upload.day, upload.session, number)
                         if mirror.delete(stale, caller=caller.name) is None:
                             break
