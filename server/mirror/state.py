@@ -31,6 +31,11 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def iso_epoch(seconds: float | None) -> str | None:
+    """`iso` of an epoch time; None for None (or 0: never)."""
+    return iso(datetime.fromtimestamp(seconds, UTC)) if seconds else None
+
+
 @dataclass(frozen=True)
 class FileState:
     """What `state.sqlite3` knows of one path. `hash` is None for a tombstone."""

@@ -11,8 +11,9 @@ import logging
 from dataclasses import dataclass, field
 
 from server.index.errors import InvalidArgumentError
+from server.indexes.storage import FileStore
 from server.memory.service import CallerContext, MemoryService
-from server.mirror.mirror import ABSENT, FileState, Mirror, MirrorFile
+from server.mirror.mirror import ABSENT, FileState, MirrorFile
 from server.mirror.paths import normalise_memory_path
 from server.sync.conflicts import conflict_path
 from server.sync.merge import merge3, merge_unrelated
@@ -99,7 +100,7 @@ class SyncService:
             log.info("sync push by %s: %s", caller.name, ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
             return revision, results
 
-    def _apply(self, mirror: Mirror, caller: str, change: PushChange) -> PushResult:
+    def _apply(self, mirror: FileStore, caller: str, change: PushChange) -> PushResult:
         try:
             path = normalise_memory_path(change.path)
             current = mirror.read(path)
@@ -110,7 +111,7 @@ class SyncService:
             return PushResult(change.path, "rejected", None, 0, message=str(exc))
 
 
-def _change(mirror: Mirror, row: FileState) -> dict[str, object]:
+def _change(mirror: FileStore, row: FileState) -> dict[str, object]:
     """One entry of a changes answer: the path's state now (it may be newer than `row`), content included."""
     current: MirrorFile | None = None
     if row.hash is not None:
@@ -129,7 +130,7 @@ def _change(mirror: Mirror, row: FileState) -> dict[str, object]:
 
 
 def _write(
-    mirror: Mirror, caller: str, path: str, base: str | None, content: str, current: MirrorFile | None
+    mirror: FileStore, caller: str, path: str, base: str | None, content: str, current: MirrorFile | None
 ) -> PushResult:
     digest = sha256_hex(_encoded(content))
     if current is not None and current.hash == digest:
@@ -163,7 +164,7 @@ def _write(
     )
 
 
-def _delete(mirror: Mirror, caller: str, path: str, base: str | None, current: MirrorFile | None) -> PushResult:
+def _delete(mirror: FileStore, caller: str, path: str, base: str | None, current: MirrorFile | None) -> PushResult:
     if current is None:
         gone = mirror.state(path)
         return PushResult(path, "deleted", None, gone.revision if gone else 0)
