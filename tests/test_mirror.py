@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import server.mirror.mirror as mirror_module
+import server.mirror.files as mirror_module
 import server.mirror.state as mirror_state
 from server.errors import ConflictError, UnsafePathError
 from server.index.errors import EngineError, InvalidArgumentError

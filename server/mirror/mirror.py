@@ -7,44 +7,52 @@ a delete, and who changed it when, plus idempotency records, past versions (merg
 transcripts, which are never merged) and each caller's last sync. The state cannot be rebuilt from the files (it is
 the sync history), unlike the engine's `index.sqlite3`.
 
-Every file operation walks the path one folder at a time through directory file descriptors opened with
-`O_NOFOLLOW`, so a symbolic link planted anywhere inside `files/` is refused, never followed, even if it appears
-between a check and a use. Writes go to a temporary file in the same folder, are fsynced and renamed over the
-target. One lock per mirror serialises writes and state changes. A file edited on disk behind the mirror's back
-is noticed on the next read or listing (size, mtime, then hash) and recorded as changed by `"(disk)"`.
+Files are reached without following links (`server.mirror.files`); writes go to a temporary file, fsynced and
+renamed over the target. The SQL is built in `server.mirror.queries`, the change notices sent by
+`server.mirror.feed`. One lock per mirror serialises writes and state changes. A file edited on disk behind the
+mirror's back is noticed on the next read or listing (size, mtime, then hash) and recorded as by `"(disk)"`.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
-import hashlib
 import logging
 import os
 import secrets
-import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 import apsw
 
-from server.errors import ConflictError, UnsafePathError
 from server.index.errors import EngineError, InvalidArgumentError
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, day_of
 from server.memory.text import count_lines_of_bytes
+from server.mirror import queries as q
+from server.mirror.feed import ChangeNotices
+from server.mirror.files import (
+    _NEW_FILE_FLAGS,
+    Snapshot,
+    folder,
+    lstat_file,
+    now_ns,
+    take_snapshot,
+    walk,
+    write_all,
+)
 from server.mirror.paths import normalise_mirror_path
 from server.mirror.state import (
-    STATE_COLUMNS,
+    ABSENT,
     STATE_SCHEMA_VERSION,
     CallerSync,
     FileState,
     IdempotencyRecord,
+    MirrorFile,
+    check_expected,
     iso,
     load_version,
     migrate_state,
@@ -55,8 +63,7 @@ from server.mirror.state import (
     sync_callers,
     utc_now,
 )
-from syncproto.content import NotRegularFile, open_regular
-from syncproto.paths import SESSIONS_DIR, is_session_file
+from syncproto.paths import is_session_file
 from syncproto.wire import sha256_hex
 
 __all__ = [
@@ -76,71 +83,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ABSENT = "absent"  # `expected_hash` meaning "the file must not exist yet"
 DISK = "(disk)"  # `updated_by` of changes found on disk rather than made through the service
 BUSY_TIMEOUT_MS = 10_000
 IDEMPOTENCY_DAYS = 7
 PRUNE_SECONDS = 3600.0  # versions are pruned at most this often per mirror
-_READ_BLOCK = 1 << 20
-_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-@dataclass(frozen=True)
-class MirrorFile:
-    """A live file: its bytes decoded (UTF-8) and its state."""
-
-    path: str
-    text: str
-    hash: str
-    lines: int
-    size: int
-    revision: int
-    updated_by: str
-    updated_at: str
-
-
-@dataclass(frozen=True)
-class _Snapshot:
-    """A file as read from disk: its bytes (None when over the size cap), and what the state records of it."""
-
-    data: bytes | None
-    digest: str
-    size: int
-    lines: int
-    mtime_ns: int
-
-
-def _read_snapshot(fd: int, mtime_ns: int, max_bytes: int) -> _Snapshot:
-    hasher = hashlib.sha256()
-    kept = bytearray()
-    size = lines = 0
-    last = b""
-    while block := os.read(fd, _READ_BLOCK):
-        hasher.update(block)
-        size += len(block)
-        if size <= max_bytes:
-            kept += block
-        else:
-            if kept:
-                lines += _newlines(bytes(kept))
-                last = bytes(kept[-1:])
-                kept = bytearray()
-            lines += _newlines(last + block) - _newlines(last)
-            last = block[-1:]
-    if size <= max_bytes:
-        data = bytes(kept)
-        return _Snapshot(data, hasher.hexdigest(), size, count_lines_of_bytes(data), mtime_ns)
-    # Line ends counted on the stream (a \r\n split over two blocks counts once); the last line may lack one.
-    lines += 0 if last in (b"\n", b"\r") else 1
-    return _Snapshot(None, hasher.hexdigest(), size, lines, mtime_ns)
-
-
-def _newlines(data: bytes) -> int:
-    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n")
-
-
-# the mirror --------------------------------------------------------------------------------------------
 
 
 class Mirror:
@@ -156,8 +102,7 @@ class Mirror:
     ) -> None:
         """`on_change` is called (in whatever thread made it) after every recorded change, for long-polls."""
         self.directory = directory
-        self.on_change = on_change
-        self._held = threading.local()  # per thread: depth of `holding_changes` blocks, a notice waiting
+        self._notices = ChangeNotices(on_change)
         self._pruned_at = 0.0
         self.files_dir = directory / "files"
         self.clock = clock
@@ -190,7 +135,7 @@ class Mirror:
         Refuses symbolic links, non-files, files over the size cap and text that is not UTF-8."""
         path = normalise_mirror_path(path)
         with self.lock:
-            snapshot = self._snapshot(path)
+            snapshot = take_snapshot(self.files_dir, path, self.max_file_bytes)
             state = self._reconcile(path, snapshot)
         if snapshot is None or state is None or state.hash is None:
             return None
@@ -210,16 +155,15 @@ class Mirror:
     def state(self, path: str) -> FileState | None:
         """The recorded state of `path` (tombstones included), without looking at the disk."""
         with self.lock:
-            rows = self._db.execute(f"SELECT {STATE_COLUMNS} FROM files WHERE path = ?", (path,)).fetchall()
+            rows = self._db.execute(*q.state_of_path(path)).fetchall()
         return state_of(rows[0]) if rows else None
 
     def states(self, paths: list[str]) -> dict[str, FileState]:
         """Recorded states of several paths at once (for labelling search hits)."""
         if not paths:
             return {}
-        marks = ", ".join("?" for _ in paths)
         with self.lock:
-            rows = self._db.execute(f"SELECT {STATE_COLUMNS} FROM files WHERE path IN ({marks})", paths).fetchall()
+            rows = self._db.execute(*q.states_of_paths(paths)).fetchall()
         return {s.path: s for s in map(state_of, rows)}
 
     def list(
@@ -239,31 +183,24 @@ class Mirror:
         with self.lock:
             known = {
                 str(path): (digest, int(size), int(mtime))
-                for path, digest, size, mtime in self._db.execute(
-                    "SELECT path, hash, size, mtime_ns FROM files WHERE hash IS NOT NULL"
-                )
+                for path, digest, size, mtime in self._db.execute(*q.known_files())
             }
             seen: set[str] = set()
-            for path, info in self._walk():
+            for path, info in walk(self.files_dir):
                 seen.add(path)
                 old = known.get(path)
                 if old is not None and (old[1], old[2]) == (info.st_size, info.st_mtime_ns):
                     continue
-                self._reconcile(path, self._snapshot(path, quiet=True))
+                self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes, quiet=True))
             for path in sorted(set(known) - seen):
-                self._reconcile(path, self._snapshot(path, quiet=True))
-            rows = self._db.execute(
-                f"SELECT {STATE_COLUMNS} FROM files WHERE hash IS NOT NULL ORDER BY path"
-            ).fetchall()
+                self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes, quiet=True))
+            rows = self._db.execute(*q.live_states()).fetchall()
         return [state_of(r) for r in rows]
 
     def changes_since(self, revision: int, limit: int = 1000) -> builtins.list[FileState]:
         """Paths changed after `revision` (deletions as tombstones), oldest change first."""
         with self.lock:
-            rows = self._db.execute(
-                f"SELECT {STATE_COLUMNS} FROM files WHERE revision > ? ORDER BY revision LIMIT ?",
-                (revision, limit),
-            ).fetchall()
+            rows = self._db.execute(*q.changes_after(revision, limit)).fetchall()
         return [state_of(r) for r in rows]
 
     def version_text(self, digest: str) -> str | None:
@@ -271,8 +208,10 @@ class Mirror:
         with self.lock:
             data = load_version(self._db, digest)
             if data is None:
-                current = [str(p) for (p,) in self._db.execute("SELECT path FROM files WHERE hash = ?", (digest,))]
-                snapshot = self._snapshot(current[0], quiet=True) if current else None
+                current = [str(p) for (p,) in self._db.execute(*q.paths_with_hash(digest))]
+                snapshot = (
+                    take_snapshot(self.files_dir, current[0], self.max_file_bytes, quiet=True) if current else None
+                )
                 data = snapshot.data if snapshot is not None and snapshot.digest == digest else None
         if data is None:
             return None
@@ -293,7 +232,7 @@ class Mirror:
     def revision(self) -> int:
         """The index's current revision: the last change's number (0 when nothing ever changed)."""
         with self.lock:
-            return int(self._db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchall()[0][0])  # type: ignore[arg-type]
+            return self._revision()
 
     # writing -------------------------------------------------------------------------------------------
 
@@ -321,18 +260,18 @@ class Mirror:
                 with self._db:
                     self._remember(record)
                 return current
-            with self._dir(path, create=True) as parent:
+            with folder(self.files_dir, path, create=True) as parent:
                 name = path.rsplit("/", 1)[-1]
-                old = _lstat(parent, name, path)
+                old = lstat_file(parent, name, path)
                 floor = old.st_mtime_ns + 1 if old is not None else 0
                 tmp = f".{name}.{secrets.token_hex(6)}.tmp"
                 fd = os.open(tmp, _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
                 try:
                     try:
-                        _write_all(fd, data)
+                        write_all(fd, data)
                         # A later mtime than the old file's even within one clock tick, so the engine's
                         # size+mtime check never mistakes a same-size rewrite for an unchanged file.
-                        now = max(_now_ns(), floor)
+                        now = max(now_ns(), floor)
                         os.utime(fd, ns=(now, now))
                         os.fsync(fd)
                         mtime_ns = os.fstat(fd).st_mtime_ns
@@ -364,11 +303,11 @@ class Mirror:
                     check_expected(path, current.hash if current else None, expected_hash)
                 return None
             check_expected(path, current.hash if current else None, expected_hash)
-            with self._dir(path) as parent:
+            with folder(self.files_dir, path) as parent:
                 name = path.rsplit("/", 1)[-1]
                 with self._db:
                     self._record(path, None, 0, 0, 0, caller)
-                    _lstat(parent, name, path)  # refuses a symbolic link
+                    lstat_file(parent, name, path)  # refuses a symbolic link
                     os.unlink(name, dir_fd=parent)
                 os.fsync(parent)
         self._changed()
@@ -378,9 +317,7 @@ class Mirror:
 
     def recall(self, caller: str, key: str) -> IdempotencyRecord | None:
         with self.lock:
-            rows = self._db.execute(
-                "SELECT request, result FROM idempotency WHERE caller = ? AND key = ?", (caller, key)
-            ).fetchall()
+            rows = self._db.execute(*q.recall(caller, key)).fetchall()
         return IdempotencyRecord(caller, key, str(rows[0][0]), str(rows[0][1])) if rows else None
 
     def remember(self, record: IdempotencyRecord) -> None:
@@ -392,29 +329,25 @@ class Mirror:
         if record is None:
             return
         now = self.clock()
-        self._db.execute(
-            "INSERT INTO idempotency(caller, key, request, result, created_at) VALUES(?, ?, ?, ?, ?)"
-            " ON CONFLICT(caller, key) DO UPDATE SET result = excluded.result",
-            (record.caller, record.key, record.request, record.result, iso(now)),
-        )
+        self._db.execute(*q.remember(record, iso(now)))
         cutoff = iso(datetime.fromtimestamp(now.timestamp() - IDEMPOTENCY_DAYS * 86400, UTC))
-        self._db.execute("DELETE FROM idempotency WHERE created_at < ?", (cutoff,))
+        self._db.execute(*q.forget_records_before(cutoff))
 
     # internals -----------------------------------------------------------------------------------------
 
     def _current(self, path: str) -> FileState | None:
-        state = self._reconcile(path, self._snapshot(path))
+        state = self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes))
         return state if state is not None and state.hash is not None else None
 
-    def _reconcile(self, path: str, snapshot: _Snapshot | None) -> FileState | None:
+    def _reconcile(self, path: str, snapshot: Snapshot | None) -> FileState | None:
         """Record `snapshot` (None: no file) as the state of `path` if it differs from what is recorded."""
-        rows = self._db.execute(f"SELECT {STATE_COLUMNS} FROM files WHERE path = ?", (path,)).fetchall()
+        rows = self._db.execute(*q.state_of_path(path)).fetchall()
         state = state_of(rows[0]) if rows else None
         digest = snapshot.digest if snapshot is not None else None
         if state is not None and state.hash == digest:
             if snapshot is not None:
                 with self._db:
-                    self._db.execute("UPDATE files SET mtime_ns = ? WHERE path = ?", (snapshot.mtime_ns, path))
+                    self._db.execute(*q.touch_file(path, snapshot.mtime_ns))
             return state
         if snapshot is None and state is None:
             return None
@@ -429,32 +362,15 @@ class Mirror:
         self._changed()
         return recorded
 
-    @contextlib.contextmanager
-    def holding_changes(self) -> Iterator[None]:
-        """Hold this thread's change notices until the block ends, then send one.
-
-        Writers wrap a write and its indexing in this, so a woken long-poll never sees a file that is not
-        yet searchable, and a push of a hundred files wakes its readers once."""
-        depth = getattr(self._held, "depth", 0)
-        self._held.depth = depth + 1
-        try:
-            yield
-        finally:
-            self._held.depth = depth
-            if depth == 0 and getattr(self._held, "waiting", False):
-                self._held.waiting = False
-                self._changed()
+    def holding_changes(self) -> contextlib.AbstractContextManager[None]:
+        """Hold this thread's change notices until the block ends, then send one (`server.mirror.feed`)."""
+        return self._notices.holding()
 
     def _changed(self) -> None:
-        if self.on_change is None:
-            return
-        if getattr(self._held, "depth", 0):
-            self._held.waiting = True
-            return
-        try:
-            self.on_change()
-        except Exception:  # a listener's failure must never undo or fail a recorded change
-            log.exception("mirror change listener failed")
+        self._notices.changed()
+
+    def _revision(self) -> int:
+        return int(self._db.execute(*q.current_revision()).fetchall()[0][0])  # type: ignore[arg-type]
 
     def _prune_versions(self) -> None:
         """Drop old versions at most every PRUNE_SECONDS (call inside a transaction)."""
@@ -468,142 +384,11 @@ class Mirror:
 
     def _record(self, path: str, digest: str | None, size: int, mtime_ns: int, lines: int, by: str) -> FileState:
         """Bump the revision and store the new state of `path`; call inside a transaction."""
-        revision = int(self._db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchall()[0][0]) + 1  # type: ignore[arg-type]
-        self._db.execute("UPDATE meta SET value = ? WHERE key = 'revision'", (str(revision),))
+        revision = self._revision() + 1
+        self._db.execute(*q.set_revision(revision))
         at = iso(self.clock())
-        self._db.execute(
-            "INSERT INTO files(path, hash, size, mtime_ns, lines, revision, updated_by, updated_at)"
-            " VALUES(?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET hash = excluded.hash,"
-            " size = excluded.size, mtime_ns = excluded.mtime_ns, lines = excluded.lines,"
-            " revision = excluded.revision, updated_by = excluded.updated_by, updated_at = excluded.updated_at",
-            (path, digest, size, mtime_ns, lines, revision, by, at),
-        )
+        self._db.execute(*q.upsert_file(path, digest, size, mtime_ns, lines, revision, by, at))
         return FileState(path, digest, size, lines, revision, by, at)
-
-    def _snapshot(self, path: str, *, quiet: bool = False) -> _Snapshot | None:
-        """The regular file at `path` as it is now, or None when there is none. A symbolic link or other
-        non-file anywhere on the way raises UnsafePathError, or counts as no file when `quiet`. A file over the
-        size cap is hashed and counted as it streams by, never held in memory."""
-        try:
-            with self._dir(path) as parent:
-                name = path.rsplit("/", 1)[-1]
-                try:
-                    fd, info = open_regular(name, dir_fd=parent)
-                except FileNotFoundError:
-                    return None
-                except NotRegularFile:
-                    raise UnsafePathError(f"{path} is not a regular file in the mirror") from None
-                except OSError as exc:
-                    raise _unsafe(path, exc) from None
-                try:
-                    return _read_snapshot(fd, info.st_mtime_ns, self.max_file_bytes)
-                finally:
-                    os.close(fd)
-        except FileNotFoundError:
-            return None
-        except UnsafePathError:
-            if quiet:
-                return None
-            raise
-
-    @contextlib.contextmanager
-    def _dir(self, path: str, *, create: bool = False) -> Iterator[int]:
-        """A descriptor of the folder holding `path`, reached one component at a time without following links.
-        FileNotFoundError when a folder is missing (and `create` is false)."""
-        fd = _open_dir(str(self.files_dir), None, "the mirror folder")
-        try:
-            for part in path.split("/")[:-1]:
-                try:
-                    child = _open_dir(part, fd, path)
-                except FileNotFoundError:
-                    if not create:
-                        raise
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(part, 0o755, dir_fd=fd)
-                    child = _open_dir(part, fd, path)
-                os.close(fd)
-                fd = child
-            yield fd
-        finally:
-            os.close(fd)
-
-    def _walk(self) -> Iterator[tuple[str, os.stat_result]]:
-        """(path, lstat) of every regular memory file under `files/`; links and hidden names are skipped."""
-        try:
-            root = _open_dir(str(self.files_dir), None, "the mirror folder")
-        except UnsafePathError:
-            log.error("mirror folder %s is not a plain folder; listing nothing", self.files_dir)
-            return
-        try:
-            yield from self._walk_dir(root, "")
-        finally:
-            os.close(root)
-
-    def _walk_dir(self, fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
-        with os.scandir(fd) as entries:
-            names = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in entries)
-        for name, is_dir, is_file in names:
-            if name.startswith("."):
-                continue
-            relpath = f"{prefix}{name}"
-            if is_dir and (prefix or name in ("memory", SESSIONS_DIR)):
-                try:
-                    child = _open_dir(name, fd, relpath)
-                except (UnsafePathError, FileNotFoundError):
-                    continue
-                try:
-                    yield from self._walk_dir(child, relpath + "/")
-                finally:
-                    os.close(child)
-            elif is_file:
-                try:
-                    if normalise_mirror_path(relpath) != relpath:
-                        continue
-                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                except (InvalidArgumentError, OSError):
-                    continue
-                if stat.S_ISREG(info.st_mode):
-                    yield relpath, info
-
-
-def _open_dir(name: str, dir_fd: int | None, shown: str) -> int:
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise _unsafe(shown, exc) from None
-
-
-def _unsafe(path: str, exc: OSError) -> UnsafePathError:
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENXIO):
-        return UnsafePathError(f"{path} goes through a symbolic link or a non-folder in the mirror; refused")
-    return UnsafePathError(f"{path} cannot be opened in the mirror ({errno.errorcode.get(exc.errno or 0, 'error')})")
-
-
-def _lstat(parent: int, name: str, path: str) -> os.stat_result | None:
-    """lstat of the target; refuses anything but a regular file (a symbolic link, a folder)."""
-    try:
-        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(info.st_mode):
-        raise UnsafePathError(f"{path} is a symbolic link or not a regular file in the mirror; refused")
-    return info
-
-
-def check_expected(path: str, actual: str | None, expected: str | None) -> None:
-    """ConflictError unless `expected` (None: anything, ABSENT: no file, or a hash) matches the file's current
-    hash `actual` (None: no file)."""
-    if expected is None:
-        return
-    if expected == ABSENT:
-        if actual is not None:
-            raise ConflictError(f"{path} already exists (current hash {actual}); pass that hash to replace it", actual)
-        return
-    if actual != expected:
-        shown = actual if actual is not None else f"{ABSENT!r} (the file does not exist)"
-        raise ConflictError(f"{path} has changed: expected_hash does not match; the current hash is {shown}", actual)
 
 
 def _encode(text: str, path: str) -> bytes:
@@ -613,13 +398,3 @@ def _encode(text: str, path: str) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgumentError("content is not valid Unicode text (lone surrogates)") from None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _now_ns() -> int:
-    return time.time_ns()

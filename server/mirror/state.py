@@ -16,9 +16,11 @@ from typing import Literal, cast
 
 import apsw
 
+from server.errors import ConflictError
 from server.index.errors import EngineError
 
 STATE_SCHEMA_VERSION = 2
+ABSENT = "absent"  # `expected_hash` meaning "the file must not exist yet"
 VERSION_DAYS = 30
 
 
@@ -51,6 +53,23 @@ class FileState:
     @property
     def deleted(self) -> bool:
         return self.hash is None
+
+
+@dataclass(frozen=True)
+class MirrorFile:
+    """A live file: its bytes decoded (UTF-8) and its state."""
+
+    path: str
+    text: str
+    hash: str
+    lines: int
+    size: int
+    revision: int
+    updated_by: str
+    updated_at: str
+
+
+# the mirror --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -204,3 +223,17 @@ def sync_callers(db: apsw.Connection) -> list[CallerSync]:
             )
         )
     return out
+
+
+def check_expected(path: str, actual: str | None, expected: str | None) -> None:
+    """ConflictError unless `expected` (None: anything, ABSENT: no file, or a hash) matches the file's current
+    hash `actual` (None: no file)."""
+    if expected is None:
+        return
+    if expected == ABSENT:
+        if actual is not None:
+            raise ConflictError(f"{path} already exists (current hash {actual}); pass that hash to replace it", actual)
+        return
+    if actual != expected:
+        shown = actual if actual is not None else f"{ABSENT!r} (the file does not exist)"
+        raise ConflictError(f"{path} has changed: expected_hash does not match; the current hash is {shown}", actual)
