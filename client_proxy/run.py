@@ -25,9 +25,9 @@ from channel.transport import ChannelTransport
 from client_proxy.config import ProxyConfig
 from client_proxy.errors import ProxyError
 from client_proxy.forward.forwarder import Forwarder, Lines, Write
-from client_proxy.forward.jsonrpc import SERVER_UNAVAILABLE, NotJsonRpc, error_line, parse
+from client_proxy.forward.jsonrpc import SERVER_UNAVAILABLE, NotJsonRpcError, error_line, parse
 from client_proxy.forward.local_zone import TIMEZONE_HEADER
-from client_proxy.forward.stdio import StdoutClosed, StdoutWriter, claim_stdio, stdin_lines
+from client_proxy.forward.stdio import StdoutClosedError, StdoutWriter, claim_stdio, stdin_lines
 from client_proxy.forward.upstream import Upstream
 from client_proxy.settings import RunSettings
 from client_proxy.sync.api import SyncApi
@@ -137,12 +137,12 @@ async def _refuse(lines: Lines, write: Write, reason: str) -> None:
     async for line in lines:
         try:
             message = parse(line) if line is not None else None
-        except NotJsonRpc:
+        except NotJsonRpcError:
             continue
         if message is not None and message.is_request:
             try:
                 await write(error_line(message.id, SERVER_UNAVAILABLE, reason))
-            except StdoutClosed:
+            except StdoutClosedError:
                 return
 
 

@@ -22,7 +22,7 @@ from channel.keys import PrivateKey, write_private_key
 from client_proxy.config import ProxyConfig, render_config, write_config
 from client_proxy.errors import ConfigError
 from client_proxy.forward import stdio
-from client_proxy.forward.jsonrpc import INVALID_REQUEST, PARSE_ERROR, NotJsonRpc, error_line, parse, with_id
+from client_proxy.forward.jsonrpc import INVALID_REQUEST, PARSE_ERROR, NotJsonRpcError, error_line, parse, with_id
 from client_proxy.forward.local_zone import local_timezone
 from client_proxy.forward.upstream import describe
 from client_proxy.settings import RunSettings
@@ -88,7 +88,7 @@ def test_messages_are_told_apart_and_kept_byte_for_byte():
     ],
 )
 def test_what_is_not_one_json_rpc_message_is_refused_with_its_code(raw, code):
-    with pytest.raises(NotJsonRpc) as caught:
+    with pytest.raises(NotJsonRpcError) as caught:
         parse(raw)
     assert caught.value.code == code
 
@@ -183,7 +183,7 @@ def _write_and_close(fd: int, data: bytes) -> None:
 async def test_a_client_that_stopped_reading_is_reported_as_gone():
     closed = io.BytesIO()
     closed.close()
-    with pytest.raises(stdio.StdoutClosed):
+    with pytest.raises(stdio.StdoutClosedError):
         await stdio.StdoutWriter(closed).write(b"{}")
 
 

@@ -20,7 +20,7 @@ from client_proxy.sync.local_files import RACY_NS, LocalFiles, sha256_hex
 from client_proxy.sync.plan import pending_pushes
 from client_proxy.sync.scope import (
     DEFAULT_MAX_FILE_BYTES,
-    UnsafePath,
+    UnsafePathError,
     content_problem,
     is_excluded,
     name_problem,
@@ -115,7 +115,7 @@ def test_content_over_the_cap_binary_or_not_utf8_is_not_synced():
 
 @pytest.mark.parametrize("path", ["/tmp/x.md", "../outside.md", "memory/../../x.md", ".git/config", "src/main.py"])
 def test_a_server_path_outside_the_memory_files_is_refused(project, path):
-    with pytest.raises(UnsafePath):
+    with pytest.raises(UnsafePathError):
         safe_target(project, path)
 
 
@@ -124,13 +124,13 @@ def test_a_server_path_through_a_symlinked_folder_or_onto_a_symlink_is_refused(p
     outside.mkdir()
     (project / "memory" / "linked").symlink_to(outside)
     (project / "memory" / "file.md").symlink_to(outside / "target.md")
-    with pytest.raises(UnsafePath, match="symlink"):
+    with pytest.raises(UnsafePathError, match="symlink"):
         safe_target(project, "memory/linked/x.md")
-    with pytest.raises(UnsafePath, match="symlink"):
+    with pytest.raises(UnsafePathError, match="symlink"):
         safe_target(project, "memory/file.md")
     (project / "memory").rename(project / "memory-real")
     (project / "memory").symlink_to(project / "memory-real")
-    with pytest.raises(UnsafePath, match="symlink"):
+    with pytest.raises(UnsafePathError, match="symlink"):
         safe_target(project, "memory/new.md")
     assert safe_target(project, "MEMORY.md") == project / "MEMORY.md"
 

@@ -13,7 +13,7 @@ import pytest
 
 from client_proxy.forward.forwarder import Forwarder
 from client_proxy.forward.jsonrpc import Message, parse
-from client_proxy.forward.upstream import Failure, SessionExpired, Upstream
+from client_proxy.forward.upstream import Failure, SessionExpiredError, Upstream
 
 pytestmark = pytest.mark.anyio
 
@@ -94,7 +94,7 @@ async def test_a_404_on_a_lost_session_is_session_expired_but_a_404_answering_th
 
     up = upstream(handler)
     up.session_id = "gone"
-    with pytest.raises(SessionExpired):
+    with pytest.raises(SessionExpiredError):
         await collect(up, request("tools/list", 4))
     assert await collect(up, request("no/such", 5)) == (None, [unknown])
     up.session_id = None  # without a session id sent, there is no session to lose: the error is the answer

@@ -33,15 +33,15 @@ from client_proxy.forward.jsonrpc import (
     INVALID_REQUEST,
     SERVER_UNAVAILABLE,
     Message,
-    NotJsonRpc,
+    NotJsonRpcError,
     RequestId,
     error_line,
     parse,
     with_id,
 )
 from client_proxy.forward.stamping import Stamper
-from client_proxy.forward.stdio import StdoutClosed
-from client_proxy.forward.upstream import Deliver, Failure, SessionExpired, Upstream, describe
+from client_proxy.forward.stdio import StdoutClosedError
+from client_proxy.forward.upstream import Deliver, Failure, SessionExpiredError, Upstream, describe
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Forwarder:
             return
         try:
             message = parse(line)
-        except NotJsonRpc as exc:
+        except NotJsonRpcError as exc:
             await self._out(error_line(None, exc.code, str(exc)))
             return
         log.debug("client -> %s", _name(message))
@@ -151,14 +151,14 @@ class Forwarder:
         try:
             try:
                 return await self._upstream.post(message, headers, deliver)
-            except SessionExpired:
+            except SessionExpiredError:
                 if message.is_response or message.method in _SESSION_BOUND:
                     return None
                 failure = await self._reopen(sent_in, for_initialize=message.method == "initialize")
                 if failure is not None:
                     return failure
                 return await self._upstream.post(message, headers, deliver)
-        except SessionExpired:
+        except SessionExpiredError:
             return Failure(INVALID_REQUEST, "Session terminated")
         except (httpx2.HTTPError, ChannelError) as exc:
             failure = Failure(SERVER_UNAVAILABLE, describe(exc, self._server_url))
@@ -228,7 +228,7 @@ class Forwarder:
     async def _out(self, line: bytes) -> None:
         try:
             await self._write(line)
-        except StdoutClosed:
+        except StdoutClosedError:
             log.info("stdout closed: shutting down")
             if self._tasks is not None:
                 self._tasks.cancel_scope.cancel()

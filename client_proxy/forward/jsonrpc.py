@@ -20,7 +20,7 @@ SERVER_UNAVAILABLE: Final = -32000  # the SDK's CONNECTION_CLOSED: the server co
 RequestId = str | int
 
 
-class NotJsonRpc(ValueError):
+class NotJsonRpcError(ValueError):
     """A line that is not one JSON-RPC 2.0 message object."""
 
     def __init__(self, code: int, message: str) -> None:
@@ -80,18 +80,18 @@ class Message:
 
 
 def parse(raw: bytes) -> Message:
-    """Parse one message; raise `NotJsonRpc` (with the JSON-RPC error code to answer) when it is not one."""
+    """Parse one message; raise `NotJsonRpcError` (with the JSON-RPC error code to answer) when it is not one."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
-        raise NotJsonRpc(PARSE_ERROR, "Parse error") from None
+        raise NotJsonRpcError(PARSE_ERROR, "Parse error") from None
     if not isinstance(data, dict) or data.get("jsonrpc") != "2.0":
-        raise NotJsonRpc(INVALID_REQUEST, "Invalid Request: expected one JSON-RPC 2.0 message object")
+        raise NotJsonRpcError(INVALID_REQUEST, "Invalid Request: expected one JSON-RPC 2.0 message object")
     message = Message(raw, data)
     if not (message.is_request or message.is_notification or message.is_response):
-        raise NotJsonRpc(INVALID_REQUEST, "Invalid Request: neither a request, a notification nor a response")
+        raise NotJsonRpcError(INVALID_REQUEST, "Invalid Request: neither a request, a notification nor a response")
     if "id" in data and message.id is None and not (message.is_response and data["id"] is None):
-        raise NotJsonRpc(INVALID_REQUEST, "Invalid Request: an id must be a string or an integer")
+        raise NotJsonRpcError(INVALID_REQUEST, "Invalid Request: an id must be a string or an integer")
     return message
 
 

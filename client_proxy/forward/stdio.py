@@ -29,7 +29,7 @@ READ_SIZE: Final = 64 * 1024
 OVERSIZED: Final = "dropped an input line over %d bytes"
 
 
-class StdoutClosed(Exception):
+class StdoutClosedError(Exception):
     """The client stopped reading: nothing more can be said to it."""
 
 
@@ -119,7 +119,7 @@ class StdoutWriter:
             try:
                 await anyio.to_thread.run_sync(self._write, line + b"\n")
             except (BrokenPipeError, ValueError) as exc:  # ValueError: the file was closed
-                raise StdoutClosed() from exc
+                raise StdoutClosedError() from exc
 
     def _write(self, data: bytes) -> None:
         self._stream.write(data)

@@ -6,7 +6,7 @@ every request carries `Mcp-Session-Id`; a GET stream carries what the server sen
 DELETE ends the session. Messages pass as their original bytes (see `client_proxy.forward.jsonrpc`).
 
 Where it departs from the SDK's transport, on purpose: a 404 on a request that carried the session id raises
-`SessionExpired` (the SDK reports "Session terminated") so the forwarder can open a new session and retry; a
+`SessionExpiredError` (the SDK reports "Session terminated") so the forwarder can open a new session and retry; a
 GET stream the server refuses is not retried; SSE events may be as large as the server's own message limit.
 """
 
@@ -30,7 +30,7 @@ from client_proxy.forward.jsonrpc import (
     PARSE_ERROR,
     SERVER_UNAVAILABLE,
     Message,
-    NotJsonRpc,
+    NotJsonRpcError,
     RequestId,
     parse,
     with_id,
@@ -50,7 +50,7 @@ RECONNECT_DELAY: Final = 1.0  # seconds, unless the server's SSE `retry` says ot
 Deliver = Callable[[Message], Awaitable[None]]
 
 
-class SessionExpired(Exception):
+class SessionExpiredError(Exception):
     """The server no longer knows the MCP session this message carried: it restarted, or the session idled out."""
 
 
@@ -81,7 +81,7 @@ class Upstream:
         """POST one message and deliver whatever the server answers on it, ending with the request's response.
 
         Returns None when done (answered, or accepted for a notification or response), a `Failure` when a request
-        got no answer. Raises `SessionExpired`, or the transport's and channel's own errors (see `describe`).
+        got no answer. Raises `SessionExpiredError`, or the transport's and channel's own errors (see `describe`).
         """
         carried_session = self.session_id is not None
         request_id = message.id if message.is_request else None
@@ -94,7 +94,7 @@ class Upstream:
                 # "Session not found" answers no request (id null); a 404 that answers this one is the server's
                 # METHOD_NOT_FOUND at the 2026 generation, whatever session id went with it.
                 if status == 404 and carried_session and not _answers(body, request_id):
-                    raise SessionExpired()
+                    raise SessionExpiredError()
                 return await _refusal(response, body, request_id, deliver)
             if message.method == "initialize" and (session := response.headers.get(SESSION_HEADER)):
                 self.session_id = session
@@ -158,7 +158,7 @@ class Upstream:
 async def _json_answer(response: httpx2.Response, deliver: Deliver) -> Failure | None:
     try:
         message = parse(await response.aread())
-    except NotJsonRpc:
+    except NotJsonRpcError:
         return Failure(PARSE_ERROR, "the server's JSON answer is not a JSON-RPC message")
     await deliver(message)
     return None
@@ -171,7 +171,7 @@ async def _stream_answer(response: httpx2.Response, request_id: RequestId, deliv
             continue  # a priming event for resumption, or an unknown event type
         try:
             message = parse(event.data.encode("utf-8"))
-        except NotJsonRpc:
+        except NotJsonRpcError:
             return Failure(PARSE_ERROR, "the server sent a malformed message on the answer's stream")
         if message.is_response:
             await deliver(message if message.answers(request_id) else with_id(message, request_id))
@@ -183,7 +183,7 @@ async def _stream_answer(response: httpx2.Response, request_id: RequestId, deliv
 async def _deliver_event(data: str, deliver: Deliver) -> None:
     try:
         message = parse(data.encode("utf-8"))
-    except NotJsonRpc:
+    except NotJsonRpcError:
         log.warning("dropped a malformed message from the server's GET stream")
         return
     await deliver(message)
@@ -192,7 +192,7 @@ async def _deliver_event(data: str, deliver: Deliver) -> None:
 def _answers(body: bytes, request_id: RequestId | None) -> bool:
     try:
         return request_id is not None and parse(body).answers(request_id)
-    except NotJsonRpc:
+    except NotJsonRpcError:
         return False
 
 
@@ -207,7 +207,7 @@ async def _refusal(
     if response.headers.get("content-type", "").lower().startswith("application/json"):
         try:
             answer = parse(body)
-        except NotJsonRpc:
+        except NotJsonRpcError:
             answer = None
         if answer is not None and answer.is_response and "error" in answer.data:
             await deliver(with_id(answer, request_id))

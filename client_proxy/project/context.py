@@ -26,7 +26,7 @@ MAX_OUTPUT_CHARS: Final = 9_000  # under Claude Code's 10,000 (counted in UTF-16
 ROOT_FILES: Final = ("MEMORY.md", "memory.md")
 
 
-class SkippedFile(Exception):
+class SkippedFileError(Exception):
     """A memory file that exists but is not shown; the message says why."""
 
 
@@ -65,7 +65,7 @@ def build_context(project: Path, today: dt.date, max_chars: int = MAX_OUTPUT_CHA
             continue
         try:
             text = read_memory_file(root, relpath)
-        except SkippedFile as exc:
+        except SkippedFileError as exc:
             notes.append(f"[skipped {relpath}: {exc}]")
             continue
         if text is None or not text.strip():
@@ -80,7 +80,7 @@ def build_context(project: Path, today: dt.date, max_chars: int = MAX_OUTPUT_CHA
 
 
 def read_memory_file(root: Path, relpath: str) -> str | None:
-    """The text of `root/relpath`, None when there is no such file; `SkippedFile` when it must not be shown.
+    """The text of `root/relpath`, None when there is no such file; `SkippedFileError` when it must not be shown.
 
     `root` is an absolute folder without symlinks (see `_project_root`). A symlink is followed only while it stays
     inside `root`; the file must be a regular, UTF-8 file of at most `MAX_FILE_BYTES`.
@@ -93,39 +93,39 @@ def read_memory_file(root: Path, relpath: str) -> str | None:
     except NotADirectoryError:  # `memory` is a file
         return None
     except OSError as exc:
-        raise SkippedFile(f"cannot read it ({exc.strerror})") from None
+        raise SkippedFileError(f"cannot read it ({exc.strerror})") from None
     real = Path(os.path.realpath(path))
     if not real.is_relative_to(root):
-        raise SkippedFile("it links outside the project")
+        raise SkippedFileError("it links outside the project")
     try:  # never blocks on a FIFO under that name; never follows a link (`real` was resolved just above)
         fd, info = open_regular(real)
     except FileNotFoundError:  # a dangling link inside the project, or gone meanwhile
         return None
     except NotRegularFile:
-        raise SkippedFile("not a regular file") from None
+        raise SkippedFileError("not a regular file") from None
     except OSError as exc:
-        raise SkippedFile(f"cannot read it ({exc.strerror})") from None
+        raise SkippedFileError(f"cannot read it ({exc.strerror})") from None
     try:
         if info.st_size > MAX_FILE_BYTES:
-            raise SkippedFile(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+            raise SkippedFileError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
         data = read_capped(fd, MAX_FILE_BYTES)
     except OSError as exc:
-        raise SkippedFile(f"cannot read it ({exc.strerror})") from None
+        raise SkippedFileError(f"cannot read it ({exc.strerror})") from None
     finally:
         os.close(fd)
     return decode(data)
 
 
 def decode(data: bytes) -> str:
-    """Memory text from bytes; `SkippedFile` for oversized, binary or non-UTF-8 content."""
+    """Memory text from bytes; `SkippedFileError` for oversized, binary or non-UTF-8 content."""
     if len(data) > MAX_FILE_BYTES:
-        raise SkippedFile(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+        raise SkippedFileError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
     if b"\x00" in data:
-        raise SkippedFile("binary (contains NUL bytes)")
+        raise SkippedFileError("binary (contains NUL bytes)")
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
-        raise SkippedFile(f"not UTF-8 (invalid byte at offset {exc.start})") from None
+        raise SkippedFileError(f"not UTF-8 (invalid byte at offset {exc.start})") from None
 
 
 def render(sections: list[Section], notes: list[str], max_chars: int) -> str:

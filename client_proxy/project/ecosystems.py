@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from client_proxy.project.manifests import (
     ProjectFiles,
-    Unparsed,
+    UnparsedError,
     clean,
     hints_of,
     json_of,
@@ -181,7 +181,7 @@ def _python(files: ProjectFiles) -> Ecosystem | None:
     document = toml_of(files, "pyproject.toml")
     try:
         requirements = text_of(files, "requirements.txt")
-    except Unparsed:
+    except UnparsedError:
         if document is None:
             raise
         requirements = None  # pyproject.toml says enough

@@ -1,7 +1,7 @@
 """A project's manifests as `memory-proxy init` reads them, and the helpers that take them apart.
 
 `read_project_files` is the only I/O: it reads at most `MAX_MANIFEST_BYTES` of each manifest in `MANIFESTS` and
-notes which of `MARKERS` (lockfiles, wrappers) exist. The helpers never raise anything but `Unparsed`, which
+notes which of `MARKERS` (lockfiles, wrappers) exist. The helpers never raise anything but `UnparsedError`, which
 `detect_stack` reports as "could not be parsed".
 """
 
@@ -66,7 +66,7 @@ def pairs(spec: str) -> tuple[tuple[str, str], ...]:
     return tuple((key.strip(), label.strip()) for key, _, label in (item.partition("=") for item in spec.split(",")))
 
 
-class Unparsed(Exception):
+class UnparsedError(Exception):
     """A manifest that is there but does not parse; `detect_stack` turns it into `Ecosystem.problem`."""
 
     def __init__(self, manifest: str, reason: str) -> None:
@@ -74,9 +74,9 @@ class Unparsed(Exception):
         self.manifest = manifest
 
 
-def unparsed(name: str, files: ProjectFiles, why: str) -> Unparsed:
+def unparsed(name: str, files: ProjectFiles, why: str) -> UnparsedError:
     cut = f"; only its first {MAX_MANIFEST_BYTES // 1024} KiB were read" if name in files.truncated else ""
-    return Unparsed(name, f"{name} could not be parsed ({why[:120]}{cut})")
+    return UnparsedError(name, f"{name} could not be parsed ({why[:120]}{cut})")
 
 
 def text_of(files: ProjectFiles, name: str) -> str | None:

@@ -15,7 +15,7 @@ from client_proxy.project.manifests import (
     MARKERS,
     MAX_MANIFEST_BYTES,
     ProjectFiles,
-    Unparsed,
+    UnparsedError,
     read_project_files,
 )
 
@@ -50,7 +50,7 @@ def detect_stack(files: ProjectFiles) -> Stack:
     for detector, language in DETECTORS:
         try:
             ecosystem = detector(files)
-        except Unparsed as exc:  # the one place a malformed manifest becomes a report
+        except UnparsedError as exc:  # the one place a malformed manifest becomes a report
             ecosystem = Ecosystem(language, exc.manifest, problem=str(exc))
         if ecosystem is not None:
             found.append(ecosystem)

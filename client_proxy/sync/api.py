@@ -1,7 +1,7 @@
 """The client side of the sync wire protocol (`docs/sync-protocol.md`): JSON calls over the channel's client.
 
 Answers are checked strictly before anyone acts on them: a malformed answer raises `SyncProtocolError`, an HTTP
-refusal `SyncRefused` (with the server's code and message); transport and channel errors pass through unchanged
+refusal `SyncRefusedError` (with the server's code and message); transport and channel errors pass through unchanged
 (`client_proxy.forward.upstream.describe` names them for the user).
 """
 
@@ -29,14 +29,14 @@ __all__ = [
     "PushResult",
     "SyncApi",
     "SyncProtocolError",
-    "SyncRefused",
+    "SyncRefusedError",
     "describe_failure",
 ]
 
 MAX_ERROR_BODY: Final = 64 * 1024
 
 
-class SyncRefused(ProxyError):
+class SyncRefusedError(ProxyError):
     """The server answered a sync call with an error status."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -49,16 +49,16 @@ class SyncProtocolError(ProxyError):
     """The server's answer does not follow the sync protocol."""
 
 
-EXPECTED_FAILURES: Final = (httpx2.HTTPError, ChannelError, SyncRefused, SyncProtocolError, OSError)
+EXPECTED_FAILURES: Final = (httpx2.HTTPError, ChannelError, SyncRefusedError, SyncProtocolError, OSError)
 
 
 def describe_failure(exc: Exception, server_url: str) -> str:
     """The one place a failed sync step becomes words for the user; never memory text."""
     if isinstance(exc, httpx2.HTTPError | ChannelError):
         return describe(exc, server_url)
-    if isinstance(exc, SyncRefused) and exc.status == 404:
+    if isinstance(exc, SyncRefusedError) and exc.status == 404:
         return f"the memory server at {server_url} does not offer file sync (HTTP 404); is it up to date?"
-    if isinstance(exc, SyncRefused | SyncProtocolError):
+    if isinstance(exc, SyncRefusedError | SyncProtocolError):
         return str(exc)
     if isinstance(exc, OSError):
         return f"{exc.filename or 'a local file'}: {exc.strerror or type(exc).__name__}"
@@ -112,7 +112,7 @@ class SyncApi:
 def _answer(response: httpx2.Response) -> dict[str, Any]:
     if response.status_code != 200:
         code, message = _error(response)
-        raise SyncRefused(response.status_code, code, message)
+        raise SyncRefusedError(response.status_code, code, message)
     try:
         document = json.loads(response.content)
     except ValueError:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Literal
 
 from client_proxy.sync.api import Change, PushChange, PushResult
-from client_proxy.sync.local_files import LocalFile, LocalFiles, Scan, Unsyncable
+from client_proxy.sync.local_files import LocalFile, LocalFiles, Scan, UnsyncableError
 from client_proxy.sync.plan import Pending
-from client_proxy.sync.scope import UnsafePath
+from client_proxy.sync.scope import UnsafePathError
 from client_proxy.sync.state import Base, SyncState
 from syncproto.wire import MAX_PUSH_CHANGES, PUSH_BATCH_BYTES, sha256_hex
 
@@ -59,7 +59,7 @@ class Reconciler:
     def _read(self, pending: Pending) -> PushChange | None:
         try:
             found = self.files.read(pending.path)
-        except (UnsafePath, Unsyncable) as exc:
+        except (UnsafePathError, UnsyncableError) as exc:
             log.debug("sync: %s is no longer pushable: %s", pending.path, exc)
             return None
         if found is None:
@@ -85,7 +85,7 @@ class Reconciler:
             return "skipped"
         try:
             local = self.files.current(path)
-        except (UnsafePath, Unsyncable) as exc:
+        except (UnsafePathError, UnsyncableError) as exc:
             self._warn(path, f"not applying the server's change: {exc}")
             return "skipped"
         if local == change.hash:
@@ -159,7 +159,7 @@ class Reconciler:
                 if written is None:
                     self._warn(copy, "another file appeared at the conflict copy's name; the copy is on the server")
                     return
-        except (UnsafePath, Unsyncable) as exc:
+        except (UnsafePathError, UnsyncableError) as exc:
             self._warn(copy, f"cannot write the conflict copy here ({exc}); it is on the server")
             return
         self._record(copy, sent.hash, result.conflict_revision, written)
@@ -173,7 +173,7 @@ class Reconciler:
             return
         try:
             written = self.files.write(path, result.content.encode("utf-8"), expected)
-        except (UnsafePath, Unsyncable) as exc:
+        except (UnsafePathError, UnsyncableError) as exc:
             self._warn(path, f"cannot write the server's version: {exc}")
             return
         if written is not None:
@@ -182,7 +182,7 @@ class Reconciler:
     def _still(self, path: str, digest: str | None) -> bool:
         try:
             return self.files.current(path) == digest
-        except (UnsafePath, Unsyncable):
+        except (UnsafePathError, UnsyncableError):
             return False
 
     def _record(self, path: str, digest: str | None, revision: int, local: LocalFile | None = None) -> None:

@@ -22,7 +22,7 @@ from client_proxy.errors import ProxyError
 from client_proxy.sync.scope import (
     MEMORY_DIR,
     ROOT_FILES,
-    UnsafePath,
+    UnsafePathError,
     content_problem,
     is_excluded,
     name_problem,
@@ -40,7 +40,7 @@ _TOP_NAMES: Final = frozenset({*ROOT_FILES, MEMORY_DIR})
 MAX_DEPTH: Final = 15  # folders below memory/; the server allows 16 path parts in all
 
 
-class Unsyncable(ProxyError):
+class UnsyncableError(ProxyError):
     """A local file that exists but cannot be synced (too large, binary, not UTF-8, a symlink)."""
 
 
@@ -103,14 +103,14 @@ class LocalFiles:
                 found.files[rel] = self._hashed(self.project / rel)
             except FileNotFoundError:
                 continue  # deleted while we looked
-            except Unsyncable as exc:
+            except UnsyncableError as exc:
                 self._skip(found, rel, str(exc))
         for rel in known:
             if rel not in found.files and rel not in found.skipped and self.in_scope(rel):
                 try:
                     if self.current(rel) is None:
                         found.absent.add(rel)
-                except (UnsafePath, Unsyncable) as exc:
+                except (UnsafePathError, UnsyncableError) as exc:
                     self._skip(found, rel, str(exc))
         return found
 
@@ -155,7 +155,8 @@ class LocalFiles:
             log.warning("sync: not syncing %s: %s", rel, reason)
 
     def current(self, rel: str) -> str | None:
-        """The hash of the file now (None: absent); `UnsafePath` or `Unsyncable` when it must not be touched."""
+        """The hash of the file now (None: absent); `UnsafePathError` or `UnsyncableError` when it must not be
+        touched."""
         try:
             return self._hashed(safe_target(self.project, rel)).hash
         except FileNotFoundError:
@@ -188,18 +189,18 @@ class LocalFiles:
         try:
             fd, info = open_regular(path)
         except NotRegularFile:
-            raise Unsyncable("is not a regular file") from None
+            raise UnsyncableError("is not a regular file") from None
         except OSError as exc:
             if isinstance(exc, FileNotFoundError):
                 raise
-            raise Unsyncable(f"cannot be read ({exc.strerror})") from None
+            raise UnsyncableError(f"cannot be read ({exc.strerror})") from None
         try:
             data = read_capped(fd, self.max_bytes)
         finally:
             os.close(fd)
         problem = content_problem(data, self.max_bytes)
         if problem:
-            raise Unsyncable(problem)
+            raise UnsyncableError(problem)
         return data, info
 
     def write(self, rel: str, data: bytes, expected: str | None) -> LocalFile | None:
@@ -252,7 +253,7 @@ class LocalFiles:
     def _current_or_changed(self, rel: str) -> str | None:
         try:
             return self.current(rel)
-        except Unsyncable:
+        except UnsyncableError:
             return "unsyncable"  # matches no hash: a file that cannot be read is never replaced
 
     def _make_parents(self, rel: str) -> None:

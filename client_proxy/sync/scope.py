@@ -24,7 +24,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "MEMORY_DIR",
     "ROOT_FILES",
-    "UnsafePath",
+    "UnsafePathError",
     "content_problem",
     "is_excluded",
     "is_memory_path",
@@ -36,7 +36,7 @@ __all__ = [
 MAX_PATTERN_CHARS = 512
 
 
-class UnsafePath(ProxyError):
+class UnsafePathError(ProxyError):
     """A path that must not be read or written here: outside the memory files, or reached through a symlink."""
 
 
@@ -57,11 +57,12 @@ def pattern_problem(pattern: str) -> str | None:
 
 
 def safe_target(project: Path, rel: str) -> Path:
-    """Where the memory file `rel` lives under `project`, refusing (`UnsafePath`) a name that breaks the rules and any
-    folder between the project and the file, or the file itself, that is a symlink or not what it should be."""
+    """Where the memory file `rel` lives under `project`, refusing (`UnsafePathError`) a name that breaks the rules
+    and any folder between the project and the file, or the file itself, that is a symlink or not what it should
+    be."""
     problem = name_problem(rel)
     if problem:
-        raise UnsafePath(f"{rel!r}: {problem}")
+        raise UnsafePathError(f"{rel!r}: {problem}")
     current = project
     parts = rel.split("/")
     for part in parts[:-1]:
@@ -71,16 +72,16 @@ def safe_target(project: Path, rel: str) -> Path:
         except FileNotFoundError:
             return project.joinpath(*parts)  # the rest does not exist yet: nothing to follow
         if stat.S_ISLNK(info.st_mode):
-            raise UnsafePath(f"{rel}: {current.relative_to(project)} is a symlink; sync never follows symlinks")
+            raise UnsafePathError(f"{rel}: {current.relative_to(project)} is a symlink; sync never follows symlinks")
         if not stat.S_ISDIR(info.st_mode):
-            raise UnsafePath(f"{rel}: {current.relative_to(project)} is not a folder")
+            raise UnsafePathError(f"{rel}: {current.relative_to(project)} is not a folder")
     target = current / parts[-1]
     try:
         info = os.lstat(target)
     except FileNotFoundError:
         return target
     if stat.S_ISLNK(info.st_mode):
-        raise UnsafePath(f"{rel} is a symlink; sync never follows symlinks")
+        raise UnsafePathError(f"{rel} is a symlink; sync never follows symlinks")
     if not stat.S_ISREG(info.st_mode):
-        raise UnsafePath(f"{rel} is not a regular file")
+        raise UnsafePathError(f"{rel} is not a regular file")
     return target

@@ -40,7 +40,7 @@ MAX_CONFLICTS = 50  # the most recent ones; the copies themselves stay on disk
 MAX_STATE_BYTES = 64 * 1024 * 1024
 
 
-class StateCorrupt(ProxyError):
+class StateCorruptError(ProxyError):
     """The state file cannot be read or does not hold a sync state for this folder."""
 
 
@@ -101,9 +101,9 @@ class SyncState:
 
     @classmethod
     def from_json(cls, data: object) -> SyncState:
-        """Check every field's type and shape; `StateCorrupt` naming the first that is wrong."""
+        """Check every field's type and shape; `StateCorruptError` naming the first that is wrong."""
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-            raise StateCorrupt(f"not a version {STATE_VERSION} sync state")
+            raise StateCorruptError(f"not a version {STATE_VERSION} sync state")
         state = cls(
             server_url=_typed(data, "server_url", str),
             index=_typed(data, "index", str),
@@ -117,19 +117,19 @@ class SyncState:
         )
         files = data.get("files")
         if not isinstance(files, dict):
-            raise StateCorrupt("files must be an object")
+            raise StateCorruptError("files must be an object")
         for path, entry in files.items():
             state.files[_path(path)] = _base(entry, path)
         conflicts = data.get("conflicts")
         if not isinstance(conflicts, list):
-            raise StateCorrupt("conflicts must be a list")
+            raise StateCorruptError("conflicts must be a list")
         state.conflicts = [_string_map(item, "conflicts", nullable=False) or {} for item in conflicts]
         rejected = data.get("rejected")
         if not isinstance(rejected, dict):
-            raise StateCorrupt("rejected must be an object")
+            raise StateCorruptError("rejected must be an object")
         for path, item in rejected.items():
             if not isinstance(item, dict) or not all(isinstance(v, str | None) for v in item.values()):
-                raise StateCorrupt(f"rejected[{path!r}] must be an object of strings")
+                raise StateCorruptError(f"rejected[{path!r}] must be an object of strings")
             state.rejected[_path(path)] = dict(item)
         return state
 
@@ -137,7 +137,7 @@ class SyncState:
 def _typed(data: dict[str, Any], name: str, kind: type) -> Any:
     value = data.get(name)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise StateCorrupt(f"{name} must be a {kind.__name__}")
+        raise StateCorruptError(f"{name} must be a {kind.__name__}")
     return value
 
 
@@ -147,7 +147,7 @@ def _optional(data: dict[str, Any], name: str, kind: type) -> Any:
 
 def _revision(value: object, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise StateCorrupt(f"{name} must be an integer >= 0")
+        raise StateCorruptError(f"{name} must be an integer >= 0")
     return value
 
 
@@ -155,22 +155,22 @@ def _string_map(value: object, name: str, *, nullable: bool) -> dict[str, str] |
     if value is None and nullable:
         return None
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise StateCorrupt(f"{name} must hold objects of strings")
+        raise StateCorruptError(f"{name} must hold objects of strings")
     return dict(value)
 
 
 def _path(path: str) -> str:
     if name_problem(path):
-        raise StateCorrupt(f"{path!r} is not a memory path")
+        raise StateCorruptError(f"{path!r} is not a memory path")
     return path
 
 
 def _base(entry: object, path: str) -> Base:
     if not isinstance(entry, dict) or not isinstance(entry.get("base"), str) or not is_content_hash(entry["base"]):
-        raise StateCorrupt(f"files[{path!r}].base must be a sha256 hex digest")
+        raise StateCorruptError(f"files[{path!r}].base must be a sha256 hex digest")
     size, mtime = entry.get("size"), entry.get("mtime_ns")
     if not all(value is None or (isinstance(value, int) and not isinstance(value, bool)) for value in (size, mtime)):
-        raise StateCorrupt(f"files[{path!r}] size and mtime_ns must be integers or null")
+        raise StateCorruptError(f"files[{path!r}] size and mtime_ns must be integers or null")
     return Base(entry["base"], _revision(entry.get("revision"), f"files[{path!r}].revision"), size, mtime)
 
 
@@ -228,15 +228,15 @@ class StateStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StateCorrupt(f"cannot read {self.path}: {exc.strerror}") from None
+            raise StateCorruptError(f"cannot read {self.path}: {exc.strerror}") from None
         if len(data) > MAX_STATE_BYTES:
-            raise StateCorrupt(f"{self.path} is larger than {MAX_STATE_BYTES} bytes")
+            raise StateCorruptError(f"{self.path} is larger than {MAX_STATE_BYTES} bytes")
         try:
             state = SyncState.from_json(json.loads(data))
-        except (ValueError, StateCorrupt) as exc:
-            raise StateCorrupt(f"{self.path}: {exc}") from None
+        except (ValueError, StateCorruptError) as exc:
+            raise StateCorruptError(f"{self.path}: {exc}") from None
         if (state.server_url, state.index, state.project) != self.identity:
-            raise StateCorrupt(f"{self.path} belongs to another server, index or folder")
+            raise StateCorruptError(f"{self.path} belongs to another server, index or folder")
         self._written = data
         return state
 
@@ -245,7 +245,7 @@ class StateStore:
         which loses nothing: local files are pushed with no base and the server merges)."""
         try:
             return self.read() or self.fresh()
-        except StateCorrupt as exc:
+        except StateCorruptError as exc:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{utc_stamp().replace(':', '')}")
             try:
                 os.replace(self.path, aside)

@@ -14,7 +14,7 @@ from client_proxy.settings import RunSettings
 from client_proxy.sync.local_files import LocalFiles
 from client_proxy.sync.plan import pending_pushes
 from client_proxy.sync.scope import DEFAULT_MAX_FILE_BYTES
-from client_proxy.sync.state import StateCorrupt, StateStore
+from client_proxy.sync.state import StateCorruptError, StateStore
 from client_proxy.transcripts.upload import TranscriptState
 
 MAX_LISTED: Final = 20
@@ -30,7 +30,7 @@ def gather(settings: RunSettings, config: ProxyConfig) -> dict[str, Any]:
     problem = None
     try:
         state = store.read()
-    except StateCorrupt as exc:
+    except StateCorruptError as exc:
         state, problem = None, f"{exc}; the next `memory-proxy run` moves it aside and starts over"
     current = state or store.fresh()
     files = LocalFiles(root, exclude=config.sync_exclude, max_bytes=DEFAULT_MAX_FILE_BYTES, warn=False)

@@ -24,7 +24,7 @@ from client_proxy.sync.api import (
     PushChange,
     PushResult,
     SyncApi,
-    SyncRefused,
+    SyncRefusedError,
     describe_failure,
 )
 from client_proxy.sync.apply import Reconciler
@@ -221,7 +221,7 @@ class Syncer:
     async def _push_and_record(self, batch: list[PushChange], counts: Counter[str]) -> None:
         try:
             revision, results = await self._api.push(batch)
-        except SyncRefused as exc:
+        except SyncRefusedError as exc:
             if exc.status == 403:
                 self.state.read_only = True
                 log.warning("sync: this device may only read index %s: local changes are not pushed", self.state.index)

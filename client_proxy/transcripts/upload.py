@@ -29,7 +29,7 @@ import anyio
 import anyio.to_thread
 
 from channel.files import atomic_write
-from client_proxy.sync.api import EXPECTED_FAILURES, SyncApi, SyncRefused, describe_failure
+from client_proxy.sync.api import EXPECTED_FAILURES, SyncApi, SyncRefusedError, describe_failure
 from client_proxy.sync.retry import Retry
 from client_proxy.sync.state import state_path, utc_stamp
 from client_proxy.transcripts.files import (
@@ -153,7 +153,7 @@ class TranscriptUploader:
                 continue
             try:
                 await self._upload(path)
-            except SyncRefused as exc:
+            except SyncRefusedError as exc:
                 if exc.status == 403:  # this device may not write to the index: asking again will not help
                     log.error("transcripts: %s; no more uploads until memory-proxy restarts", exc)
                     self.stopped = True
