@@ -27,7 +27,7 @@ from mcp_types import (
 )
 from pydantic import Field
 
-from server.index.errors import EngineError
+from server.errors import KNOWN_ERRORS, answer_for
 from server.mcp.answers import compact, fit_list, fit_search, get_answer
 from server.mcp.caller import channel_user
 from server.mcp.calls import Progress, in_thread, run_with_progress, translated
@@ -269,8 +269,10 @@ def _add_resources(mcp: MCPServer, service: MemoryService) -> None:
                 raise PermissionDeniedError("not authenticated")
             caller = CallerContext.from_user(user)
             paths = await anyio.to_thread.run_sync(service.resource_paths, caller)
-        except EngineError as exc:
-            raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+        except KNOWN_ERRORS as exc:
+            answer = answer_for(exc)
+            assert answer is not None  # every known error has a row, at the latest its root's
+            raise MCPError(code=answer.mcp_code, message=str(exc)) from None
         start = _page_start(params.cursor if params is not None else None)
         page = paths[start : start + RESOURCE_PAGE]
         following = start + RESOURCE_PAGE

@@ -24,12 +24,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from channel.authz import ChannelUser
-from server.errors import PermissionDeniedError, ServiceClosedError
-from server.index.errors import EngineError, InvalidArgumentError
+from server.errors import KNOWN_ERRORS, PermissionDeniedError, TooLargeError, answer_for
+from server.index.errors import InvalidArgumentError
 from server.memory.service import CallerContext, MemoryService
 from server.sync.service import SyncService
 from server.sync.sessions import SessionUploads, parse_upload
-from syncproto.errors import ProtocolError
 from syncproto.messages import parse_push, parse_since, parse_wait
 from syncproto.wire import CHANGES_PATH, MAX_PUSH_BYTES, PUSH_PATH, SESSIONS_PATH
 
@@ -117,15 +116,11 @@ def sync_routes(service: MemoryService) -> list[Route]:
     ]
 
 
-class _TooLarge(Exception):
-    """A body over MAX_PUSH_BYTES (answered 413)."""
-
-
 async def _json_body(request: Request) -> object:
-    """The parsed JSON body; _TooLarge over MAX_PUSH_BYTES, InvalidArgumentError when it is not JSON."""
+    """The parsed JSON body; TooLargeError over MAX_PUSH_BYTES, InvalidArgumentError when it is not JSON."""
     body = await request.body()
     if len(body) > MAX_PUSH_BYTES:
-        raise _TooLarge(f"a body may hold at most {MAX_PUSH_BYTES} bytes; send less at once")
+        raise TooLargeError(f"a body may hold at most {MAX_PUSH_BYTES} bytes; send less at once")
     try:
         return json.loads(body)
     except (ValueError, RecursionError):
@@ -151,17 +146,13 @@ def _answering_errors(endpoint: Callable[[Request], Awaitable[Response]]) -> Cal
     async def answered(request: Request) -> Response:
         try:
             return await endpoint(request)
-        except PermissionDeniedError as exc:
-            return _error(403, "forbidden", str(exc))
-        except (InvalidArgumentError, ProtocolError) as exc:
-            return _error(400, "bad_request", str(exc))
-        except _TooLarge as exc:
-            return _error(413, "too_large", str(exc))
-        except ServiceClosedError as exc:
-            return _error(503, "unavailable", str(exc))
-        except EngineError as exc:
+        except KNOWN_ERRORS as exc:
+            answer = answer_for(exc)
+            assert answer is not None  # every known error has a row, at the latest its root's
+            if answer.shown:
+                return _error(answer.status, answer.code, str(exc))
             log.error("sync %s failed: %s", request.url.path, type(exc).__name__)
-            return _error(500, "internal", "the server could not complete this sync request")
+            return _error(answer.status, answer.code, "the server could not complete this sync request")
 
     return answered
 
