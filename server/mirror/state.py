@@ -237,3 +237,10 @@ def check_expected(path: str, actual: str | None, expected: str | None) -> None:
     if actual != expected:
         shown = actual if actual is not None else f"{ABSENT!r} (the file does not exist)"
         raise ConflictError(f"{path} has changed: expected_hash does not match; the current hash is {shown}", actual)
+
+
+def count_live_files(db: apsw.Connection) -> int:
+    """How many live files (not tombstones) the state database behind `db` records."""
+    value = db.execute("SELECT count(*) FROM files WHERE hash IS NOT NULL").fetchall()[0][0]
+    assert isinstance(value, int), "count(*) is an integer"
+    return value

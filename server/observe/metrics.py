@@ -27,7 +27,9 @@ from pathlib import Path
 
 import apsw
 
+from server.index.stats import index_counts
 from server.index.store import vec_available
+from server.mirror.state import count_live_files
 from syncproto.wire import CHANGES_PATH, PUSH_PATH
 
 log = logging.getLogger(__name__)
@@ -229,40 +231,21 @@ def read_index_sizes(data_dir: Path, visible: Visible) -> list[IndexSize]:
 def _index_size(directory: Path) -> IndexSize:
     vec = vec_available()
     with _read_only(directory / "index.sqlite3", load_vec=vec) as db:
-        files = {str(source): int(n) for source, n in db.execute("SELECT source, count(*) FROM files GROUP BY source")}
-        chunks = _count(db, "SELECT count(*) FROM chunks")
-        tables = "SELECT key, value FROM meta WHERE key IN ('vector_table', 'vector_next_table')"
-        meta = {str(key): str(value) for key, value in db.execute(tables)}
-        table = meta.get("vector_table")
-        pending: int | None = 0 if table is None else None  # no live vectors: keyword-only, nothing waits
-        if table is not None and vec and table.isidentifier():
-            pending = _count(db, _missing_vectors_sql(table))
+        counts = index_counts(db, vec_loaded=vec)
     mirror_files = None
     if (directory / "state.sqlite3").is_file():
         with _read_only(directory / "state.sqlite3", load_vec=False) as state:
-            mirror_files = _count(state, "SELECT count(*) FROM files WHERE hash IS NOT NULL")
+            mirror_files = count_live_files(state)
     return IndexSize(
         name=directory.name,
-        files=files,
-        chunks=chunks,
-        pending_vectors=pending,
-        rebuilding="vector_next_table" in meta,
+        files=counts.files,
+        chunks=counts.chunks,
+        pending_vectors=counts.pending_vectors,
+        rebuilding=counts.rebuilding,
         mirror_files=mirror_files,
         index_bytes=_bytes(directory / "index.sqlite3"),
         state_bytes=_bytes(directory / "state.sqlite3"),
     )
-
-
-def _count(db: apsw.Connection, sql: str) -> int:
-    value = db.execute(sql).fetchall()[0][0]
-    assert isinstance(value, int), "count(*) is an integer"
-    return value
-
-
-def _missing_vectors_sql(table: str) -> str:
-    """Chunks without a vector in `table`, as `server.index.vectors.count_missing` counts them, but with one scan
-    of the vec0 table instead of a lookup per chunk (measured at 40k chunks: 32 ms instead of 88 ms)."""
-    return f"SELECT count(*) FROM chunks WHERE id NOT IN (SELECT chunk_id FROM {table})"
 
 
 @contextlib.contextmanager
