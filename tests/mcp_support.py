@@ -58,7 +58,8 @@ async def connect(
 ) -> AsyncIterator[Client]:
     """An SDK client talking in process to a fresh MCP server over `service`, as `user`."""
     mcp: MCPServer = build_mcp_server(service)
-    mcp.middleware.append(as_request_from(user, [(TIMEZONE_HEADER, timezone)] if timezone else []))
+    # Outermost, as the HTTP transport attaches the request before any middleware runs.
+    mcp.middleware.insert(0, as_request_from(user, [(TIMEZONE_HEADER, timezone)] if timezone else []))
     async with Client(mcp, mode=mode) as client:
         yield client
 

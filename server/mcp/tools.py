@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from mcp.server import MCPServer, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.shared.exceptions import MCPError
@@ -289,8 +290,17 @@ def _add_resources(mcp: MCPServer, service: MemoryService) -> None:
             next_cursor=str(following) if following < len(paths) else None,
         )
 
-    # MCPServer lists only resources registered one by one; each caller's files need a handler of their own.
-    mcp._lowlevel_server.add_request_handler("resources/list", PaginatedRequestParams, list_resources)
+    async def listing_memory_files(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """MCPServer lists only resources registered one by one; each caller's files need a listing of their own.
+        The SDK's own handling runs first (initialisation gate, params validation), then its empty answer is
+        replaced. Public (if provisional) SDK surface: `MCPServer.middleware`."""
+        answer = await call_next(ctx)
+        if ctx.method != "resources/list":
+            return answer
+        params = PaginatedRequestParams.model_validate(ctx.params) if ctx.params is not None else None
+        return await list_resources(ctx, params)
+
+    mcp.middleware.append(listing_memory_files)
 
 
 def _page_start(cursor: str | None) -> int:
