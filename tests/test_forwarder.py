@@ -36,11 +36,6 @@ TOOLS = {"echo", "count", "hang", "ask", "announce", "region"} | {f"filler_{n}" 
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def home(tmp_path):
     return tmp_path / "home"
 

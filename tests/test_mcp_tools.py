@@ -43,11 +43,6 @@ TOOLS = ["memory_search", "memory_get", "memory_write", "memory_list", "memory_d
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def service(tmp_path: Path) -> Iterator[MemoryService]:
     running = MemoryService(tmp_path, HashingEmbedder())
     yield running

@@ -37,11 +37,6 @@ COMMENT = re.compile(rf"^# (HELP|TYPE) ({NAME}) (.*)$")
 KINDS = {"counter", "gauge", "histogram", "summary", "untyped"}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def parse(page: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     """Check `page` line by line against the format and return {sample name: {labels: value}}; every sample
     belongs to the family whose TYPE came last, and each family has HELP and TYPE once."""

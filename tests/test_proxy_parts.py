@@ -187,11 +187,6 @@ async def test_a_client_that_stopped_reading_is_reported_as_gone():
         await stdio.StdoutWriter(closed).write(b"{}")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 # -- settings --------------------------------------------------------------------------------------------------------
 
 

@@ -28,11 +28,6 @@ ZONE = "Pacific/Kiritimati"  # UTC+14: its date differs from UTC's for most of t
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def product(tmp_path):
     """What `memory-server serve` runs, with one laptop (the proxy's device key) granted `INDEX`."""
     keys_dir, data_dir, home = tmp_path / "keys", tmp_path / "data", tmp_path / "home"

@@ -56,11 +56,6 @@ GRANTS = {
 JSON_AND_SSE = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Deployment:
     server: RunningServer

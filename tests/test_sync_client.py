@@ -38,11 +38,6 @@ WAIT = 10.0
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def project(tmp_path):
     folder = tmp_path / "project"
     (folder / "memory").mkdir(parents=True)

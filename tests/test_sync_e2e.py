@@ -26,11 +26,6 @@ CALLERS = {"alice": {TEAM: "rw"}, "bob": {TEAM: "rw"}, "carol": {OTHER: "rw"}}
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def server(tmp_path: Path, local_embedder: object) -> Iterator[ProductServer]:
     running = ProductServer(tmp_path / "server", local_embedder, CALLERS)  # type: ignore[arg-type]
     yield running

@@ -35,11 +35,6 @@ URL = "https://memory.example"
 WAIT = 10.0
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def h(text: str) -> str:
     return sha256_hex(text.encode())
 

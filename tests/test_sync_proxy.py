@@ -34,11 +34,6 @@ INDEX = "alice-notes"
 WAIT = 20.0
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Laptop:
     home: Path

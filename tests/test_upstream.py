@@ -21,11 +21,6 @@ URL = "https://memory.lan"
 SESSION_LOST = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def request(method: str, request_id: int | str | None = None, **params) -> Message:
     data = {"jsonrpc": "2.0", "method": method, **({"params": params} if params else {})}
     if request_id is not None:
