@@ -15,6 +15,7 @@ from channel.authz import Access, ChannelUser
 from server.index.errors import InvalidArgumentError
 from server.memory.service import CallerContext, MemoryService
 from tests.inner_app import inner_clients
+from tests.waits import long_poll_waiting, set_within
 
 pytestmark = pytest.mark.anyio
 
@@ -119,10 +120,11 @@ async def test_a_long_poll_is_not_answered_by_transcript_uploads_alone(laptops, 
         answers.append(response.json())
 
     started = anyio.current_time()
-    async with anyio.create_task_group() as group:
-        group.start_soon(poll)
-        await anyio.sleep(0.2)
-        await upload(laptops["alice"], 1, (1, transcript("t", "noise for the poll")))
+    with long_poll_waiting() as waiting:
+        async with anyio.create_task_group() as group:
+            group.start_soon(poll)
+            await set_within(waiting, "the long-poll")
+            await upload(laptops["alice"], 1, (1, transcript("t", "noise for the poll")))
     assert answers[0]["changes"] == [] and anyio.current_time() - started >= 1.5
 
 

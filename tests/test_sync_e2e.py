@@ -12,12 +12,12 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-import anyio
 import pytest
 
 from server.sync.service import SyncService
 from tests.mcp_support import structured
 from tests.sync_support import TIMEZONE, Laptop, ProductServer, eventually, search_paths
+from tests.waits import long_poll_waiting, set_within
 
 pytestmark = pytest.mark.anyio
 
@@ -170,13 +170,14 @@ async def test_a_burst_of_500_file_writes_is_synced_completely_in_few_requests(l
 
 async def test_a_server_stopping_with_laptops_waiting_answers_them_and_stops_quietly(laptops, server, caplog):
     alice = laptops["alice"]
-    async with alice.running() as client:  # an MCP session with its GET stream open, and the sync's long-poll
-        await client.call_tool("memory_status", {})
-        await eventually(lambda: "sync: started" in (alice.read_log() or ""), "alice's proxy syncing")
-        await anyio.sleep(1.0)  # its long-poll is now waiting on the server
-        with caplog.at_level(logging.INFO, logger="uvicorn.error"):
-            started = time.monotonic()
-            server.stop()
-            stopped = time.monotonic() - started
+    with long_poll_waiting() as waiting:
+        async with alice.running() as client:  # an MCP session with its GET stream open, and the sync's long-poll
+            await client.call_tool("memory_status", {})
+            await eventually(lambda: "sync: started" in (alice.read_log() or ""), "alice's proxy syncing")
+            await set_within(waiting, "alice's long-poll")  # it is now waiting on the server
+            with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+                started = time.monotonic()
+                server.stop()
+                stopped = time.monotonic() - started
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
     assert stopped < 1.0  # not the graceful period's end: the long-poll answered and the stream ended at once

@@ -23,6 +23,7 @@ from syncproto.wire import MAX_PUSH_BYTES, MAX_PUSH_CHANGES
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
 from tests.mcp_support import plant
+from tests.waits import long_poll_waiting, set_within
 
 pytestmark = pytest.mark.anyio
 
@@ -235,10 +236,10 @@ async def long_poll_while(client: httpx2.AsyncClient, action: Callable[[], Await
     async def wait_for_change() -> None:
         answers.append(await pull(client, since=0, wait=WAIT))
 
-    with anyio.fail_after(WAIT / 2):
+    with anyio.fail_after(WAIT / 2), long_poll_waiting() as waiting:
         async with anyio.create_task_group() as group:
             group.start_soon(wait_for_change)
-            await anyio.sleep(0.2)  # let the poll start waiting (it answers correctly either way)
+            await set_within(waiting, "the long-poll")
             await action()
     return answers[0]
 
@@ -275,10 +276,10 @@ async def test_a_long_poll_woken_by_a_push_finds_the_pushed_file_already_searcha
                 hits = await anyio.to_thread.run_sync(lambda: slow.search(caller("bob"), "canary deploy").hits)
                 woken.append([c["path"] for c in answer["changes"]] + [hit.path for hit in hits])
 
-            with anyio.fail_after(WAIT / 2):
+            with anyio.fail_after(WAIT / 2), long_poll_waiting() as waiting:
                 async with anyio.create_task_group() as group:
                     group.start_soon(wait_then_search)
-                    await anyio.sleep(0.2)
+                    await set_within(waiting, "the long-poll")
                     canary = {"path": "memory/canary.md", "base": None, "content": "Canary deploy first.\n"}
                     await push(clients["alice"], canary)
         assert woken == [["memory/canary.md", "memory/canary.md"]]

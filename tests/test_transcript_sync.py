@@ -205,6 +205,16 @@ async def test_stopping_the_proxy_sends_the_last_lines_at_once(api, service, pro
     lines = conversation(project, 2)
     path = write_session(folder, SESSION, lines)
     running = uploader(api, project, tmp_path, clock)
+    pass_done: list[anyio.Event] = []
+    one_pass = running.pass_once
+
+    async def observed_pass(*, flush: bool = False) -> bool:
+        result = await one_pass(flush=flush)
+        for event in pass_done:
+            event.set()
+        return result
+
+    monkeypatch.setattr(running, "pass_once", observed_pass)
     async with anyio.create_task_group() as group:
         group.start_soon(running.run)
         with anyio.fail_after(10):
@@ -213,7 +223,10 @@ async def test_stopping_the_proxy_sends_the_last_lines_at_once(api, service, pro
         lines += conversation(project, 3, "final words")[-2:]
         append_session(path, lines)
         clock.now = path.stat().st_mtime + 1  # fresh: only the stop sends it
-        await anyio.sleep(0.3)
+        for _ in range(2):  # two whole passes after the append (the first may have begun before it)
+            pass_done[:] = [passed := anyio.Event()]
+            with anyio.fail_after(10):
+                await passed.wait()
         assert "final words" not in next(iter(stored(service).values()))
         group.cancel_scope.cancel()
     assert "final words" in next(iter(stored(service).values()))
