@@ -1,7 +1,7 @@
 """The proxy's sync loop against the real server side, in process: the `Syncer` (real watcher, real files, real
 state file) talks to the inner app's `/sync/*` (real mirror and index, hashing embedder) as the channel would let
 it in. Another caller, "bob", pushes and pulls over plain HTTP to play the other laptops and the MCP writes.
-The multi-process, several-laptop runs are in tests/test_sync_e2e.py."""
+The multi-process, several-laptop runs are in tests/e2e/test_sync_e2e.py."""
 
 from __future__ import annotations
 

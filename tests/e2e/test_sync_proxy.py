@@ -1,6 +1,6 @@
 """File sync inside a real `memory-proxy run` process, one laptop against the product's server (channel, MCP, sync)
 under uvicorn: it starts with the forwarder (or without any MCP traffic), stops with it, can be turned off, and
-`memory-proxy status` reports it. Several laptops at once are tests/test_sync_e2e.py's."""
+`memory-proxy status` reports it. Several laptops at once are tests/e2e/test_sync_e2e.py's."""
 
 from __future__ import annotations
 

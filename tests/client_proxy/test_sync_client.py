@@ -1,5 +1,6 @@
 """The proxy's side of file sync, piece by piece: which paths are synced, the state file, the local files' safe
-writes, the watcher, and `memory-proxy status`. The whole loop against the server is in tests/test_sync_loop.py."""
+writes, the watcher, and `memory-proxy status`. The whole loop against the server is in
+tests/client_proxy/test_sync_loop.py."""
 
 from __future__ import annotations
 
