@@ -36,6 +36,7 @@ from typing import Any
 from channel.authz import Access, Caller, CallerTable, valid_name
 from channel.errors import KeyFileError
 from channel.keys import PublicKey
+from server.errors import MemoryServerError
 
 CALLERS_FILE = "callers.toml"
 MAX_FILE_BYTES = 1 << 20
@@ -50,7 +51,7 @@ NAME_RULE = "lowercase letters, digits, '_', '.', '-', at most 64, starting with
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-class CallersFileError(Exception):
+class CallersFileError(MemoryServerError):
     """`callers.toml`, the keys directory, or an edit of them is invalid or unsafe. The message says how to fix it."""
 
 

@@ -28,7 +28,7 @@ from mcp_types import (
 )
 from pydantic import Field
 
-from server.errors import KNOWN_ERRORS, answer_for
+from server.error_table import KNOWN_ERRORS, answer_for
 from server.mcp.answers import compact, fit_list, fit_search, get_answer
 from server.mcp.caller import channel_user
 from server.mcp.calls import Progress, in_thread, run_with_progress, translated

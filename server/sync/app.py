@@ -24,7 +24,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from channel.authz import ChannelUser
-from server.errors import KNOWN_ERRORS, PermissionDeniedError, TooLargeError, answer_for
+from server.error_table import KNOWN_ERRORS, answer_for
+from server.errors import PermissionDeniedError, TooLargeError
 from server.index.errors import InvalidArgumentError
 from server.memory.service import CallerContext, MemoryService
 from server.sync.service import SyncService

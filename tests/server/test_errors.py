@@ -14,7 +14,8 @@ from mcp.types import INVALID_PARAMS
 
 import server
 import syncproto
-from server.errors import ERROR_TABLE, KNOWN_ERRORS, MemoryServerError, answer_for
+from server.error_table import ERROR_TABLE, KNOWN_ERRORS, answer_for
+from server.errors import MemoryServerError
 from server.memory.caller import CallerContext
 from server.memory.service import MemoryService
 from syncproto.errors import ProtocolError
