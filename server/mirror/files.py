@@ -195,3 +195,13 @@ def write_all(fd: int, data: bytes) -> None:
 
 def now_ns() -> int:
     return time.time_ns()
+
+
+def encoded(text: str) -> bytes:
+    """The bytes a file holding `text` has; InvalidArgumentError for text no memory file may hold."""
+    if "\x00" in text:
+        raise InvalidArgumentError("content must not contain NUL characters")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("content is not valid Unicode text (lone surrogates)") from None

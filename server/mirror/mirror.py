@@ -37,6 +37,7 @@ from server.mirror.feed import ChangeNotices
 from server.mirror.files import (
     _NEW_FILE_FLAGS,
     Snapshot,
+    encoded,
     folder,
     lstat_file,
     now_ns,
@@ -249,7 +250,7 @@ class Mirror:
         ABSENT requires that no file exists, a hash requires the current file to have it (else ConflictError,
         nothing changed). `record` is stored in the same transaction as the file's new state."""
         path = normalise_mirror_path(path)
-        data = _encode(text, path)
+        data = encoded(text)
         if len(data) > self.max_file_bytes:
             raise InvalidArgumentError(f"the file would be larger than {self.max_file_bytes} bytes")
         with self.lock:
@@ -389,12 +390,3 @@ class Mirror:
         at = iso(self.clock())
         self._db.execute(*q.upsert_file(path, digest, size, mtime_ns, lines, revision, by, at))
         return FileState(path, digest, size, lines, revision, by, at)
-
-
-def _encode(text: str, path: str) -> bytes:
-    if "\x00" in text:
-        raise InvalidArgumentError("content must not contain NUL characters")
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgumentError("content is not valid Unicode text (lone surrogates)") from None
