@@ -13,19 +13,17 @@ from dataclasses import dataclass
 from server.callers.config import CallersFileError
 from server.errors import (
     ConflictError,
-    MemoryServerError,
-    PermissionDeniedError,
-    ServiceClosedError,
-    TooLargeError,
-    UnsafePathError,
-)
-from server.index.errors import (
     CorruptIndexError,
     EmbeddingError,
     EmbeddingUnavailableError,
     EngineError,
     InvalidArgumentError,
+    MemoryServerError,
+    PermissionDeniedError,
+    ServiceClosedError,
+    TooLargeError,
     UnknownIndexError,
+    UnsafePathError,
 )
 from syncproto.errors import MessageRefused, PathRefused, ProtocolError
 

@@ -1,4 +1,6 @@
-"""The server's errors: one tree under `MemoryServerError`. How each reaches a caller is `server.error_table`.
+"""The server's errors: one tree under `MemoryServerError`, imported from here by every module outside the index
+engine (which defines its own part of the tree in `server.index.errors`). How each reaches a caller is
+`server.error_table`.
 
 One root, `MemoryServerError` (defined in `server.index.errors`, the bottom layer, and re-exported here); under it
 the index engine's `EngineError` (`server.index.errors`), whose `InvalidArgumentError` also serves the service's
@@ -9,16 +11,28 @@ never another index's content, library exception text, secrets or a path on the 
 
 from __future__ import annotations
 
-from server.index.errors import EngineError, InvalidArgumentError, MemoryServerError
+from server.index.errors import (
+    CorruptIndexError,
+    EmbeddingError,
+    EmbeddingUnavailableError,
+    EngineError,
+    InvalidArgumentError,
+    MemoryServerError,
+    UnknownIndexError,
+)
 
 __all__ = [
     "ConflictError",
+    "CorruptIndexError",
+    "EmbeddingError",
+    "EmbeddingUnavailableError",
     "EngineError",
     "InvalidArgumentError",
     "MemoryServerError",
     "PermissionDeniedError",
     "ServiceClosedError",
     "TooLargeError",
+    "UnknownIndexError",
     "UnsafePathError",
 ]
 

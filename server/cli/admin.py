@@ -21,7 +21,7 @@ from channel.errors import ChannelError
 from channel.keys import PrivateKey, PublicKey, read_private_key, write_private_key, write_public_key
 from server.callers.config import CALLERS_FILE, CallerEntry, CallersConfig, CallersFileError, check_name, parse_access
 from server.callers.file import prepare_keys_dir, read_callers, update_callers
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 
 SERVER_KEY_FILE = "server.key"
 SERVER_PUB_FILE = "server.pub"

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from server.errors import InvalidArgumentError
 from server.index.embeddings.select import read_secret, read_secret_file
-from server.index.errors import InvalidArgumentError
 from server.settings import CONFIG_VARIABLE, SECRETS, Settings
 
 COMMAND_LINE = "command line"

@@ -21,7 +21,7 @@ from channel.keys import PrivateKey, read_private_key
 from server.callers.config import CALLERS_FILE, CallersFileError
 from server.callers.file import CallersFile, prepare_keys_dir
 from server.cli import admin as admin_cli
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 from server.settings import Settings, is_loopback
 
 if TYPE_CHECKING:

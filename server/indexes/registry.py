@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from server.index.errors import EngineError
+from server.errors import EngineError
 from server.indexes.storage import Backend, FileStore, SearchIndex
 from server.mirror.state import FileState
 

@@ -11,8 +11,8 @@ import json
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from server.errors import InvalidArgumentError
 from server.index.engine import validate_name
-from server.index.errors import InvalidArgumentError
 from server.mirror.mirror import ABSENT
 from server.mirror.paths import normalise_memory_path
 from syncproto.wire import is_content_hash

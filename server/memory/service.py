@@ -25,10 +25,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from server.errors import ConflictError, PermissionDeniedError, ServiceClosedError, UnsafePathError
+from server.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    ServiceClosedError,
+    UnsafePathError,
+)
 from server.index.embeddings.base import Embedder
 from server.index.engine import EngineSettings
-from server.index.errors import InvalidArgumentError
 from server.index.search import build_options
 from server.indexes.registry import RESCAN_SECONDS, IndexRegistry, OpenIndex
 from server.indexes.storage import SqliteBackend

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from redaction import redact
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 from server.index.scan import day_of
 from server.indexes.registry import OpenIndex
 from server.memory.results import WriteOutput

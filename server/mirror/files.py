@@ -18,8 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.errors import UnsafePathError
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError, UnsafePathError
 from server.memory.text import count_lines_of_bytes
 from server.mirror.paths import normalise_mirror_path
 from syncproto.content import NotRegularFile, open_regular

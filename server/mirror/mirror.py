@@ -29,7 +29,7 @@ from typing import Literal
 
 import apsw
 
-from server.index.errors import EngineError, InvalidArgumentError
+from server.errors import EngineError, InvalidArgumentError
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, day_of
 from server.memory.text import count_lines_of_bytes
 from server.mirror import queries as q

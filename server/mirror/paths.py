@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 from syncproto import paths
 from syncproto.errors import PathRefused
 

@@ -16,8 +16,7 @@ from typing import Literal, cast
 
 import apsw
 
-from server.errors import ConflictError
-from server.index.errors import EngineError
+from server.errors import ConflictError, EngineError
 
 STATE_SCHEMA_VERSION = 2
 ABSENT = "absent"  # `expected_hash` meaning "the file must not exist yet"

@@ -27,7 +27,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from channel.asgi import ASGIApp, Message, Receive, Scope, Send
 from channel.authz import ChannelUser
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 from server.memory.service import SERVER_VERSION, MemoryService
 from server.observe.metrics import CONTENT_TYPE, Metrics, index_collector, info_collector
 

@@ -25,8 +25,7 @@ from starlette.routing import Route
 
 from channel.authz import ChannelUser
 from server.error_table import KNOWN_ERRORS, answer_for
-from server.errors import PermissionDeniedError, TooLargeError
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError, PermissionDeniedError, TooLargeError
 from server.memory.service import CallerContext, MemoryService
 from server.sync.service import SyncService
 from server.sync.sessions import SessionUploads, parse_upload

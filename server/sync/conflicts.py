@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 from syncproto.paths import DAILY_LOG_DIR, MAX_SEGMENT_BYTES
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 from server.indexes.storage import FileStore
 from server.memory.service import CallerContext, MemoryService
 from server.mirror.mirror import ABSENT, FileState, MirrorFile

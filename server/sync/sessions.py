@@ -20,7 +20,7 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 from server.memory.service import CallerContext, MemoryService
 from server.mirror.paths import session_file_path
 from syncproto.wire import MAX_PARTS_PER_UPLOAD, MAX_SESSION_PARTS, SESSION_ID
