@@ -144,3 +144,13 @@ def test_no_module_imports_itself_through_a_circle():
         if node not in index:
             visit(node)
     assert circles == []
+
+
+def test_outside_the_index_engine_errors_come_from_server_errors():
+    graph = _import_graph()
+    reaching_in = sorted(
+        name
+        for name, targets in graph.items()
+        if "server.index.errors" in targets and not name.startswith(("server.index", "server.errors"))
+    )
+    assert reaching_in == []
