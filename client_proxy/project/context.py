@@ -18,12 +18,12 @@ from zoneinfo import ZoneInfo
 
 from client_proxy.errors import ProxyError
 from syncproto.content import NotRegularFile, open_regular, read_capped
+from syncproto.paths import ROOT_FILES, daily_log_path
 from syncproto.wire import MAX_FILE_BYTES
 
 MEMORY_LINES: Final = 200  # MEMORY.md: its first lines
 DAILY_LINES: Final = 200  # a daily log: its last lines
 MAX_OUTPUT_CHARS: Final = 9_000  # under Claude Code's 10,000 (counted in UTF-16 units there), with room
-ROOT_FILES: Final = ("MEMORY.md", "memory.md")
 
 
 class SkippedFileError(Exception):
@@ -46,10 +46,6 @@ def local_today(now: dt.datetime, zone: str) -> dt.date:
     return now.astimezone(ZoneInfo(zone)).date()
 
 
-def daily_log(day: dt.date) -> str:
-    return f"memory/{day.isoformat()}.md"
-
-
 def build_context(project: Path, today: dt.date, max_chars: int = MAX_OUTPUT_CHARS) -> str:
     """The context text for `project` on the laptop's date `today`; `ProxyError` only if the folder is missing."""
     root = _project_root(project)
@@ -57,8 +53,8 @@ def build_context(project: Path, today: dt.date, max_chars: int = MAX_OUTPUT_CHA
     notes: list[str] = []
     wanted = [(_root_memory_file(root), "", "head")]
     wanted += [
-        (daily_log(today), " (today)", "tail"),
-        (daily_log(today - dt.timedelta(days=1)), " (yesterday)", "tail"),
+        (daily_log_path(today), " (today)", "tail"),
+        (daily_log_path(today - dt.timedelta(days=1)), " (yesterday)", "tail"),
     ]
     for relpath, label, keep in wanted:
         if relpath is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from client_proxy.project.stack import Stack
+from syncproto.paths import ROOT_FILES
 
 MEMORY_TEMPLATE: Final = """\
 # Project memory
@@ -104,7 +105,7 @@ def install_templates(project: Path, stack: Stack) -> list[Outcome]:
     """Create the missing starter files in `project`; an `OSError` on one file is reported, not raised."""
     root = Path(os.path.realpath(project))
     outcomes: list[Outcome] = []
-    existing = next((name for name in ("MEMORY.md", "memory.md") if _exists(root, name)), None)
+    existing = next((name for name in ROOT_FILES if _exists(root, name)), None)
     if existing:
         outcomes.append(Outcome(existing, "kept"))
     else:
