@@ -36,7 +36,7 @@ from server.index.embeddings.base import Embedder
 from server.index.engine import EngineSettings
 from server.index.search import build_options
 from server.indexes.registry import RESCAN_SECONDS, IndexRegistry, OpenIndex
-from server.indexes.storage import SqliteBackend
+from server.indexes.storage import Backend, SqliteBackend
 from server.memory.arguments import (
     MAX_WRITE_BYTES,
     check_content,
@@ -108,15 +108,17 @@ class MemoryService:
         clock: Callable[[], dt.datetime] = utc_now,
         rescan_interval: float = RESCAN_SECONDS,
         redact_writes: bool = True,
+        backend: Backend | None = None,
     ) -> None:
-        """`redact_writes`: replace secrets in `memory_write` content (and topic) by `[redacted:<kind>]` markers."""
+        """`redact_writes`: replace secrets in `memory_write` content (and topic) by `[redacted:<kind>]` markers.
+        `backend`: where the indexes' files and search live (default: SQLite under `data_dir`)."""
         self.data_dir = data_dir
         self.redact_writes = redact_writes
         self.embedder = embedder
         self.settings = settings or EngineSettings()
         self.clock = clock
         # The mirrors read the service's clock when they use it (a test may set it after the service exists).
-        backend = SqliteBackend(data_dir, embedder, self.settings, lambda: self.clock())
+        backend = backend or SqliteBackend(data_dir, embedder, self.settings, lambda: self.clock())
         self.indexes = IndexRegistry(backend, self._changed, rescan_interval=rescan_interval)
         self._calls = threading.Condition()
         self._in_flight = 0
