@@ -2,14 +2,8 @@
 
 Every method blocks (the MCP layer calls it through `anyio.to_thread.run_sync`) and is thread-safe. The index a
 method works on is `caller.index`, checked against the caller's grants on every call; no argument names an index.
-Indexes (engine + mirror) open lazily on first use and stay open until `close`.
-
-Writing: `append` (default) adds to a file, by default today's daily log `memory/YYYY-MM-DD.md` in the caller's
-time zone; a new daily log starts with `# YYYY-MM-DD`; an entry in a daily log goes under `## HH:MM — topic`
-(`## HH:MM` without a topic), an entry in another file under `## HH:MM — topic` only when a topic is given;
-entries are separated by one blank line. `replace` needs `expected_hash`: the file's current sha256, or the
-literal "absent" for a file that must not exist yet. Either way the mirror and the index are updated before
-the call returns, and an `idempotency_key` makes a retry return the first answer without writing again.
+Indexes (engine + mirror) open lazily on first use and stay open until `close` (`server.indexes`). The work of
+each tool is in the modules beside this one; how a write composes its text is told in `server.memory.writing`.
 """
 
 from __future__ import annotations

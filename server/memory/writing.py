@@ -1,5 +1,13 @@
 """The read-modify-write of `memory_write`, under the mirror's lock: what an append adds or a replace puts, the
-size check, and the idempotency record stored with the file's new state. Also the redaction of what is written."""
+size check, and the idempotency record stored with the file's new state. Also the redaction of what is written.
+
+Writing: `append` (default) adds to a file, by default today's daily log `memory/YYYY-MM-DD.md` in the caller's
+time zone; a new daily log starts with `# YYYY-MM-DD`; an entry in a daily log goes under `## HH:MM — topic`
+(`## HH:MM` without a topic), an entry in another file under `## HH:MM — topic` only when a topic is given;
+entries are separated by one blank line. `replace` needs `expected_hash`: the file's current sha256, or the
+literal "absent" for a file that must not exist yet. Either way the mirror and the index are updated before
+the call returns, and an `idempotency_key` makes a retry return the first answer without writing again.
+"""
 
 from __future__ import annotations
 
