@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-container lint bench clean
+.PHONY: run test test-fast test-container lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ lint: $(VENV)/.installed-dev
 
 test: lint
 	$(BIN)/pytest
+
+# The edit-test loop: no model load, no other process, nothing slow (under a minute); `make test` before a commit.
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/pytest -q -m "not model and not subprocess and not slow and not container"
 
 # The image built from this tree and run with compose.yaml by a real Docker engine; starts a private engine when
 # none answers (as root: scripts/container/engine.sh). Needs no container registry.

@@ -55,10 +55,10 @@ def serve_main(data_dir: Path, keys_dir: Path, embedder_name: str) -> None:
 
     from channel.keys import read_private_key
     from channel.ratelimit import Rate
-    from server import serve
     from server.app import create_app
-    from server.callers_file import CallersFile
-    from server.service import MemoryService
+    from server.callers.file import CallersFile
+    from server.cli import serve
+    from server.memory.service import MemoryService
 
     service = MemoryService(data_dir, make_embedder(embedder_name))
     app = create_app(
@@ -106,8 +106,8 @@ class Server:
 def prepare_keys(keys_dir: Path, callers: int) -> tuple[Any, list[Any]]:
     """The server key, and one device key per caller, each granted the benchmark index."""
     from channel.keys import PrivateKey
-    from server import serve
-    from server.callers_file import update_callers
+    from server.callers.file import update_callers
+    from server.cli import serve
 
     with redirect_stdout(io.StringIO()):  # the first-run key banner
         server_key = serve.ensure_server_key(keys_dir, out=io.StringIO())
@@ -124,7 +124,7 @@ def prepare_keys(keys_dir: Path, callers: int) -> tuple[Any, list[Any]]:
 
 def build_10k(data_dir: Path) -> int:
     """SciFact abstracts as memory files (four to a file, one section each), indexed through the service."""
-    from server.service import CallerContext, MemoryService
+    from server.memory.service import CallerContext, MemoryService
 
     service = MemoryService(data_dir, make_embedder("hashing"))
     caller = CallerContext("builder", "SHA256:builder", {INDEX: "rw"}, INDEX, "rw")
@@ -155,7 +155,7 @@ def direct(data_dir: Path, texts: list[str]) -> dict[str, list[float]]:
     """The engine and the service, called in this process on the same data directory."""
     from server.index.engine import MemoryIndex
     from server.index.search import build_options
-    from server.service import CallerContext, MemoryService
+    from server.memory.service import CallerContext, MemoryService
 
     embedder = make_embedder("hashing")
     index = MemoryIndex.open(data_dir, INDEX, embedder)

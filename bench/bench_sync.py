@@ -93,7 +93,7 @@ async def initial_sync(server: ProductServer, alice: Laptop, dave: Laptop) -> di
     corpus = notes(FILES)
     for relpath, text in corpus.items():
         alice.write(relpath, text)
-    assert server.service is not None
+    assert server.memory.service is not None
     started = time.monotonic()
     async with alice.running():
         await eventually(lambda: _indexed(server) >= len(corpus), "every file indexed", within=1800)
@@ -120,7 +120,7 @@ async def initial_sync(server: ProductServer, alice: Laptop, dave: Laptop) -> di
 
 
 def _indexed(server: ProductServer) -> int:
-    assert server.service is not None
+    assert server.memory.service is not None
     index_db = server.data_dir / "indexes" / INDEX / "index.sqlite3"
     if not index_db.exists():
         return 0

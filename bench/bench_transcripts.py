@@ -24,8 +24,8 @@ from typing import Any
 
 from common import CACHE, report, save_json, table
 
-from client_proxy.transcript_render import render_markdown, split_parts
-from client_proxy.transcripts import read_transcript
+from client_proxy.transcripts.files import read_transcript
+from client_proxy.transcripts.render import render_markdown, split_parts
 from redaction import redact
 from server.index.embeddings.base import InputKind, Vectors
 from server.index.embeddings.local import LocalEmbedder

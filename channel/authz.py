@@ -108,11 +108,6 @@ class ChannelUser:
     def identity(self) -> str:
         return self.fingerprint
 
-    def can_write(self, index: str | None = None) -> bool:
-        """Whether the caller holds `rw` on `index` (default: the index this request works on)."""
-        target = self.index if index is None else index
-        return target is not None and self.grants.get(target) == "rw"
-
 
 @dataclass(frozen=True)
 class ChannelAuth:

@@ -25,7 +25,6 @@ import anyio
 
 from channel.errors import ChannelError
 from channel.keys import PrivateKey, read_private_key, write_private_key
-from client_proxy import sync_status
 from client_proxy.config import (
     CONFIG_FILE,
     DEVICE_KEY_FILE,
@@ -40,14 +39,15 @@ from client_proxy.config import (
     validate_server_url,
     write_config,
 )
-from client_proxy.context import build_context, local_today
 from client_proxy.errors import ProxyError
-from client_proxy.local_zone import local_timezone
+from client_proxy.forward.local_zone import local_timezone
 from client_proxy.logs import configure as configure_logging
+from client_proxy.project.context import build_context, local_today
+from client_proxy.project.stack import detect_stack, read_project_files
+from client_proxy.project.templates import install_templates
 from client_proxy.run import serve
 from client_proxy.settings import RunSettings
-from client_proxy.stack import detect_stack, read_project_files
-from client_proxy.templates import install_templates
+from client_proxy.sync import status as sync_status
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ The config directory (`proxy_home`) is created with mode 0700 and holds:
   `server_key` is pinned: a server presenting any other key is refused. `device_name` is the caller name
   suggested to the operator and the comment of the device key. `index` is the index the forwarder works on
   when neither `--index` nor `MEMORY_INDEX` names one. `sync` and `sync_exclude` steer the file sync
-  (`client_proxy.syncer`), `transcripts` the session upload (`client_proxy.transcript_sync`); `init` keeps them.
+  (`client_proxy.sync.syncer`), `transcripts` the session upload (`client_proxy.transcripts.upload`); `init` keeps them.
   No other fields are allowed.
 """
 
@@ -37,7 +37,7 @@ from channel.errors import KeyFileError
 from channel.files import atomic_write
 from channel.keys import PublicKey, read_private_key
 from client_proxy.errors import ConfigError
-from client_proxy.scope import pattern_problem
+from client_proxy.sync.scope import pattern_problem
 
 CONFIG_FILE = "proxy.toml"
 DEVICE_KEY_FILE = "device.key"

@@ -1,5 +1,5 @@
 """`memory-proxy run`: wire the forwarder to this process's stdio, the channel and the lifetime of its parent, with
-the file sync of the project folder (`client_proxy.syncer`) beside it on the same channel client.
+the file sync of the project folder (`client_proxy.sync.syncer`) beside it on the same channel client.
 
 The process ends when stdin closes, when stdout's reader goes away, on SIGTERM, SIGINT or SIGHUP, or when the
 parent that launched it is gone (checked every second: a parent killed hard may leave the pipes open). A broken
@@ -24,19 +24,19 @@ from channel.keys import read_private_key
 from channel.transport import ChannelTransport
 from client_proxy.config import ProxyConfig
 from client_proxy.errors import ProxyError
-from client_proxy.forwarder import Forwarder, Lines, Write
-from client_proxy.jsonrpc import SERVER_UNAVAILABLE, NotJsonRpc, error_line, parse
-from client_proxy.local_files import LocalFiles
-from client_proxy.local_zone import TIMEZONE_HEADER
-from client_proxy.scope import DEFAULT_MAX_FILE_BYTES
+from client_proxy.forward.forwarder import Forwarder, Lines, Write
+from client_proxy.forward.jsonrpc import SERVER_UNAVAILABLE, NotJsonRpcError, error_line, parse
+from client_proxy.forward.local_zone import TIMEZONE_HEADER
+from client_proxy.forward.stdio import StdoutClosedError, StdoutWriter, claim_stdio, stdin_lines
+from client_proxy.forward.upstream import Upstream
 from client_proxy.settings import RunSettings
-from client_proxy.stdio import StdoutClosed, StdoutWriter, claim_stdio, stdin_lines
-from client_proxy.sync_api import SyncApi
-from client_proxy.sync_state import StateStore
-from client_proxy.syncer import Syncer
-from client_proxy.transcript_sync import TranscriptState, TranscriptUploader
-from client_proxy.upstream import Upstream
-from client_proxy.watcher import Wakeup, Watcher
+from client_proxy.sync.api import SyncApi
+from client_proxy.sync.local_files import LocalFiles
+from client_proxy.sync.scope import DEFAULT_MAX_FILE_BYTES
+from client_proxy.sync.state import StateStore
+from client_proxy.sync.syncer import Syncer
+from client_proxy.sync.watcher import Wakeup, Watcher
+from client_proxy.transcripts.upload import TranscriptState, TranscriptUploader
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +137,12 @@ async def _refuse(lines: Lines, write: Write, reason: str) -> None:
     async for line in lines:
         try:
             message = parse(line) if line is not None else None
-        except NotJsonRpc:
+        except NotJsonRpcError:
             continue
         if message is not None and message.is_request:
             try:
                 await write(error_line(message.id, SERVER_UNAVAILABLE, reason))
-            except StdoutClosed:
+            except StdoutClosedError:
                 return
 
 

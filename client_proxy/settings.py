@@ -1,7 +1,7 @@
 """What one `memory-proxy run` works with: read once from the command line and the environment, then passed down.
 
 The index is `--index`, else `MEMORY_INDEX`, else `index` in proxy.toml (see `client_proxy.config`); the log
-level is `MEMORY_PROXY_LOG_LEVEL` (default INFO); the time zone is the laptop's (`client_proxy.local_zone`).
+level is `MEMORY_PROXY_LOG_LEVEL` (default INFO); the time zone is the laptop's (`client_proxy.forward.local_zone`).
 File sync is off with `--no-sync`, else as `MEMORY_PROXY_SYNC` (0 or 1) says, else as `sync` in proxy.toml says,
 else on when `--project` was given or the folder already holds memory files (`sync_choice`). Session transcripts
 are uploaded only when asked: `--transcripts`, else `MEMORY_PROXY_TRANSCRIPTS`, else `transcripts` in proxy.toml
@@ -18,9 +18,9 @@ from pathlib import Path
 
 from client_proxy.config import ProxyConfig, check_index_name, proxy_home
 from client_proxy.errors import ConfigError
-from client_proxy.local_zone import local_timezone
-from client_proxy.scope import MEMORY_DIR, ROOT_FILES
-from client_proxy.sync_state import state_home
+from client_proxy.forward.local_zone import local_timezone
+from client_proxy.sync.scope import MEMORY_DIR, ROOT_FILES
+from client_proxy.sync.state import state_home
 
 LOG_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR}
 _ON = frozenset({"1", "true", "yes", "on"})

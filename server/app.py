@@ -1,11 +1,11 @@
 """The server's ASGI app: the channel outermost; inside it `/healthz` (plain), the MCP endpoint at `/mcp`, file
-sync at `/sync/changes` and `/sync/push` (`server.sync_app`) and `/metrics` (`server.metrics_app`).
+sync at `/sync/changes` and `/sync/push` (`server.sync.app`) and `/metrics` (`server.observe.metrics_app`).
 
     app = create_app(service, server_key=key, callers=CallersFile(keys_dir / "callers.toml"))
     uvicorn.run(app, ...)
 
 The MCP endpoint is the SDK's streamable HTTP transport, stateful: `initialize` opens a session whose id only its
-own caller may use (see `server.mcp_caller`), answers stream as SSE through the tunnel, and clients of the
+own caller may use (see `server.mcp.caller`), answers stream as SSE through the tunnel, and clients of the
 `server/discover` generation are served per request. The lifespan runs the SDK's session manager and, when the
 server stops, closes the memory service after the calls in flight have finished.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 from mcp.server import MCPServer
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -34,12 +34,13 @@ from channel.middleware import ChannelMiddleware
 from channel.ratelimit import Rate
 from channel.session import SessionTable
 from channel.timestamps import FileTimestamps
-from server.mcp_caller import CallerBoundEndpoint
-from server.mcp_tools import build_mcp_server
-from server.metrics import Metrics
-from server.metrics_app import METRICS_PATH, RequestMetrics, metrics_endpoint, service_metrics
-from server.service import MemoryService
-from server.sync_app import sync_routes
+from server.mcp.caller import CallerBoundEndpoint
+from server.mcp.streams import EndableStreams
+from server.mcp.tools import build_mcp_server
+from server.memory.service import MemoryService
+from server.observe.metrics import Metrics
+from server.observe.metrics_app import METRICS_PATH, RequestMetrics, metrics_endpoint, service_metrics
+from server.sync.app import sync_routes
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,8 @@ def create_inner_app(service: MemoryService, mcp: MCPServer | None = None, metri
         session_idle_timeout=SESSION_IDLE_TIMEOUT,
     )
     manager = mcp.session_manager
-    service.stopping_listeners.append(lambda: _end_standalone_streams(manager))
+    endpoint = EndableStreams(CallerBoundEndpoint(StreamableHTTPASGIApp(manager)))
+    service.stopping_listeners.append(endpoint.end_all)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -85,7 +87,7 @@ def create_inner_app(service: MemoryService, mcp: MCPServer | None = None, metri
 
     routes = [
         Route(HEALTH_PATH, healthz, methods=["GET"]),
-        Route(MCP_PATH, CallerBoundEndpoint(StreamableHTTPASGIApp(manager)), methods=["GET", "POST", "DELETE"]),
+        Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]),
         *sync_routes(service),
         Route(METRICS_PATH, metrics_endpoint(metrics), methods=["GET"]),
     ]
@@ -118,11 +120,3 @@ def create_app(
         sessions=sessions,
         handshake_rate=handshake_rate,
     )
-
-
-def _end_standalone_streams(manager: StreamableHTTPSessionManager) -> None:
-    """End every session's open GET stream (server-to-client notifications) as the server stops, so uvicorn's
-    graceful period is not spent waiting for streams that never end, then cancelling them with a traceback. The SDK
-    keeps its sessions in a private table; it offers no public way to reach them."""
-    for transport in list(manager._server_instances.values()):
-        transport.close_standalone_sse_stream()

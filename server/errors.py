@@ -1,9 +1,40 @@
-"""Errors of the memory service, beside the engine's (`server.index.errors`). Messages are safe to show callers:
-they name the argument, never another index's content, library exception text or secrets."""
+"""The server's errors: one tree under `MemoryServerError`, imported from here by every module outside the index
+engine (which defines its own part of the tree in `server.index.errors`). How each reaches a caller is
+`server.error_table`.
+
+One root, `MemoryServerError` (defined in `server.index.errors`, the bottom layer, and re-exported here); under it
+the index engine's `EngineError` (`server.index.errors`), whose `InvalidArgumentError` also serves the service's
+argument checks and under which the service's refusals hang; `CallersFileError` (`server.callers.config`) and
+`TooLargeError` beside it. Messages of these errors are written for callers: they name the argument or the rule,
+never another index's content, library exception text, secrets or a path on the server's disk.
+"""
 
 from __future__ import annotations
 
-from server.index.errors import EngineError, InvalidArgumentError
+from server.index.errors import (
+    CorruptIndexError,
+    EmbeddingError,
+    EmbeddingUnavailableError,
+    EngineError,
+    InvalidArgumentError,
+    MemoryServerError,
+    UnknownIndexError,
+)
+
+__all__ = [
+    "ConflictError",
+    "CorruptIndexError",
+    "EmbeddingError",
+    "EmbeddingUnavailableError",
+    "EngineError",
+    "InvalidArgumentError",
+    "MemoryServerError",
+    "PermissionDeniedError",
+    "ServiceClosedError",
+    "TooLargeError",
+    "UnknownIndexError",
+    "UnsafePathError",
+]
 
 
 class PermissionDeniedError(EngineError):
@@ -25,3 +56,7 @@ class UnsafePathError(InvalidArgumentError):
 
 class ServiceClosedError(EngineError):
     """The server is shutting down and takes no new calls."""
+
+
+class TooLargeError(MemoryServerError):
+    """A request body over the protocol's cap."""

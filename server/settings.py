@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from server.errors import InvalidArgumentError
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.select import EmbeddingSettings, select_embedder
 from server.index.engine import EngineSettings
-from server.index.errors import InvalidArgumentError
 from server.index.fusion import FusionWeights
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, ScanConfig
 

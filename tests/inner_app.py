@@ -11,7 +11,7 @@ import httpx2
 
 from channel.authz import ChannelUser
 from server.app import create_inner_app
-from server.service import MemoryService
+from server.memory.service import MemoryService
 
 
 @asynccontextmanager

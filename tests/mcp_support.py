@@ -23,11 +23,11 @@ from starlette.requests import Request
 from channel.authz import Access, ChannelUser
 from channel.constants import INDEX_HEADER
 from channel.keys import PrivateKey
-from server import serve
+from server.cli import serve
 from server.index.embeddings.base import InputKind, Vectors
-from server.mcp_tools import TIMEZONE_HEADER, build_mcp_server
-from server.models import SyncOutput
-from server.service import MemoryService
+from server.mcp.tools import TIMEZONE_HEADER, build_mcp_server
+from server.memory.results import SyncOutput
+from server.memory.service import MemoryService
 from tests.channel.conftest import RunningServer
 from tests.fakes.embedder import HashingEmbedder
 from tests.threaded_uvicorn import ThreadedUvicorn, run_uvicorn
@@ -58,7 +58,8 @@ async def connect(
 ) -> AsyncIterator[Client]:
     """An SDK client talking in process to a fresh MCP server over `service`, as `user`."""
     mcp: MCPServer = build_mcp_server(service)
-    mcp.middleware.append(as_request_from(user, [(TIMEZONE_HEADER, timezone)] if timezone else []))
+    # Outermost, as the HTTP transport attaches the request before any middleware runs.
+    mcp.middleware.insert(0, as_request_from(user, [(TIMEZONE_HEADER, timezone)] if timezone else []))
     async with Client(mcp, mode=mode) as client:
         yield client
 

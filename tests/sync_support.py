@@ -29,12 +29,12 @@ from mcp.client.stdio import StdioServerParameters
 
 from channel.authz import Access
 from client_proxy.config import render_config, write_config
-from server import serve
 from server.app import create_app
-from server.callers import CALLERS_FILE
-from server.callers_file import CallersFile, update_callers
+from server.callers.config import CALLERS_FILE
+from server.callers.file import CallersFile, update_callers
+from server.cli import serve
 from server.index.embeddings.base import Embedder
-from server.service import MemoryService
+from server.memory.service import MemoryService
 from tests.mcp_support import structured
 from tests.proxy_support import PROXY, init_proxy_home
 from tests.threaded_uvicorn import run_uvicorn

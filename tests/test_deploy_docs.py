@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from client_proxy.cli import build_parser as proxy_parser
-from server.cli import build_parser as server_parser
-from server.metrics import sessions_collector
-from server.metrics_app import service_metrics
-from server.service import MemoryService
+from server.cli.main import build_parser as server_parser
+from server.memory.service import MemoryService
+from server.observe.metrics import sessions_collector
+from server.observe.metrics_app import service_metrics
 from server.settings import CONFIG_VARIABLE, VARIABLES, Settings
 from tests.conftest import REPO
 

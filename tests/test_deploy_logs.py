@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from server import logs
+from server.observe import logs
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from server.graceful import GracefulServer
+from server.cli.graceful import GracefulServer
 
 START_TIMEOUT = 10.0
 

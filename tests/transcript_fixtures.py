@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from client_proxy.transcripts import munged_name
+from client_proxy.transcripts.files import munged_name
 
 SESSION = "3f2a9c1e-7b4d-4e8f-9a6b-0c1d2e3f4a5b"
 CWD = "/home/me/app"

@@ -307,6 +307,17 @@ class MemoryIndex:
     def status(self) -> IndexStatus:
         return self._guard(self._status)
 
+    def indexed_files(self) -> dict[str, str]:
+        """The content hash of every file the index holds, by path."""
+        return {
+            str(path): str(digest) for path, digest in self.store.connection().execute("SELECT path, hash FROM files")
+        }
+
+    def last_change(self) -> float | None:
+        """When the index last changed (epoch seconds), None before its first change."""
+        raw = self.store.get_meta("last_change")
+        return float(raw) if raw else None
+
     def _status(self) -> IndexStatus:
         db = self.store.connection()
         files = {s: n for s, n in db.execute("SELECT source, count(*) FROM files GROUP BY source")}

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 
-class EngineError(Exception):
-    """Root of every error the index engine raises on purpose."""
+class MemoryServerError(Exception):
+    """Root of every error the server raises on purpose (`server.errors` holds the tree and how each error reaches
+    a caller; the root lives here, at the bottom layer, so the engine's errors hang under it without a circle)."""
+
+
+class EngineError(MemoryServerError):
+    """Root of every error the index engine raises on purpose (and of the memory service's refusals)."""
 
 
 class InvalidArgumentError(EngineError):

@@ -7,7 +7,9 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-DEFAULT_MAX_FILE_BYTES = 2 * 1024 * 1024
+from syncproto.wire import MAX_FILE_BYTES
+
+DEFAULT_MAX_FILE_BYTES = MAX_FILE_BYTES  # the protocol's cap; `MEMORY_MAX_FILE_BYTES` may change it
 _DAILY = re.compile(r"^(\d{4}-\d{2}-\d{2})\.md$")
 _SESSION_DAY = re.compile(r"^sessions/[^/]+/(\d{4}-\d{2}-\d{2})-[^/]+\.md$")  # a transcript: the day it began
 

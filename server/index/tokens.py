@@ -7,6 +7,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
+from server.index.model_package import packaged_model_dir
+
 
 class WordPieceTokenizer:
     """Counts and splits in the WordPiece tokens of all-MiniLM-L6-v2 (fast Rust tokenizer, no torch)."""
@@ -22,16 +24,10 @@ class WordPieceTokenizer:
     @functools.cache
     def default(cls) -> WordPieceTokenizer:
         """The tokenizer shipped with the packaged all-MiniLM-L6-v2 model."""
-        from server.index.embeddings.local import packaged_model_dir
-
         return cls(packaged_model_dir() / "tokenizer.json")
 
     def count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
-
-    def count_many(self, texts: list[str]) -> list[int]:
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
-        return [len(e.ids) for e in encodings]
 
     def split(self, text: str, max_tokens: int) -> list[tuple[int, int]]:
         if max_tokens < 1:

@@ -36,7 +36,7 @@ def user_json(user: ChannelUser) -> dict[str, object]:
         "grants": dict(user.grants),
         "index": user.index,
         "access": user.access,
-        "can_write": user.can_write(),
+        "can_write": user.index is not None and user.grants.get(user.index) == "rw",
     }
 
 

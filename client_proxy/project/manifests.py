@@ -1,0 +1,162 @@
+"""A project's manifests as `memory-proxy init` reads them, and the helpers that take them apart.
+
+`read_project_files` is the only I/O: it reads at most `MAX_MANIFEST_BYTES` of each manifest in `MANIFESTS` and
+notes which of `MARKERS` (lockfiles, wrappers) exist. The helpers never raise anything but `UnparsedError`, which
+`detect_stack` reports as "could not be parsed".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+MAX_MANIFEST_BYTES: Final = 256 * 1024
+# Read (at most MAX_MANIFEST_BYTES each), in the order their ecosystems are listed:
+MANIFESTS: Final = tuple(
+    "package.json Cargo.toml go.mod pyproject.toml requirements.txt composer.json Gemfile pom.xml build.gradle "
+    "build.gradle.kts settings.gradle settings.gradle.kts".split()
+)
+# Only looked for (lockfiles, wrappers):
+MARKERS: Final = tuple(
+    "tsconfig.json package-lock.json pnpm-lock.yaml yarn.lock bun.lockb bun.lock uv.lock poetry.lock pdm.lock "
+    "Pipfile setup.py mvnw gradlew".split()
+)
+MAX_VALUE = 80  # a name or version taken from a manifest, as shown
+
+
+@dataclass(frozen=True)
+class ProjectFiles:
+    """What `read_project_files` saw: manifest contents (maybe cut at the limit) and the names that exist."""
+
+    contents: Mapping[str, bytes] = field(default_factory=dict)
+    present: frozenset[str] = frozenset()
+    truncated: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, files: Mapping[str, bytes | str], markers: Iterable[str] = ()) -> ProjectFiles:
+        """For tests and callers holding the text already."""
+        contents = {name: data.encode() if isinstance(data, str) else data for name, data in files.items()}
+        return cls(contents, frozenset(contents) | frozenset(markers))
+
+
+def read_project_files(project: Path, limit: int = MAX_MANIFEST_BYTES) -> ProjectFiles:
+    """The manifests at the root of `project`, each read up to `limit` bytes; unreadable ones are left out,
+    and so is a symlink out of the project."""
+    root = Path(os.path.realpath(project))
+    contents: dict[str, bytes] = {}
+    truncated: set[str] = set()
+    for name in MANIFESTS:
+        data = read_regular(root, name, limit + 1)
+        if data is not None:
+            contents[name] = data[:limit]
+            if len(data) > limit:
+                truncated.add(name)
+    present = {name for name in MARKERS if os.path.lexists(root / name)}
+    return ProjectFiles(contents, frozenset(contents) | frozenset(present), frozenset(truncated))
+
+
+def pairs(spec: str) -> tuple[tuple[str, str], ...]:
+    """`"a=A, b=B"` -> `(("a", "A"), ("b", "B"))`: the hint tables below, one line for several entries."""
+    return tuple((key.strip(), label.strip()) for key, _, label in (item.partition("=") for item in spec.split(",")))
+
+
+class UnparsedError(Exception):
+    """A manifest that is there but does not parse; `detect_stack` turns it into `Ecosystem.problem`."""
+
+    def __init__(self, manifest: str, reason: str) -> None:
+        super().__init__(reason)
+        self.manifest = manifest
+
+
+def unparsed(name: str, files: ProjectFiles, why: str) -> UnparsedError:
+    cut = f"; only its first {MAX_MANIFEST_BYTES // 1024} KiB were read" if name in files.truncated else ""
+    return UnparsedError(name, f"{name} could not be parsed ({why[:120]}{cut})")
+
+
+def text_of(files: ProjectFiles, name: str) -> str | None:
+    data = files.contents.get(name)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError:
+        raise unparsed(name, files, "not UTF-8") from None
+
+
+def json_of(files: ProjectFiles, name: str) -> dict[str, object] | None:
+    text = text_of(files, name)
+    if text is None:
+        return None
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise unparsed(name, files, str(exc)) from None
+    if not isinstance(document, dict):
+        raise unparsed(name, files, "not a JSON object")
+    return document
+
+
+def toml_of(files: ProjectFiles, name: str) -> dict[str, object] | None:
+    text = text_of(files, name)
+    if text is None:
+        return None
+    try:
+        return tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise unparsed(name, files, str(exc)) from None
+
+
+def table_of(document: Mapping[str, object], key: str) -> dict[str, object]:
+    value = document.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def keys_of(document: Mapping[str, object], *tables: str) -> set[str]:
+    return {str(name).lower() for table in tables for name in table_of(document, table)}
+
+
+def strings_of(value: object) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def hints_of(names: set[str], table: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(label for key, label in table if key in names))
+
+
+def local_name(tag: str) -> str:
+    return tag.rpartition("}")[2]
+
+
+def clean(value: object) -> str | None:
+    """A manifest's value as one short line of printable text, safe inside markdown inline code; else None."""
+    if not isinstance(value, str):
+        return None
+    text = "".join(ch for ch in value if ch.isprintable()).replace("`", "'").strip()
+    return text[:MAX_VALUE] or None
+
+
+def read_regular(root: Path, name: str, limit: int) -> bytes | None:
+    """Up to `limit` bytes of a regular file in `root`; None when missing, not regular, unreadable or a symlink out
+    of `root` (and a FIFO must not hang)."""
+    real = os.path.realpath(root / name)
+    if not Path(real).is_relative_to(root):
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder with an error
+            return None
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

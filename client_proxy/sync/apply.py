@@ -1,0 +1,200 @@
+"""Applying what the server says to the local files and the state, without ever losing a local edit.
+
+A pulled change is written only over a clean file (one that still holds its base, or is absent with no base);
+a dirty file is left for the push, whose answer (merged, conflict copy) is applied instead. A push answer is
+written only if the file still holds what was pushed: if the user saved again meanwhile, the old base is kept
+so the next push lets the server merge. Blocking code: the syncer runs it in a worker thread, under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+from client_proxy.sync.api import Change, PushChange, PushResult
+from client_proxy.sync.local_files import LocalFile, LocalFiles, Scan, UnsyncableError
+from client_proxy.sync.plan import Pending
+from client_proxy.sync.scope import UnsafePathError
+from client_proxy.sync.state import Base, SyncState
+from syncproto.wire import MAX_PUSH_CHANGES, PUSH_BATCH_BYTES, sha256_hex
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["written", "deleted", "same", "skipped", "dirty"]
+_UNREADABLE = "unreadable"  # compares unequal to every hash: such a file is never replaced
+
+
+class Reconciler:
+    """The one place the state's bases change; every method is blocking and expects the syncer's lock held."""
+
+    def __init__(self, files: LocalFiles, state: SyncState, now: Callable[[], str]) -> None:
+        self.files = files
+        self.state = state
+        self._now = now
+        self._warned: set[tuple[str, str | None]] = set()
+
+    def record_stamps(self, scan: Scan) -> None:
+        """Keep (size, mtime) of files seen to hold their base, so the next start need not hash them again."""
+        for path, local in scan.files.items():
+            entry = self.state.files.get(path)
+            if entry is not None and entry.base == local.hash and local.stable:
+                entry.size, entry.mtime_ns = local.size, local.mtime_ns
+
+    def take_batch(self, queue: list[Pending]) -> list[PushChange]:
+        """Read the next pushes off `queue` (at most `MAX_PUSH_CHANGES` and about `PUSH_BATCH_BYTES`)."""
+        batch: list[PushChange] = []
+        size = 0
+        while queue and len(batch) < MAX_PUSH_CHANGES:
+            change = self._read(queue[0])
+            if change is not None:
+                change_size = change.wire_size()
+                if batch and size + change_size > PUSH_BATCH_BYTES:
+                    break
+                batch.append(change)
+                size += change_size
+            queue.pop(0)
+        return batch
+
+    def _read(self, pending: Pending) -> PushChange | None:
+        try:
+            found = self.files.read(pending.path)
+        except (UnsafePathError, UnsyncableError) as exc:
+            log.debug("sync: %s is no longer pushable: %s", pending.path, exc)
+            return None
+        if found is None:
+            entry = self.state.files.get(pending.path)
+            return PushChange(pending.path, entry.base, None, None) if entry else None
+        data, digest = found
+        entry = self.state.files.get(pending.path)
+        if entry is not None and entry.base == digest:
+            return None  # changed back since the scan
+        return PushChange(pending.path, entry.base if entry else None, data.decode("utf-8"), digest)
+
+    def apply_change(self, change: Change, *, reset: bool) -> Outcome:
+        """Bring one pulled change to disk if the local file is clean; "dirty" when it must be pushed instead."""
+        path = change.path
+        if not self.files.in_scope(path):
+            log.debug("sync: not applying %s: outside this folder's sync scope", path)
+            return "skipped"
+        entry = self.state.files.get(path)
+        if not reset and entry is not None and entry.revision >= change.revision:
+            return "skipped"  # we already have it (our own push, or a change pulled before)
+        if change.content is not None and sha256_hex(change.content.encode("utf-8")) != change.hash:
+            self._warn(path, "the server sent content that does not match its hash; not applied")
+            return "skipped"
+        try:
+            local = self.files.current(path)
+        except (UnsafePathError, UnsyncableError) as exc:
+            self._warn(path, f"not applying the server's change: {exc}")
+            return "skipped"
+        if local == change.hash:
+            self._record(path, change.hash, change.revision)
+            return "same"
+        if reset and local is not None:
+            # The server was restored from an older backup: its version may be the older one. Push ours with no
+            # base instead, and the server merges the two; nothing is written or deleted here.
+            self.state.files.pop(path, None)
+            return "dirty"
+        clean = entry.base == local if entry is not None else local is None
+        if not clean:
+            return "dirty"
+        if change.hash is None:
+            if local is not None and not self.files.delete(path, local):
+                return "dirty"
+            self.state.files.pop(path, None)
+            self.state.rejected.pop(path, None)
+            log.debug("sync: deleted %s (revision %d)", path, change.revision)
+            return "deleted"
+        assert change.content is not None
+        written = self.files.write(path, change.content.encode("utf-8"), local)
+        if written is None:
+            return "dirty"  # saved meanwhile: the push takes it from here
+        self._record(path, change.hash, change.revision, written)
+        self.state.rejected.pop(path, None)
+        log.debug("sync: wrote %s (revision %d)", path, change.revision)
+        return "written"
+
+    def forget_unlisted(self, listed: set[str]) -> int:
+        """After a reset listing: bases of paths the server no longer knows are dropped, so their files are pushed
+        again as new (the server was restored from a backup that predates them)."""
+        gone = [path for path in self.state.files if path not in listed]
+        for path in gone:
+            del self.state.files[path]
+        return len(gone)
+
+    def apply_result(self, sent: PushChange, result: PushResult) -> None:
+        """Record the server's answer to one pushed change and bring its outcome to disk."""
+        path, status = sent.path, result.status
+        if status == "rejected":
+            message = result.message or "rejected by the server"
+            self.state.rejected[path] = {"hash": sent.hash, "message": message, "at": self._now()}
+            self._warn(path, f"the server rejected this version: {message}", sent.hash)
+            return
+        self.state.rejected.pop(path, None)
+        if result.content is not None and sha256_hex(result.content.encode("utf-8")) != result.hash:
+            self._warn(path, "the server's answer does not match its hash; ignored")
+            return
+        still = self._still(path, sent.hash)
+        if status in ("applied", "unchanged"):
+            self._record(path, result.hash, result.revision)
+        elif status == "deleted":
+            self.state.files.pop(path, None)
+        elif status == "conflict":
+            self._conflict(sent, result, still)
+        elif status in ("merged", "kept") and still:
+            self._replace(path, result, expected=sent.hash)
+        log.debug("sync: pushed %s: %s", path, status)
+
+    def _conflict(self, sent: PushChange, result: PushResult, still: bool) -> None:
+        copy = result.conflict_path
+        log.warning("sync: conflict on %s: the server kept its version; yours is saved as %s", sent.path, copy)
+        if copy is None or sent.content is None or result.conflict_revision is None:
+            return
+        self.state.add_conflict(sent.path, copy, self._now())
+        try:
+            written: LocalFile | None = None
+            if self.files.current(copy) != sent.hash:
+                written = self.files.write(copy, sent.content.encode("utf-8"), None)
+                if written is None:
+                    self._warn(copy, "another file appeared at the conflict copy's name; the copy is on the server")
+                    return
+        except (UnsafePathError, UnsyncableError) as exc:
+            self._warn(copy, f"cannot write the conflict copy here ({exc}); it is on the server")
+            return
+        self._record(copy, sent.hash, result.conflict_revision, written)
+        if still:  # the pushed text is now safe in the copy: the original may take the server's text
+            self._replace(sent.path, result, expected=sent.hash)
+
+    def _replace(self, path: str, result: PushResult, expected: str | None) -> None:
+        """Write the server's text for `path` over the version we pushed; if that fails, keep the old base."""
+        if result.hash is None or result.content is None:
+            self._record(path, result.hash, result.revision)
+            return
+        try:
+            written = self.files.write(path, result.content.encode("utf-8"), expected)
+        except (UnsafePathError, UnsyncableError) as exc:
+            self._warn(path, f"cannot write the server's version: {exc}")
+            return
+        if written is not None:
+            self._record(path, result.hash, result.revision, written)
+
+    def _still(self, path: str, digest: str | None) -> bool:
+        try:
+            return self.files.current(path) == digest
+        except (UnsafePathError, UnsyncableError):
+            return False
+
+    def _record(self, path: str, digest: str | None, revision: int, local: LocalFile | None = None) -> None:
+        if digest is None:
+            self.state.files.pop(path, None)
+            return
+        stamp = local is not None and local.stable and local.hash == digest
+        self.state.files[path] = Base(
+            digest, revision, local.size if local and stamp else None, local.mtime_ns if local and stamp else None
+        )
+
+    def _warn(self, path: str, message: str, digest: str | None = None) -> None:
+        if (path, digest or message) not in self._warned:  # once per version, not at every retry
+            self._warned.add((path, digest or message))
+            log.warning("sync: %s: %s", path, message)

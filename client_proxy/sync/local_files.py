@@ -1,0 +1,278 @@
+"""The synced files on this laptop's disk: finding and hashing them, and changing them without ever losing an edit.
+
+A scan walks `MEMORY.md`, `memory.md` and `memory/` without following symlinks and hashes each file, unless its
+(size, mtime_ns) are those of a hash already known. Writes go to a temporary file beside the target, are fsynced,
+and replace the target only if it still holds what the caller expected (or is still absent): an edit the user
+saved meanwhile is never overwritten. Deletes check the same way. None of this runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from client_proxy.errors import ProxyError
+from client_proxy.sync.scope import (
+    MEMORY_DIR,
+    ROOT_FILES,
+    UnsafePathError,
+    content_problem,
+    is_excluded,
+    name_problem,
+    safe_target,
+)
+from syncproto.content import NotRegularFile, open_regular, read_capped
+from syncproto.wire import sha256_hex
+
+log = logging.getLogger(__name__)
+
+# A (size, mtime) seen less than this after the file's mtime may hide a second write in the same clock tick, so
+# it is not trusted as a cache key (git's "racy" rule). Such a file is simply hashed again on the next scan.
+RACY_NS: Final = 2_000_000_000
+_TOP_NAMES: Final = frozenset({*ROOT_FILES, MEMORY_DIR})
+MAX_DEPTH: Final = 15  # folders below memory/; the server allows 16 path parts in all
+
+
+class UnsyncableError(ProxyError):
+    """A local file that exists but cannot be synced (too large, binary, not UTF-8, a symlink)."""
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """One synced file as last hashed; `stable` when its (size, mtime_ns) may serve as a cache key."""
+
+    hash: str
+    size: int
+    mtime_ns: int
+    stable: bool
+
+
+@dataclass
+class Scan:
+    """What a scan found: synced files, files in scope that cannot be synced (with why), and known paths now gone."""
+
+    files: dict[str, LocalFile] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    absent: set[str] = field(default_factory=set)
+
+
+class LocalFiles:
+    """The memory files of one project folder."""
+
+    def __init__(
+        self,
+        project: Path,
+        *,
+        exclude: tuple[str, ...] = (),
+        max_bytes: int,
+        clock_ns: Callable[[], int] = time.time_ns,
+        warn: bool = True,
+    ) -> None:
+        self.project = project
+        self.exclude = exclude
+        self.max_bytes = max_bytes
+        self._clock_ns = clock_ns
+        self._cache: dict[str, tuple[int, int, str]] = {}  # path -> (size, mtime_ns, hash)
+        self._warned: set[tuple[str, str]] = set()
+        self._warn = warn  # `memory-proxy status` lists skipped files itself
+
+    def remember(self, rel: str, size: int, mtime_ns: int, digest: str) -> None:
+        """Seed the hash cache (from the state file's stamps of clean files)."""
+        self._cache[rel] = (size, mtime_ns, digest)
+
+    def in_scope(self, rel: str) -> bool:
+        """Whether `rel` is a path this folder syncs (valid name, not excluded)."""
+        return name_problem(rel) is None and not is_excluded(rel, self.exclude)
+
+    def scan(self, known: Iterable[str] = ()) -> Scan:
+        """Every synced file; `known` paths (those with a base) are reported `absent` when truly gone. Raises
+        OSError when the project folder itself cannot be listed."""
+        found = Scan()
+        for rel, reason in self._candidates(found):
+            if reason is not None:
+                self._skip(found, rel, reason)
+                continue
+            try:
+                found.files[rel] = self._hashed(self.project / rel)
+            except FileNotFoundError:
+                continue  # deleted while we looked
+            except UnsyncableError as exc:
+                self._skip(found, rel, str(exc))
+        for rel in known:
+            if rel not in found.files and rel not in found.skipped and self.in_scope(rel):
+                try:
+                    if self.current(rel) is None:
+                        found.absent.add(rel)
+                except (UnsafePathError, UnsyncableError) as exc:
+                    self._skip(found, rel, str(exc))
+        return found
+
+    def _candidates(self, found: Scan) -> Iterable[tuple[str, str | None]]:
+        """(path, None) for each regular file in scope, or (path, why not) for one that is in scope but unusable."""
+        # The folder's own spelling of each name: on a case-insensitive disk `memory.md` would also open MEMORY.md,
+        # and one file must not be synced as two. A project folder that cannot be listed (gone, unmounted) fails
+        # the scan: its files must not look deleted.
+        entries = {entry.name: entry for entry in os.scandir(self.project) if entry.name in _TOP_NAMES}
+        for name in ROOT_FILES:
+            if name in entries and not is_excluded(name, self.exclude):
+                entry = entries[name]
+                yield name, None if entry.is_file(follow_symlinks=False) else _not_a_file(entry)
+        memory = entries.get(MEMORY_DIR)
+        if memory is not None and memory.is_symlink():
+            self._skip(found, MEMORY_DIR, "is a symlink; sync never follows symlinks")
+        elif memory is not None and memory.is_dir(follow_symlinks=False):
+            yield from self._walk(MEMORY_DIR, depth=1)
+
+    def _walk(self, rel_dir: str, depth: int) -> Iterable[tuple[str, str | None]]:
+        try:
+            entries = sorted(os.scandir(self.project / rel_dir), key=lambda entry: entry.name)
+        except OSError as exc:
+            log.warning("sync: cannot list %s: %s", rel_dir, exc.strerror)
+            return
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}"
+            if entry.name.startswith(".") or is_excluded(rel, self.exclude):
+                continue
+            if entry.is_symlink():
+                yield rel, _not_a_file(entry)
+            elif entry.is_dir(follow_symlinks=False):
+                if depth < MAX_DEPTH:
+                    yield from self._walk(rel, depth + 1)
+            elif entry.name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                yield rel, name_problem(rel)
+
+    def _skip(self, found: Scan, rel: str, reason: str) -> None:
+        found.skipped[rel] = reason
+        if self._warn and (rel, reason) not in self._warned:  # once per run, not at every rescan
+            self._warned.add((rel, reason))
+            log.warning("sync: not syncing %s: %s", rel, reason)
+
+    def current(self, rel: str) -> str | None:
+        """The hash of the file now (None: absent); `UnsafePathError` or `UnsyncableError` when it must not be
+        touched."""
+        try:
+            return self._hashed(safe_target(self.project, rel)).hash
+        except FileNotFoundError:
+            return None
+
+    def read(self, rel: str) -> tuple[bytes, str] | None:
+        """The file's bytes and their hash, checked as a push needs them; None when absent."""
+        try:
+            data = self._read(safe_target(self.project, rel))[0]
+        except FileNotFoundError:
+            return None
+        return data, sha256_hex(data)
+
+    def _hashed(self, path: Path) -> LocalFile:
+        info = os.lstat(path)
+        rel = path.relative_to(self.project).as_posix()
+        cached = self._cache.get(rel)
+        if cached and cached[:2] == (info.st_size, info.st_mtime_ns) and stat.S_ISREG(info.st_mode):
+            return LocalFile(cached[2], info.st_size, info.st_mtime_ns, True)
+        data, info = self._read(path)
+        found = LocalFile(sha256_hex(data), info.st_size, info.st_mtime_ns, self._stable(info))
+        if found.stable:
+            self._cache[rel] = (found.size, found.mtime_ns, found.hash)
+        return found
+
+    def _stable(self, info: os.stat_result) -> bool:
+        return info.st_mtime_ns < self._clock_ns() - RACY_NS
+
+    def _read(self, path: Path) -> tuple[bytes, os.stat_result]:
+        try:
+            fd, info = open_regular(path)
+        except NotRegularFile:
+            raise UnsyncableError("is not a regular file") from None
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise UnsyncableError(f"cannot be read ({exc.strerror})") from None
+        try:
+            data = read_capped(fd, self.max_bytes)
+        finally:
+            os.close(fd)
+        problem = content_problem(data, self.max_bytes)
+        if problem:
+            raise UnsyncableError(problem)
+        return data, info
+
+    def write(self, rel: str, data: bytes, expected: str | None) -> LocalFile | None:
+        """Put `data` at `rel` atomically, only if the file still has hash `expected` (None: is still absent).
+        Returns the file as written, or None when it changed meanwhile (nothing was written)."""
+        safe_target(self.project, rel)  # before making any folder: never through a symlink
+        self._make_parents(rel)
+        target = safe_target(self.project, rel)  # again: a folder made meanwhile could be a symlink
+        try:
+            mode = stat.S_IMODE(os.lstat(target).st_mode)
+        except FileNotFoundError:
+            mode = None
+        temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.sync-tmp")  # hidden: never synced
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                if mode is not None:
+                    os.fchmod(handle.fileno(), mode)
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if self._current_or_changed(rel) != expected:
+                return None
+            if expected is None:
+                try:
+                    os.link(temp, target)  # never replaces a file that appeared in the last instant
+                except FileExistsError:
+                    return None
+            else:
+                os.replace(temp, target)
+        finally:
+            temp.unlink(missing_ok=True)
+        _fsync_dir(target.parent)
+        self._cache.pop(rel, None)
+        return self._hashed(target)
+
+    def delete(self, rel: str, expected: str) -> bool:
+        """Delete `rel` only if it still has hash `expected`; True when it is gone."""
+        current = self._current_or_changed(rel)
+        if current is None:
+            return True
+        if current != expected:
+            return False
+        target = safe_target(self.project, rel)
+        target.unlink(missing_ok=True)
+        _fsync_dir(target.parent)
+        self._cache.pop(rel, None)
+        return True
+
+    def _current_or_changed(self, rel: str) -> str | None:
+        try:
+            return self.current(rel)
+        except UnsyncableError:
+            return "unsyncable"  # matches no hash: a file that cannot be read is never replaced
+
+    def _make_parents(self, rel: str) -> None:
+        folder = self.project
+        for part in rel.split("/")[:-1]:
+            folder = folder / part
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+
+
+def _not_a_file(entry: os.DirEntry[str]) -> str:
+    return "is a symlink; sync never follows symlinks" if entry.is_symlink() else "is not a regular file"
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

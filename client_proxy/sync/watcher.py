@@ -1,0 +1,154 @@
+"""Noticing edits to the memory files: watchdog events, crossed into anyio and debounced.
+
+The project folder is watched alone (its `MEMORY.md`, `memory.md` and the `memory/` folder coming and going), and
+`memory/` recursively while it is a real folder (`refresh` adds or drops that watch). Events only wake the syncer,
+which rescans: a burst of saves becomes one scan, at most `MAX_DELAY` after its first event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from watchdog.events import (
+    EVENT_TYPE_CLOSED,
+    EVENT_TYPE_CREATED,
+    EVENT_TYPE_DELETED,
+    EVENT_TYPE_MODIFIED,
+    EVENT_TYPE_MOVED,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver, ObservedWatch
+
+from client_proxy.sync.scope import MEMORY_DIR, ROOT_FILES
+
+log = logging.getLogger(__name__)
+
+QUIET: Final = 0.2  # seconds without events before a burst counts as over
+MAX_DELAY: Final = 1.0  # seconds after a burst's first event, however long it goes on
+# Reading a file (our own scans do) is an event too: only changes wake the syncer. A folder's "modified" only
+# repeats what the events of its entries say.
+_FILE_CHANGES: Final = frozenset(
+    {EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_CLOSED, EVENT_TYPE_DELETED, EVENT_TYPE_MOVED}
+)
+_FOLDER_CHANGES: Final = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_DELETED, EVENT_TYPE_MOVED})
+_TOP_NAMES: Final = frozenset({*ROOT_FILES, MEMORY_DIR})
+
+
+class Wakeup:
+    """A debounced wake-up: `poke` from any thread, `await wait(timeout)` on the event loop it was made on."""
+
+    def __init__(self, *, quiet: float = QUIET, max_delay: float = MAX_DELAY) -> None:
+        self._quiet = quiet
+        self._max_delay = max_delay
+        self._token = anyio.lowlevel.current_token()
+        self._loop_thread = threading.get_ident()
+        self._lock = threading.Lock()
+        self._event = anyio.Event()
+        self._first: float | None = None
+        self._last = 0.0
+        self._urgent = False
+
+    def poke(self, *, urgent: bool = False) -> None:
+        """Note a change (`urgent`: scan now, no debounce); safe from any thread."""
+        now = time.monotonic()
+        with self._lock:
+            first = self._first is None
+            self._first = now if first else self._first
+            self._last = now
+            self._urgent = self._urgent or urgent
+        if not first and not urgent:
+            return  # the loop was already woken for this burst
+        if threading.get_ident() == self._loop_thread:
+            self._set()
+            return
+        with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits any more
+            anyio.from_thread.run_sync(self._set, token=self._token)
+
+    def _set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True once pokes have gone quiet (or an urgent one came); False after `timeout` seconds without any."""
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+        if not self._event.is_set():
+            return False
+        while True:
+            with self._lock:
+                assert self._first is not None
+                deadline = self._first if self._urgent else min(self._last + self._quiet, self._first + self._max_delay)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._first, self._urgent, self._event = None, False, anyio.Event()
+                    return True
+            await anyio.sleep(remaining)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, root: Path, wakeup: Wakeup, *, top: bool) -> None:
+        self._root = root
+        self._wakeup = wakeup
+        self._top = top
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type not in (_FOLDER_CHANGES if event.is_directory else _FILE_CHANGES):
+            return
+        paths = [event.src_path, event.dest_path] if event.dest_path else [event.src_path]
+        if any(self._relevant(path) for path in paths):
+            self._wakeup.poke()
+
+    def _relevant(self, path: str | bytes) -> bool:
+        name = Path(path.decode("utf-8", "surrogateescape") if isinstance(path, bytes) else path).name
+        if self._top:
+            return name in _TOP_NAMES
+        return not name.startswith(".")  # our own temporary files are hidden
+
+
+class Watcher:
+    """The watchdog observer over one project folder; `refresh` follows `memory/` appearing, vanishing, reappearing."""
+
+    def __init__(self, project: Path, wakeup: Wakeup, observer: Callable[[], BaseObserver] = Observer) -> None:
+        self._project = project
+        self._wakeup = wakeup
+        self._observer = observer()
+        self._memory_watch: ObservedWatch | None = None
+
+    def start(self) -> None:
+        """Start watching (blocking: call in a worker thread)."""
+        self._observer.schedule(_Handler(self._project, self._wakeup, top=True), str(self._project), recursive=False)
+        self._observer.start()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Watch `memory/` recursively while it is a real folder (never through a symlink); blocking."""
+        memory = self._project / MEMORY_DIR
+        real = memory.is_dir() and not memory.is_symlink()
+        if real and self._memory_watch is None:
+            try:
+                handler = _Handler(memory, self._wakeup, top=False)
+                self._memory_watch = self._observer.schedule(handler, str(memory), recursive=True)
+            except OSError as exc:  # e.g. the inotify watch limit: the periodic rescan still finds every change
+                log.warning("sync: cannot watch %s (%s); changes are picked up by the periodic rescan", memory, exc)
+                return
+            self._wakeup.poke(urgent=True)  # whatever was written before the watch began
+        elif not real and self._memory_watch is not None:
+            with contextlib.suppress(KeyError, OSError):  # the folder is gone and its watch with it
+                self._observer.unschedule(self._memory_watch)
+            self._memory_watch = None
+
+    def stop(self) -> None:
+        """Stop the observer thread and wait for it (blocking)."""
+        self._observer.stop()
+        if self._observer.is_alive():
+            self._observer.join(timeout=5)

@@ -1,0 +1,1 @@
+"""Claude Code session transcripts: read, rendered to markdown, uploaded."""

@@ -1,0 +1,127 @@
+"""`memory-server config`: the effective configuration, as the server would run with it, secrets masked.
+
+Each value is shown with where it came from: `default`, `env` (the environment), `file` (the config file) or
+`command line`. The names are the config file's keys. Provider API keys are never printed: only where each would
+come from (a secret file or the environment) and whether one is there. URLs lose any user:password part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from server.errors import InvalidArgumentError
+from server.index.embeddings.select import read_secret, read_secret_file
+from server.settings import CONFIG_VARIABLE, SECRETS, Settings
+
+COMMAND_LINE = "command line"
+
+
+def register(commands: Any) -> None:
+    config = commands.add_parser(
+        "config",
+        help="print the effective configuration and where each value comes from (secrets masked)",
+        description=__doc__,
+    )
+    config.add_argument("--json", action="store_true", help='print it as JSON: {"key": {"value", "origin"}}')
+    config.set_defaults(func=cmd_config)
+
+
+def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, tuple[object, str]]:
+    """Every setting as (value, origin), command-line overrides applied; where each provider key would come from."""
+    embedding, engine, origin = settings.embedding, settings.engine, settings.origins
+    values: dict[str, tuple[object, str]] = {
+        "config": (str(settings.config_file) if settings.config_file else None, _config_origin(args, env)),
+        "data_dir": _override(args.data_dir, settings.data_dir, origin["data_dir"]),
+        "keys_dir": _override(args.keys_dir, settings.keys_dir, origin["keys_dir"]),
+        "log_level": _override(args.log_level, settings.log_level, origin["log_level"]),
+    }
+    plain: dict[str, object] = {
+        "log_format": settings.log_format,
+        "host": settings.host,
+        "port": settings.port,
+        "metrics_host": settings.metrics_host,
+        "metrics_port": settings.metrics_port,
+        "embedding_providers": list(embedding.providers),
+        "embedding_probe": embedding.probe,
+        "embedding_timeout": embedding.http.timeout,
+        "embedding_retries": embedding.http.max_retries,
+        "embedding_batch": embedding.http.batch_size,
+        "voyage_model": embedding.voyage.model,
+        "voyage_base_url": _without_userinfo(embedding.voyage.base_url),
+        "voyage_dimensions": embedding.voyage.dimensions,
+        "openai_model": embedding.openai.model,
+        "openai_base_url": _without_userinfo(embedding.openai.base_url),
+        "openai_dimensions": embedding.openai.dimensions,
+        "weight_vector": engine.weights.vector,
+        "weight_keyword": engine.weights.keyword,
+        "max_file_bytes": engine.scan.max_file_bytes,
+        "redact_writes": settings.redact_writes,
+    }
+    values.update({key: (value, origin[key]) for key, value in plain.items()})
+    sources = settings.key_sources(env)
+    for name in SECRETS:
+        where = "file" if f"{name}_FILE" in settings.key_files else "env" if _any_set(env, name) else "default"
+        values[name.lower()] = (_secret_origin(sources, name), where)
+    return values
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    values = effective(args.settings, args, os.environ)
+    if args.json:
+        print(json.dumps({key: {"value": value, "origin": where} for key, (value, where) in values.items()}, indent=2))
+        return 0
+    shown = {key: (_text(value), where) for key, (value, where) in values.items()}
+    key_width = max(len(key) for key in shown)
+    value_width = min(60, max(len(text) for text, _ in shown.values()))
+    for key, (text, where) in shown.items():
+        print(f"{key.ljust(key_width)}  {text.ljust(value_width)}  ({where})")
+    return 0
+
+
+def _override(given: object, configured: object, origin: str) -> tuple[object, str]:
+    """A global option's value: the command line's when it differs from the configured one."""
+    return str(given), COMMAND_LINE if given != configured else origin
+
+
+def _config_origin(args: argparse.Namespace, env: Mapping[str, str]) -> str:
+    if args.config is not None:
+        return COMMAND_LINE
+    return "env" if env.get(CONFIG_VARIABLE, "").strip() else "default"
+
+
+def _any_set(env: Mapping[str, str], name: str) -> bool:
+    return bool(env.get(name, "").strip() or env.get(f"{name}_FILE", "").strip())
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value)
+    return "-" if value is None else str(value)
+
+
+def _secret_origin(env: Mapping[str, str], name: str) -> str:
+    """'set, from file PATH' / 'set, from NAME' / 'not set' / 'unusable: why' — never the key itself."""
+    try:
+        secret = read_secret(env, name)
+    except InvalidArgumentError as exc:
+        return f"unusable: {exc}"
+    if secret is None:
+        return "not set"
+    path = env.get(f"{name}_FILE", "").strip()
+    if path and read_secret_file(name, path) is not None:
+        return f"set, from file {path}"
+    return f"set, from {name}"
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))

@@ -1,0 +1,196 @@
+"""`memory-server serve`: the data directory, the server key, the memory service and uvicorn, in that order.
+
+On first run the data directory and the server's key pair are created and the lines an operator needs are
+printed: the public key laptops pin, and how to let a laptop in. The server listens on 127.0.0.1 unless told
+otherwise on the command line; an address other machines can reach is never taken from the environment or the
+config file alone. With `MEMORY_METRICS_PORT`, Prometheus metrics are also served on a loopback-only listener.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import socket
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from channel.errors import ChannelError
+from channel.keys import PrivateKey, read_private_key
+from server.callers.config import CALLERS_FILE, CallersFileError
+from server.callers.file import CallersFile, prepare_keys_dir
+from server.cli import admin as admin_cli
+from server.errors import InvalidArgumentError
+from server.settings import Settings, is_loopback
+
+if TYPE_CHECKING:
+    import uvicorn
+
+
+GRACEFUL_SHUTDOWN = 10  # seconds uvicorn waits for requests in flight (open SSE streams are cut after it)
+
+
+def register(commands: Any, settings: Settings) -> None:
+    """Add `serve` to the `memory-server` subcommands."""
+    serve = commands.add_parser(
+        "serve",
+        help="run the server (creates the data directory and the server key on first run)",
+        description=__doc__,
+    )
+    serve.add_argument(
+        "--host",
+        default=None,
+        help=f"address to listen on (env MEMORY_HOST; default {settings.host}); an address other machines can "
+        "reach must be given here, not only in the environment",
+    )
+    serve.add_argument("--port", type=int, default=None, help=f"TCP port (env MEMORY_PORT; default {settings.port})")
+    serve.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    # The web stack and the MCP SDK take most of a second to import: only this command pays for them.
+    from server.app import create_app
+    from server.cli.graceful import GracefulServer
+    from server.memory.service import SERVER_VERSION, MemoryService
+    from server.observe.metrics import sessions_collector
+    from server.observe.metrics_app import ChannelMetrics, MetricsListener, service_metrics
+
+    settings: Settings = args.settings
+    host = args.host if args.host is not None else settings.host
+    port = args.port if args.port is not None else settings.port
+    if not 0 <= port <= 65535:
+        raise InvalidArgumentError(f"--port must be between 0 and 65535, not {port}")
+    if args.host is None and not is_loopback(host):
+        where = "MEMORY_HOST" if settings.origins.get("host") == "env" else f"host in {settings.config_file}"
+        raise InvalidArgumentError(
+            f"{where}={host} would let other machines connect; confirm it with `serve --host {host}`"
+        )
+    data_dir: Path = args.data_dir
+    keys_dir: Path = args.keys_dir
+    prepare_data_dir(data_dir)
+    key = ensure_server_key(keys_dir, out=_stdout())
+    callers = CallersFile(keys_dir / CALLERS_FILE)
+    if not callers.config.callers:
+        print_callers_hint(_keys_option(args), _stdout())
+    embedder, _reasons = settings.select_embedder(os.environ)
+    if embedder is not None:
+        warm_up = getattr(embedder, "warm_up", None)
+        if callable(warm_up):
+            print(f"loading the embedding model {embedder.model} ...", file=_stdout(), flush=True)
+            warm_up()
+    service = MemoryService(data_dir, embedder, settings.engine, redact_writes=settings.redact_writes)
+    metrics = service_metrics(service)
+    app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics)
+    metrics.collectors.append(sessions_collector(lambda: len(app.sessions)))
+    listener = bind(host, port)
+    scraper = None
+    try:
+        if settings.metrics_port is not None:
+            scraper = MetricsListener(metrics, settings.metrics_host, settings.metrics_port)
+        bound_host, bound_port = listener.getsockname()[:2]
+        print(
+            f"memory-server {SERVER_VERSION} listening on {_url(bound_host, bound_port)} "
+            f"(data {data_dir}, keys {keys_dir}, key {key.public.fingerprint})",
+            file=_stdout(),
+            flush=True,
+        )
+        if scraper is not None:
+            scraper.start()
+            print(f"metrics on {_url(*scraper.address)}/metrics (loopback only)", file=_stdout(), flush=True)
+        GracefulServer(uvicorn_config(ChannelMetrics(app, metrics)), on_stopping=service.stopping).run(
+            sockets=[listener]
+        )
+    finally:
+        if scraper is not None:
+            scraper.close()
+        listener.close()
+    return 0
+
+
+def uvicorn_config(app: Any, *, graceful: int = GRACEFUL_SHUTDOWN) -> uvicorn.Config:
+    """How uvicorn runs the app: our logging, no access log or banners, the lifespan required."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        log_config=None,  # our logging, configured by the CLI: stderr, MEMORY_LOG_LEVEL
+        access_log=False,  # the channel logs each request with its caller; uvicorn would see only /v1/tunnel
+        lifespan="on",
+        http="h11",
+        ws="none",
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=graceful,
+    )
+
+
+def ensure_server_key(keys_dir: Path, *, out: TextIO) -> PrivateKey:
+    """The server's private key, created (with the keys directory) when there is none yet."""
+    key_path = keys_dir / admin_cli.SERVER_KEY_FILE
+    try:
+        if not (key_path.exists() or key_path.is_symlink()):
+            print(f"first run: creating the server key in {keys_dir}", file=out)
+            admin_cli.cmd_keys_init(argparse.Namespace(keys_dir=keys_dir, comment="memory-server", force=False))
+        else:
+            prepare_keys_dir(keys_dir)
+        return read_private_key(key_path)
+    except (ChannelError, CallersFileError) as exc:
+        raise InvalidArgumentError(str(exc)) from None
+    except OSError as exc:
+        raise InvalidArgumentError(f"{exc.filename or keys_dir}: {exc.strerror}") from None
+
+
+def print_callers_hint(keys_option: str, out: TextIO) -> None:
+    print(
+        "\nNo caller may connect yet. On a laptop run `memory-proxy init` (it prints the laptop's public line), "
+        "then here:\n"
+        f"  memory-server{keys_option} callers add NAME --key 'memory-ed25519 ... LAPTOP' --grant INDEX=rw\n"
+        "A running server applies callers.toml changes within a second.\n",
+        file=out,
+        flush=True,
+    )
+
+
+def prepare_data_dir(path: Path) -> None:
+    """Create the data directory (mode 0700: it holds every index's memory files) when missing."""
+    if not path.exists():
+        path.mkdir(mode=0o700, parents=True)
+        os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
+    elif not path.is_dir():
+        raise InvalidArgumentError(f"the data directory {path} is not a directory")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket. Made here rather than by uvicorn: asyncio sets TCP_NODELAY only on sockets created
+    with IPPROTO_TCP, and without it every small response waits ~40 ms for a delayed ACK."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )[0]
+    except socket.gaierror as exc:
+        raise InvalidArgumentError(f"cannot resolve --host {host}: {exc.strerror}") from None
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        raise InvalidArgumentError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    listener.set_inheritable(True)
+    return listener
+
+
+def _keys_option(args: argparse.Namespace) -> str:
+    settings: Settings = args.settings
+    return "" if args.keys_dir == settings.keys_dir else f" --keys-dir {shlex.quote(str(args.keys_dir))}"
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _stdout() -> TextIO:
+    return sys.stdout  # looked up on each use, so a test's capture applies

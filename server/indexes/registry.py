@@ -1,0 +1,129 @@
+"""The registry of open indexes: each index's storage opened once on first use, kept in step with its files, and
+closed with the service. Blocking and thread-safe, like the service that owns it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from server.errors import EngineError
+from server.indexes.storage import Backend, FileStore, SearchIndex
+from server.mirror.state import FileState
+
+log = logging.getLogger(__name__)
+
+AUTO_INDEX_FILES = 32  # a search indexes at most this many files changed on disk first; more wait for sync
+# A search looks for files changed on disk behind the service (a walk of the mirror, ~10 ms per 1,000 files) at
+# most this often per index; changes made through the service are indexed before the call returns anyway.
+RESCAN_SECONDS = 2.0
+
+
+@dataclass
+class OpenIndex:
+    """One open index: the search index and the files it indexes (sync works on both through the service)."""
+
+    index: SearchIndex
+    mirror: FileStore
+    unindexable: dict[str, str] = field(default_factory=dict)  # path -> hash the engine skipped (not UTF-8...)
+    scanned_at: float | None = None  # time.monotonic() of the last look for disk changes by a search
+    pending: int = 0  # files waiting for the index at that look
+
+
+class IndexRegistry:
+    """Opens indexes through `backend`; `on_change(name)` hears of every change to an index's files."""
+
+    def __init__(
+        self, backend: Backend, on_change: Callable[[str], None], *, rescan_interval: float = RESCAN_SECONDS
+    ) -> None:
+        self.backend = backend
+        self.on_change = on_change
+        self.rescan_interval = rescan_interval
+        self._lock = threading.Lock()
+        self._indexes: dict[str, OpenIndex] = {}
+
+    def open(self, name: str, *, create: bool = True) -> OpenIndex | None:
+        """The open index `name`, opened now if need be; None when it does not exist and `create` is false."""
+        with self._lock:
+            handle = self._indexes.get(name)
+            if handle is not None:
+                return handle
+            if not create and not self.backend.exists(name):
+                return None
+            index, mirror = self.backend.open(name, on_change=lambda: self.on_change(name))
+            if index.needs_rebuild:
+                index.start_background_rebuild()
+            handle = self._indexes[name] = OpenIndex(index, mirror)
+            return handle
+
+    def get(self, name: str) -> OpenIndex:
+        """The open index `name`, created if it does not exist yet."""
+        handle = self.open(name)
+        assert handle is not None
+        return handle
+
+    def close(self) -> None:
+        """Close every open index (the service waited for the calls in flight)."""
+        with self._lock:
+            opened, self._indexes = self._indexes, {}
+        for handle in opened.values():
+            handle.index.close()
+            handle.mirror.close()
+
+    # keeping the index in step with the files ----------------------------------------------------------
+
+    def index_quietly(self, handle: OpenIndex, *, wait: bool = True, paths: builtins.list[str] | None = None) -> bool:
+        """Bring the engine up to date with the mirror (only `paths`, after a write or delete through the service);
+        False when that failed (logged) or, without `wait`, when another run (a sync) holds the index."""
+        try:
+            if wait:
+                report = handle.index.index(handle.mirror.files_dir, rebuild_now=False, paths=paths)
+            else:
+                maybe = handle.index.index_if_idle(handle.mirror.files_dir, rebuild_now=False)
+                if maybe is None:
+                    return False
+                report = maybe
+        except EngineError as exc:
+            log.error("indexing %s after a change failed: %s", handle.index.name, type(exc).__name__)
+            return False
+        self.remember_skipped(handle, report.skipped)
+        handle.scanned_at = None  # the next search looks at the disk again
+        return True
+
+    def remember_skipped(self, handle: OpenIndex, skipped: builtins.list[tuple[str, str]]) -> None:
+        for path, _reason in skipped:
+            state = handle.mirror.state(path)
+            if state is not None and state.hash is not None:
+                handle.unindexable[path] = state.hash
+
+    def freshen(self, handle: OpenIndex) -> int:
+        """Record disk changes, index them now when they are few; the number still waiting. Looks at the disk
+        at most once per `rescan_interval` (a write through the service resets nothing: it indexes itself)."""
+        now = time.monotonic()
+        if handle.scanned_at is not None and now - handle.scanned_at < self.rescan_interval:
+            return handle.pending
+        pending = self.pending(handle, handle.mirror.reconcile_all())
+        # Never wait behind a running sync: answer from the index as it is, and count the files still pending.
+        if 0 < len(pending) <= AUTO_INDEX_FILES and self.index_quietly(handle, wait=False):
+            pending = self.pending(handle, handle.mirror.reconcile_all())
+        handle.scanned_at, handle.pending = now, len(pending)
+        return len(pending)
+
+    def pending(
+        self, handle: OpenIndex, live: builtins.list[FileState], *, include_unindexable: bool = False
+    ) -> set[str]:
+        """Paths where the mirror and the engine disagree (changed, new or removed files)."""
+        indexed = handle.index.indexed_files()
+        out: set[str] = set()
+        for state in live:
+            if indexed.get(state.path) == state.hash:
+                continue
+            if not include_unindexable and handle.unindexable.get(state.path) == state.hash:
+                continue
+            out.add(state.path)
+        out.update(set(indexed) - {s.path for s in live})
+        return out

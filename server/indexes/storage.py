@@ -1,0 +1,136 @@
+"""The storage seam: what the memory operations and file sync need from the place files, revisions, chunks and
+search live. Two narrow protocols and a backend that opens both for one index.
+
+`FileStore` holds an index's files with their revisions, tombstones, idempotency records, merge bases and the
+change feed (`holding_changes`); `SearchIndex` holds its chunks, vectors and keyword index. SQLite is the one
+implementation (`server.mirror.Mirror`, `server.index.MemoryIndex`, opened by `SqliteBackend`); another backend
+(PostgreSQL, later) implements the same three protocols and is chosen where the service is built.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import datetime as dt
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Literal, Protocol
+
+from server.index.embeddings.base import Embedder
+from server.index.engine import EngineSettings, IndexStatus, MemoryIndex, index_dir
+from server.index.indexer import IndexReport
+from server.index.search import SearchOptions, SearchResult
+from server.mirror.mirror import Mirror, MirrorFile
+from server.mirror.state import CallerSync, FileState, IdempotencyRecord
+
+
+class FileStore(Protocol):
+    """One index's files and their history. Thread-safe; every method blocks."""
+
+    @property
+    def lock(self) -> contextlib.AbstractContextManager[object]:
+        """Held across a read-modify-write sequence (re-entrant)."""
+
+    @property
+    def max_file_bytes(self) -> int: ...
+
+    @property
+    def files_dir(self) -> Path:
+        """Where the search index reads the files from."""
+
+    @property
+    def clock(self) -> Callable[[], dt.datetime]: ...
+
+    def read(self, path: str) -> MirrorFile | None: ...
+    def state(self, path: str) -> FileState | None: ...
+    def states(self, paths: builtins.list[str]) -> dict[str, FileState]: ...
+    def list(
+        self, prefix: str = "", date_from: str | None = None, date_to: str | None = None
+    ) -> builtins.list[FileState]: ...
+    def reconcile_all(self) -> builtins.list[FileState]: ...
+    def changes_since(self, revision: int, limit: int = 1000) -> builtins.list[FileState]: ...
+    def version_text(self, digest: str) -> str | None: ...
+    def revision(self) -> int: ...
+    def write(
+        self,
+        path: str,
+        text: str,
+        *,
+        caller: str,
+        expected_hash: str | None = None,
+        record: IdempotencyRecord | None = None,
+    ) -> FileState: ...
+    def delete(self, path: str, *, caller: str, expected_hash: str | None = None) -> FileState | None: ...
+    def recall(self, caller: str, key: str) -> IdempotencyRecord | None: ...
+    def remember(self, record: IdempotencyRecord) -> None: ...
+    def record_sync(self, caller: str, kind: Literal["pull", "push"], revision: int) -> None: ...
+    def sync_callers(self) -> builtins.list[CallerSync]: ...
+    def holding_changes(self) -> contextlib.AbstractContextManager[None]: ...
+    def close(self) -> None: ...
+
+
+class SearchIndex(Protocol):
+    """One index's chunks, vectors and keyword index, kept up to date from a FileStore's files."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def needs_rebuild(self) -> bool: ...
+
+    def start_background_rebuild(self) -> object: ...
+    def search(self, query: str, options: SearchOptions | None = None) -> SearchResult: ...
+    def status(self) -> IndexStatus: ...
+    def index(
+        self,
+        root: Path | None = None,
+        *,
+        force: bool = False,
+        rebuild_now: bool = True,
+        on_file: Callable[[str], None] | None = None,
+        paths: Collection[str] | None = None,
+    ) -> IndexReport: ...
+    def index_if_idle(self, root: Path | None = None, **options: object) -> IndexReport | None: ...
+    def indexed_files(self) -> dict[str, str]: ...
+    def last_change(self) -> float | None: ...
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """Opens the storage of one index by name."""
+
+    def exists(self, name: str) -> bool: ...
+    def open(self, name: str, *, on_change: Callable[[], None]) -> tuple[SearchIndex, FileStore]: ...
+
+
+class SqliteBackend:
+    """Each index in `<data>/indexes/<name>/`: `index.sqlite3` (the engine) beside `files/` and `state.sqlite3`."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        embedder: Embedder | None,
+        settings: EngineSettings,
+        clock: Callable[[], dt.datetime],
+    ) -> None:
+        self.data_dir = data_dir
+        self.embedder = embedder
+        self.settings = settings
+        self.clock = clock
+
+    def exists(self, name: str) -> bool:
+        return (index_dir(self.data_dir, name) / "index.json").is_file()
+
+    def open(self, name: str, *, on_change: Callable[[], None]) -> tuple[SearchIndex, FileStore]:
+        index = MemoryIndex.open(self.data_dir, name, self.embedder, create=True, settings=self.settings)
+        try:
+            mirror = Mirror(
+                index.directory,
+                clock=self.clock,
+                max_file_bytes=self.settings.scan.max_file_bytes,
+                on_change=on_change,
+            )
+        except BaseException:
+            index.close()
+            raise
+        return index, mirror

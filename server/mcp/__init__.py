@@ -1,0 +1,1 @@
+"""The MCP surface: tools, resources and prompts over the memory service."""

@@ -1,0 +1,89 @@
+"""Running the blocking memory service from async MCP handlers: worker threads, errors, progress, cancellation.
+
+The event loop never waits on the service: every call runs in a worker thread, and that thread is never
+abandoned, so a cancelled call returns only once the service is done with it (a write is never left half done,
+and shutdown waits for it). `translated` is the one place service errors become MCP errors.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+
+from server.error_table import KNOWN_ERRORS
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+PROGRESS_INTERVAL = 0.1  # seconds between progress notifications (the last one is always sent)
+Progress = Callable[[int, int, str], None]
+
+
+async def in_thread(
+    what: str, call: Callable[..., T], *args: Any, kind: type[Exception] = ToolError, **kwargs: Any
+) -> T:
+    """`call(*args, **kwargs)` in a worker thread, its errors translated to `kind`."""
+    with translated(what, kind):
+        return await anyio.to_thread.run_sync(functools.partial(call, *args, **kwargs))
+
+
+@contextmanager
+def translated(what: str, kind: type[Exception]) -> Iterator[None]:
+    """The one place service errors become MCP errors: the service's own messages are written for callers and
+    never hold secrets, memory text or library exception text; anything else is left to the SDK, which answers
+    with a generic message and logs the traceback."""
+    try:
+        yield
+    except KNOWN_ERRORS as exc:  # every one has a row in server.error_table.ERROR_TABLE: its message is for callers
+        log.info("%s refused: %s", what, type(exc).__name__)
+        raise kind(str(exc)) from None
+
+
+async def run_with_progress(ctx: Context, job: Callable[[Progress, Callable[[], bool]], T]) -> T:
+    """Run `job(progress, cancelled)` in a worker thread, forwarding `progress` as MCP progress notifications
+    and turning the request's cancellation into `cancelled() == True`, then waiting for the job to stop."""
+    stop = threading.Event()
+    send, receive = anyio.create_memory_object_stream[tuple[int, int, str]](math.inf)
+    last_sent = [0.0]
+
+    def progress(done: int, total: int, message: str) -> None:  # in the worker thread
+        now = time.monotonic()
+        if done < total and now - last_sent[0] < PROGRESS_INTERVAL:
+            return
+        last_sent[0] = now
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the request is over: no audience
+            anyio.from_thread.run_sync(send.send_nowait, (done, total, message))
+
+    async def forward() -> None:
+        async with receive:
+            async for done, total, message in receive:
+                with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):  # the client went away
+                    await ctx.report_progress(done, total, message or None)
+
+    async def watch() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:  # cancelled: by the client (or the server shutting down), or below once the job is done
+            stop.set()
+
+    async with anyio.create_task_group() as watching:
+        watching.start_soon(watch)
+        async with anyio.create_task_group() as forwarding:  # ends once every notification has gone out
+            forwarding.start_soon(forward)
+            with send:
+                result = await anyio.to_thread.run_sync(job, progress, stop.is_set)
+        watching.cancel_scope.cancel()
+    return result

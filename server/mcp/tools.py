@@ -1,0 +1,362 @@
+"""The MCP surface: seven memory tools, every memory file as a `memory://` resource, and two prompts.
+
+Each handler finds its caller in the HTTP request the channel authenticated (`scope["user"]`), runs the blocking
+service call in a worker thread (never abandoned, so a cancelled or interrupted write still finishes), and turns
+the service's errors into tool errors an agent can act on (`server.mcp.calls`). Nothing here widens what the
+caller may reach: the service works on the index the request names, and checks the grant on every call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import anyio.to_thread
+from mcp.server import MCPServer, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    ListResourcesResult,
+    PaginatedRequestParams,
+    Resource,
+    ToolAnnotations,
+)
+from pydantic import Field
+
+from server.error_table import KNOWN_ERRORS, answer_for
+from server.mcp.answers import compact, fit_list, fit_search, get_answer
+from server.mcp.caller import channel_user
+from server.mcp.calls import Progress, in_thread, run_with_progress, translated
+from server.memory.results import (
+    DeleteOutput,
+    GetOutput,
+    ListOutput,
+    SearchOutput,
+    StatusOutput,
+    SyncOutput,
+    WriteOutput,
+)
+from server.memory.service import SERVER_VERSION, CallerContext, MemoryService, PermissionDeniedError
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "agent-memory"
+TIMEZONE_HEADER = "x-memory-timezone"  # the laptop's IANA time zone, sent by the proxy: daily logs use its date
+URI_SCHEME = "memory"
+RESOURCE_PAGE = 100
+MAX_RESULTS = 50  # hits, and list entries per page, that fit one tool result (see server.mcp.answers)
+MAX_LIST_PAGE = 200
+
+INSTRUCTIONS = (
+    "Long-term memory shared by this project's agents, kept as markdown files (MEMORY.md, memory/*.md, daily "
+    "logs memory/YYYY-MM-DD.md). Search it before answering questions about past decisions, conventions or work; "
+    "cite hits as path#Lx-Ly. Store durable facts, decisions and progress with memory_write (it appends to "
+    "today's log by default)."
+)
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+FilePath = Annotated[str, Field(description="file path inside memory: MEMORY.md or memory/<folders>/<name>.md")]
+Hash = Annotated[
+    str | None,
+    Field(description="sha256 of the file's current content (from memory_get or memory_list); 'absent' for none"),
+]
+
+
+def build_mcp_server(service: MemoryService) -> MCPServer:
+    """The MCP server over `service`: tools, resources and prompts, answering for the caller of each request."""
+    mcp: MCPServer = MCPServer(
+        SERVER_NAME, title="Agent memory", version=SERVER_VERSION, instructions=INSTRUCTIONS, log_level="WARNING"
+    )
+
+    @mcp.tool(title="Search memory", annotations=READ_ONLY)
+    async def memory_search(
+        ctx: Context,
+        query: Annotated[str, Field(description="what to look for, in plain words")],
+        max_results: Annotated[int, Field(description="hits to return", ge=1, le=MAX_RESULTS)] = 8,
+        min_score: Annotated[float, Field(description="drop hits scoring below this, 0-1")] = 0.0,
+        sources: Annotated[
+            list[Literal["memory", "sessions"]] | None, Field(description="only these sources (default: all)")
+        ] = None,
+        path: Annotated[str | None, Field(description="only files under this path prefix, e.g. memory/")] = None,
+        date_from: Annotated[str | None, Field(description="only daily logs from this day, YYYY-MM-DD")] = None,
+        date_to: Annotated[str | None, Field(description="only daily logs up to this day, YYYY-MM-DD")] = None,
+        scope: Annotated[
+            Literal["index", "all"],
+            Field(description="'index': this project's memory; 'all': also every other memory you may read"),
+        ] = "index",
+    ) -> Annotated[CallToolResult, SearchOutput]:
+        """Search memory (meaning and keywords) for notes, decisions and past work. Returns the best passages
+        with a path#Lx-Ly citation, heading, snippet and score; read more around a hit with memory_get."""
+        caller = _caller(ctx)
+        found = await in_thread(
+            "memory_search",
+            service.search,
+            caller,
+            query,
+            max_results=max_results,
+            min_score=min_score,
+            sources=list(sources) if sources is not None else None,
+            path=path,
+            date_from=date_from,
+            date_to=date_to,
+            scope=scope,
+        )
+        return compact(fit_search(found))
+
+    @mcp.tool(title="Read a memory file", annotations=READ_ONLY)
+    async def memory_get(
+        ctx: Context,
+        path: FilePath,
+        start_line: Annotated[int | None, Field(description="first line to return, 1-based")] = None,
+        end_line: Annotated[int | None, Field(description="last line to return, inclusive")] = None,
+    ) -> Annotated[CallToolResult, GetOutput]:
+        """Read a memory file, or lines start_line-end_line of it. Long answers stop early and say where to
+        continue (next_start_line). A missing file is an empty answer with exists=false. The hash is what
+        memory_write needs to replace the file."""
+        caller = _caller(ctx)
+        return get_answer(
+            await in_thread("memory_get", service.get, caller, path, start_line=start_line, end_line=end_line)
+        )
+
+    @mcp.tool(
+        title="Write to memory",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+        ),
+    )
+    async def memory_write(
+        ctx: Context,
+        content: Annotated[str, Field(description="markdown text to store")],
+        path: Annotated[
+            str | None, Field(description="target file (default: today's daily log memory/YYYY-MM-DD.md)")
+        ] = None,
+        mode: Annotated[
+            Literal["append", "replace"],
+            Field(description="'append' adds to the end; 'replace' overwrites the file and needs expected_hash"),
+        ] = "append",
+        topic: Annotated[str | None, Field(description="short title: appends go under '## HH:MM — topic'")] = None,
+        expected_hash: Hash = None,
+        idempotency_key: Annotated[
+            str | None, Field(description="any unique string: a retried call with the same key writes only once")
+        ] = None,
+    ) -> Annotated[CallToolResult, WriteOutput]:
+        """Store a note in memory. By default appends to today's daily log under a '## HH:MM — topic' heading;
+        'replace' rewrites a whole file and is refused (with the current hash) if it changed since you read it.
+        The text is searchable as soon as this returns."""
+        caller = _caller(ctx)
+        written = await in_thread(
+            "memory_write",
+            service.write,
+            caller,
+            content,
+            path=path,
+            mode=mode,
+            topic=topic,
+            expected_hash=expected_hash,
+            idempotency_key=idempotency_key,
+            timezone=_header(ctx, TIMEZONE_HEADER),
+        )
+        return compact(written)
+
+    @mcp.tool(title="List memory files", annotations=READ_ONLY)
+    async def memory_list(
+        ctx: Context,
+        prefix: Annotated[str | None, Field(description="only paths starting with this, e.g. memory/")] = None,
+        date_from: Annotated[str | None, Field(description="only daily logs from this day, YYYY-MM-DD")] = None,
+        date_to: Annotated[str | None, Field(description="only daily logs up to this day, YYYY-MM-DD")] = None,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
+        limit: Annotated[int, Field(description="files per page", ge=1, le=MAX_LIST_PAGE)] = 100,
+    ) -> Annotated[CallToolResult, ListOutput]:
+        """List memory files with size, lines, hash and who changed them when, sorted by path."""
+        caller = _caller(ctx)
+        listed = await in_thread(
+            "memory_list",
+            service.list,
+            caller,
+            prefix=prefix,
+            date_from=date_from,
+            date_to=date_to,
+            cursor=cursor,
+            limit=limit,
+        )
+        return compact(fit_list(listed))
+
+    @mcp.tool(
+        title="Delete a memory file",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+        ),
+    )
+    async def memory_delete(
+        ctx: Context, path: FilePath, expected_hash: Hash = None
+    ) -> Annotated[CallToolResult, DeleteOutput]:
+        """Delete a memory file everywhere (every synced laptop loses it too). With expected_hash, only if the
+        file is still that version."""
+        caller = _caller(ctx)
+        return compact(await in_thread("memory_delete", service.delete, caller, path, expected_hash=expected_hash))
+
+    @mcp.tool(title="Memory status", annotations=READ_ONLY)
+    async def memory_status(ctx: Context) -> Annotated[CallToolResult, StatusOutput]:
+        """Which memory you are using and what it holds: embedding model, files and chunks per source, pending
+        indexing, last change, search modes available, your caller name and access."""
+        caller = _caller(ctx)
+        return compact(await in_thread("memory_status", service.status, caller))
+
+    @mcp.tool(
+        title="Re-index memory",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+    )
+    async def memory_sync(
+        ctx: Context,
+        force: Annotated[bool, Field(description="re-index every file, not only changed ones")] = False,
+    ) -> Annotated[CallToolResult, SyncOutput]:
+        """Re-index memory files changed outside memory_write now (usually automatic). Reports progress and can
+        be cancelled."""
+        caller = _caller(ctx)
+
+        def sync(progress: Progress, cancelled: Callable[[], bool]) -> SyncOutput:
+            return service.sync(caller, force=force, progress=progress, cancelled=cancelled)
+
+        with translated("memory_sync", ToolError):
+            return compact(await run_with_progress(ctx, sync))
+
+    _add_resources(mcp, service)
+    _add_prompts(mcp)
+    return mcp
+
+
+# resources ------------------------------------------------------------------------------------------------
+
+
+def _add_resources(mcp: MCPServer, service: MemoryService) -> None:
+    @mcp.resource(
+        f"{URI_SCHEME}://{{index}}/{{+path}}",
+        name="memory-file",
+        title="Memory file",
+        description="A markdown memory file of the index this connection uses.",
+        mime_type="text/markdown",
+    )
+    async def read_memory_file(index: str, path: str, ctx: Context) -> str:
+        caller = _resource_caller(ctx)
+        if index != caller.index:  # the same answer as a missing file: other indexes are not visible here
+            raise ResourceNotFoundError(f"no memory file {path!r} in index {index!r}")
+        parts: list[str] = []
+        start: int | None = None
+        while True:
+            output = await in_thread(
+                "resources/read", service.get, caller, path, start_line=start, kind=ResourceNotFoundError
+            )
+            if not output.exists:
+                raise ResourceNotFoundError(f"no memory file {path!r} in index {index!r}")
+            parts.append(output.content)
+            if not output.truncated or output.next_start_line is None:
+                return "\n".join(parts)
+            start = output.next_start_line
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        user = channel_user(ctx.request)
+        try:
+            if user is None:
+                raise PermissionDeniedError("not authenticated")
+            caller = CallerContext.from_user(user)
+            paths = await anyio.to_thread.run_sync(service.resource_paths, caller)
+        except KNOWN_ERRORS as exc:
+            answer = answer_for(exc)
+            assert answer is not None  # every known error has a row, at the latest its root's
+            raise MCPError(code=answer.mcp_code, message=str(exc)) from None
+        start = _page_start(params.cursor if params is not None else None)
+        page = paths[start : start + RESOURCE_PAGE]
+        following = start + RESOURCE_PAGE
+        return ListResourcesResult(
+            resources=[
+                Resource(
+                    uri=f"{URI_SCHEME}://{caller.index}/{path}",
+                    name=path,
+                    title=f"{caller.index}: {path}",
+                    mime_type="text/markdown",
+                )
+                for path in page
+            ],
+            next_cursor=str(following) if following < len(paths) else None,
+        )
+
+    async def listing_memory_files(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """MCPServer lists only resources registered one by one; each caller's files need a listing of their own.
+        The SDK's own handling runs first (initialisation gate, params validation), then its empty answer is
+        replaced. Public (if provisional) SDK surface: `MCPServer.middleware`."""
+        answer = await call_next(ctx)
+        if ctx.method != "resources/list":
+            return answer
+        params = PaginatedRequestParams.model_validate(ctx.params) if ctx.params is not None else None
+        return await list_resources(ctx, params)
+
+    mcp.middleware.append(listing_memory_files)
+
+
+def _page_start(cursor: str | None) -> int:
+    if cursor is None or cursor == "":
+        return 0
+    if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 9):
+        raise MCPError(code=INVALID_PARAMS, message="invalid cursor: pass next_cursor from the previous page")
+    return int(cursor)
+
+
+# prompts --------------------------------------------------------------------------------------------------
+
+
+def _add_prompts(mcp: MCPServer) -> None:
+    @mcp.prompt(title="Remember", description="Store a note in today's memory log.")
+    def remember(
+        note: Annotated[str, Field(description="what to remember")],
+        topic: Annotated[str, Field(description="a short title for the entry")] = "",
+    ) -> str:
+        heading = f' with topic "{topic}"' if topic else " with a short topic you choose"
+        return (
+            f"Store the note below in memory with the memory_write tool (mode append, no path: today's daily "
+            f"log){heading}. Keep it as written; fix only obvious typos. Then confirm in one line where it went.\n\n"
+            f"{note}"
+        )
+
+    @mcp.prompt(title="Recall", description="Search memory and summarise what it says.")
+    def recall(question: Annotated[str, Field(description="what you want to know")]) -> str:
+        return (
+            "Search memory with the memory_search tool for the question below (try a second phrasing if the first "
+            "finds little; read around the best hits with memory_get). Then answer from what memory says, citing "
+            "each fact as path#Lx-Ly, and say plainly when memory holds nothing on it.\n\n"
+            f"Question: {question}"
+        )
+
+
+# running service calls ------------------------------------------------------------------------------------
+
+
+def _caller(ctx: Context) -> CallerContext:
+    user = channel_user(ctx.request_context.request)
+    if user is None:
+        raise ToolError("not authenticated: this server is reached through memory-proxy")
+    with translated("caller", ToolError):
+        return CallerContext.from_user(user)
+
+
+def _resource_caller(ctx: Context) -> CallerContext:
+    user = channel_user(ctx.request_context.request)
+    if user is None:
+        raise ResourceError("not authenticated: this server is reached through memory-proxy")
+    with translated("caller", ResourceNotFoundError):
+        return CallerContext.from_user(user)
+
+
+def _header(ctx: Context, name: str) -> str | None:
+    headers = getattr(ctx.request_context.request, "headers", None)
+    value = headers.get(name) if headers is not None else None
+    return str(value) if value is not None else None

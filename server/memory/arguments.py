@@ -1,0 +1,110 @@
+"""Checks of the service's arguments, pure: each returns the clean value or raises InvalidArgumentError naming
+the argument."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import hashlib
+import json
+import re
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from server.errors import InvalidArgumentError
+from server.index.engine import validate_name
+from server.mirror.mirror import ABSENT
+from server.mirror.paths import normalise_memory_path
+from syncproto.wire import is_content_hash
+
+MAX_WRITE_BYTES = 256 * 1024
+MAX_KEY_CHARS = 128
+_TIMEZONE = re.compile(r"^[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+){0,2}$")
+
+
+def valid_index_name(name: str) -> bool:
+    try:
+        validate_name(name)
+    except InvalidArgumentError:
+        return False
+    return True
+
+
+def check_content(content: object) -> None:
+    if not isinstance(content, str):
+        raise InvalidArgumentError("content must be a string")
+    if not content.strip():
+        raise InvalidArgumentError("content is empty")
+    if "\x00" in content:
+        raise InvalidArgumentError("content must not contain NUL characters")
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("content is not valid Unicode text") from None
+    if size > MAX_WRITE_BYTES:
+        raise InvalidArgumentError(f"content is larger than {MAX_WRITE_BYTES // 1024} KiB; split it into parts")
+
+
+def check_expected_hash(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgumentError("expected_hash must be a string")
+    lowered = value.strip().lower()
+    if lowered == ABSENT or is_content_hash(lowered):
+        return lowered
+    raise InvalidArgumentError(f"expected_hash must be a sha256 hex digest (64 characters) or {ABSENT!r}")
+
+
+def check_idempotency_key(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_CHARS or not value.isprintable():
+        raise InvalidArgumentError(f"idempotency_key must be 1 to {MAX_KEY_CHARS} printable characters")
+    return value
+
+
+def time_zone(name: object) -> ZoneInfo:
+    if name is None or name == "":
+        return ZoneInfo("UTC")
+    if not isinstance(name, str) or len(name) > 64 or not _TIMEZONE.match(name):
+        raise InvalidArgumentError("timezone must be an IANA time zone name such as Europe/Paris")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidArgumentError(f"unknown timezone {name!r}; use an IANA name such as Europe/Paris") from None
+
+
+def check_day(value: object, argument: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and len(value) == 10:
+        try:
+            return dt.date.fromisoformat(value).isoformat()
+        except ValueError:
+            pass
+    raise InvalidArgumentError(f"{argument} must be a date written YYYY-MM-DD")
+
+
+def request_digest(arguments: dict[str, object]) -> str:
+    return hashlib.sha256(json.dumps(arguments, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
+
+
+def encode_cursor(path: str) -> str:
+    return base64.urlsafe_b64encode(f"after:{path}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: object) -> str | None:
+    if cursor is None or cursor == "":
+        return None
+    if isinstance(cursor, str) and len(cursor) <= 2048:
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
+        except (binascii.Error, ValueError):
+            raw = ""
+        if raw.startswith("after:"):
+            try:
+                return normalise_memory_path(raw.removeprefix("after:"))
+            except InvalidArgumentError:
+                pass
+    raise InvalidArgumentError("cursor is not one this server handed out; start again without it")

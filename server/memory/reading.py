@@ -1,0 +1,69 @@
+"""Reading an index's files for the tools: a page of lines of one file, a page of the file listing."""
+
+from __future__ import annotations
+
+from server.indexes.registry import OpenIndex
+from server.memory.arguments import encode_cursor
+from server.memory.results import FileEntry, GetOutput, ListOutput
+from server.memory.text import page
+from server.mirror.state import FileState
+from syncproto.paths import is_session_file
+
+
+def read_lines(handle: OpenIndex, path: str, start_line: int | None, end_line: int | None, max_chars: int) -> GetOutput:
+    """Lines `start_line` to `end_line` of the file at the canonical `path`, at most `max_chars` characters; a
+    missing file is `exists=False` (with who deleted it when, if anyone did)."""
+    current = handle.mirror.read(path)
+    if current is None:
+        gone = handle.mirror.state(path)
+        return GetOutput(
+            path=path,
+            exists=False,
+            content="",
+            start_line=0,
+            end_line=0,
+            total_lines=0,
+            hash=None,
+            truncated=False,
+            next_start_line=None,
+            updated_by=gone.updated_by if gone else None,
+            updated_at=gone.updated_at if gone else None,
+        )
+    part = page(current.text, start_line, end_line, max_chars)
+    return GetOutput(
+        path=path,
+        exists=True,
+        content=part.content,
+        start_line=part.start_line,
+        end_line=part.end_line,
+        total_lines=part.total_lines,
+        hash=current.hash,
+        truncated=part.truncated,
+        next_start_line=part.next_start_line,
+        updated_by=current.updated_by,
+        updated_at=current.updated_at,
+    )
+
+
+def list_page(files: list[FileState], after: str | None, limit: int) -> ListOutput:
+    """The page of `files` (sorted by path) after the cursor's path `after`, at most `limit` long."""
+    total = len(files)
+    if after is not None:
+        files = [f for f in files if f.path > after]
+    shown = files[:limit]
+    return ListOutput(
+        files=[
+            FileEntry(
+                path=f.path,
+                source="sessions" if is_session_file(f.path) else "memory",
+                size=f.size,
+                lines=f.lines,
+                hash=f.hash or "",
+                updated_at=f.updated_at,
+                updated_by=f.updated_by,
+            )
+            for f in shown
+        ],
+        next_cursor=encode_cursor(shown[-1].path) if len(files) > limit else None,
+        total=total,
+    )

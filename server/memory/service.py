@@ -1,0 +1,396 @@
+"""The memory service: what the MCP tools do, for one authorised caller, on the caller's own index only.
+
+Every method blocks (the MCP layer calls it through `anyio.to_thread.run_sync`) and is thread-safe. The index a
+method works on is `caller.index`, checked against the caller's grants on every call; no argument names an index.
+Indexes (engine + mirror) open lazily on first use and stay open until `close` (`server.indexes`). The work of
+each tool is in the modules beside this one; how a write composes its text is told in `server.memory.writing`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+from server.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    ServiceClosedError,
+    UnsafePathError,
+)
+from server.index.embeddings.base import Embedder
+from server.index.engine import EngineSettings
+from server.index.search import build_options
+from server.indexes.registry import RESCAN_SECONDS, IndexRegistry, OpenIndex
+from server.indexes.storage import Backend, SqliteBackend
+from server.memory.arguments import (
+    MAX_WRITE_BYTES,
+    check_content,
+    check_day,
+    check_expected_hash,
+    check_idempotency_key,
+    decode_cursor,
+    request_digest,
+    time_zone,
+    valid_index_name,
+)
+from server.memory.caller import CallerContext, authorise
+from server.memory.reading import list_page, read_lines
+from server.memory.results import (
+    CallerSyncEntry,
+    DeleteOutput,
+    GetOutput,
+    ListOutput,
+    SearchOutput,
+    StatusOutput,
+    SyncOutput,
+    WriteOutput,
+)
+from server.memory.searching import search_indexes
+from server.memory.upkeep import sync_index
+from server.memory.writing import WriteRequest, redact_into, write_locked
+from server.mirror.mirror import ABSENT, IdempotencyRecord, utc_now
+from server.mirror.paths import normalise_memory_path, normalise_memory_prefix, normalise_mirror_path
+from server.mirror.state import iso_epoch
+from syncproto.paths import daily_log_path
+
+__all__ = [
+    "ABSENT",
+    "MAX_GET_CHARS",
+    "MAX_WRITE_BYTES",
+    "SERVER_VERSION",
+    "CallerContext",
+    "ConflictError",
+    "MemoryService",
+    "PermissionDeniedError",
+    "ServiceClosedError",
+    "UnsafePathError",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_GET_CHARS = 40_000  # about 10k tokens per memory_get answer
+MAX_LIST_LIMIT = 1000
+CLOSE_WAIT_SECONDS = 60.0
+
+
+def _server_version() -> str:
+    try:
+        return metadata.version("agent-memory-server")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+SERVER_VERSION = _server_version()
+
+
+class MemoryService:
+    def __init__(
+        self,
+        data_dir: Path,
+        embedder: Embedder | None,
+        settings: EngineSettings | None = None,
+        *,
+        clock: Callable[[], dt.datetime] = utc_now,
+        rescan_interval: float = RESCAN_SECONDS,
+        redact_writes: bool = True,
+        backend: Backend | None = None,
+    ) -> None:
+        """`redact_writes`: replace secrets in `memory_write` content (and topic) by `[redacted:<kind>]` markers.
+        `backend`: where the indexes' files and search live (default: SQLite under `data_dir`)."""
+        self.data_dir = data_dir
+        self.redact_writes = redact_writes
+        self.embedder = embedder
+        self.settings = settings or EngineSettings()
+        self.clock = clock
+        # The mirrors read the service's clock when they use it (a test may set it after the service exists).
+        backend = backend or SqliteBackend(data_dir, embedder, self.settings, lambda: self.clock())
+        self.indexes = IndexRegistry(backend, self._changed, rescan_interval=rescan_interval)
+        self._calls = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+        # Called with an index's name after every change to its mirror, in the thread that made it.
+        self.change_listeners: builtins.list[Callable[[str], None]] = []
+        # Called once when the server stops taking requests (long-polls answer at once); on the event loop.
+        self.stopping_listeners: builtins.list[Callable[[], None]] = []
+
+    # lifecycle -----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Refuse new calls, wait for the ones in flight (writes finish), then close every open index."""
+        with self._calls:
+            self._closed = True
+            if not self._calls.wait_for(lambda: self._in_flight == 0, timeout=CLOSE_WAIT_SECONDS):
+                log.warning("closing with %d calls still running", self._in_flight)
+        self.indexes.close()
+
+    def stopping(self) -> None:
+        """The server is stopping: whoever waits for changes should answer now (before `close`)."""
+        for listener in builtins.list(self.stopping_listeners):
+            listener()
+
+    def _changed(self, name: str) -> None:
+        for listener in builtins.list(self.change_listeners):
+            listener(name)
+
+    def calling(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the service open for one call (ServiceClosedError once it is closing)."""
+        return self._call()
+
+    def open_index(self, caller: CallerContext, *, write: bool = False) -> OpenIndex:
+        """The caller's index, opened, after checking its grant (and `rw` when `write`)."""
+        name, _access = authorise(caller, write=write)
+        return self.indexes.get(name)
+
+    def reindex(self, handle: OpenIndex, paths: builtins.list[str]) -> bool:
+        """Index `paths` of `handle` now (after sync wrote them); False when indexing failed (logged)."""
+        return self.indexes.index_quietly(handle, paths=paths)
+
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        with self._calls:
+            if self._closed:
+                raise ServiceClosedError("the memory server is shutting down")
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._calls:
+                self._in_flight -= 1
+                self._calls.notify_all()
+
+    # authorisation -------------------------------------------------------------------------------------
+
+    # search --------------------------------------------------------------------------------------------
+
+    def search(
+        self,
+        caller: CallerContext,
+        query: str,
+        *,
+        max_results: int = 8,
+        min_score: float = 0.0,
+        sources: list[str] | None = None,
+        path: str | None = None,
+        date_from: str | None = None,
+        date_to: str | None = None,
+        scope: Literal["index", "all"] = "index",
+    ) -> SearchOutput:
+        """Hybrid search of the caller's index (`scope="all"`: and of every other index it may read)."""
+        with self._call():
+            name, _access = authorise(caller)
+            if scope not in ("index", "all"):
+                raise InvalidArgumentError("scope must be 'index' or 'all'")
+            if sources is not None and (not isinstance(sources, list) or not all(isinstance(s, str) for s in sources)):
+                raise InvalidArgumentError("sources must be a list of source names")
+            options = build_options(
+                limit=max_results,
+                min_score=min_score,
+                sources=sources,
+                path_prefix=normalise_memory_prefix(path, argument="path"),
+                date_from=date_from,
+                date_to=date_to,
+            )
+            names = [name]
+            if scope == "all":
+                names += sorted(n for n in caller.grants if n != name and valid_index_name(n))
+            return search_indexes(self.indexes, name, names, query, options)
+
+    # get -----------------------------------------------------------------------------------------------
+
+    def get(
+        self, caller: CallerContext, path: str, *, start_line: int | None = None, end_line: int | None = None
+    ) -> GetOutput:
+        """Lines of one file (all by default), at most MAX_GET_CHARS characters; a missing file is exists=False."""
+        with self._call():
+            name, _access = authorise(caller)
+            path = normalise_mirror_path(path)
+            for value, argument in ((start_line, "start_line"), (end_line, "end_line")):
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                    raise InvalidArgumentError(f"{argument} must be a whole number from 1")
+            if start_line is not None and end_line is not None and start_line > end_line:
+                raise InvalidArgumentError("start_line is after end_line")
+            handle = self.indexes.get(name)
+            return read_lines(handle, path, start_line, end_line, MAX_GET_CHARS)
+
+    # write ---------------------------------------------------------------------------------------------
+
+    def write(
+        self,
+        caller: CallerContext,
+        content: str,
+        *,
+        path: str | None = None,
+        mode: Literal["append", "replace"] = "append",
+        topic: str | None = None,
+        expected_hash: str | None = None,
+        idempotency_key: str | None = None,
+        timezone: str | None = None,
+    ) -> WriteOutput:
+        """Append to a file (default: today's daily log in `timezone`) or replace one whose current hash the
+        caller names (`expected_hash`, or "absent" for a new file). Indexed before it returns."""
+        with self._call():
+            name, _access = authorise(caller, write=True)
+            check_content(content)
+            redacted: dict[str, int] = {}
+            if self.redact_writes:
+                content = redact_into(content, redacted)
+                topic = redact_into(topic, redacted) if isinstance(topic, str) else topic
+            if mode not in ("append", "replace"):
+                raise InvalidArgumentError("mode must be 'append' or 'replace'")
+            if topic is not None and not isinstance(topic, str):
+                raise InvalidArgumentError("topic must be a string")
+            expected = check_expected_hash(expected_hash)
+            key = check_idempotency_key(idempotency_key)
+            zone = time_zone(timezone)
+            if mode == "replace":
+                if path is None:
+                    raise InvalidArgumentError("replace needs a path")
+                if expected is None:
+                    raise InvalidArgumentError(
+                        "replace needs expected_hash: the file's current hash (from memory_get or memory_list),"
+                        f" or {ABSENT!r} to create a new file"
+                    )
+            request = request_digest(
+                {
+                    "content": content,
+                    "path": path,
+                    "mode": mode,
+                    "topic": topic,
+                    "expected_hash": expected,
+                    "timezone": timezone,
+                }
+            )
+            local = self.clock().astimezone(zone)
+            target = normalise_memory_path(path) if path is not None else daily_log_path(local.date())
+            handle = self.indexes.get(name)
+            with handle.mirror.holding_changes():  # readers hear of the write once it is indexed
+                with handle.mirror.lock:
+                    earlier = handle.mirror.recall(caller.name, key) if key is not None else None
+                    if earlier is None:
+                        change = WriteRequest(
+                            caller.name, content, target, mode, topic, expected, local, key, request, redacted
+                        )
+                        output, record = write_locked(handle, change)
+                if earlier is not None:
+                    if earlier.request != request:
+                        raise InvalidArgumentError(
+                            "idempotency_key was already used for a different write; use a new key"
+                        )
+                    replay = WriteOutput.model_validate_json(earlier.result)
+                    return self._after_write(handle, replay, earlier, replayed=True)
+                return self._after_write(handle, output, record, replayed=False)
+
+    def _after_write(
+        self, handle: OpenIndex, output: WriteOutput, record: IdempotencyRecord | None, *, replayed: bool
+    ) -> WriteOutput:
+        indexed = output.indexed or self.indexes.index_quietly(handle, paths=[output.path])
+        final = output.model_copy(update={"indexed": indexed})
+        if record is not None and indexed and not output.indexed:
+            stored = final.model_copy(update={"replayed": False})
+            updated = IdempotencyRecord(record.caller, record.key, record.request, stored.model_dump_json())
+            handle.mirror.remember(updated)
+        return final.model_copy(update={"replayed": replayed})
+
+    # list ----------------------------------------------------------------------------------------------
+
+    def list(
+        self,
+        caller: CallerContext,
+        *,
+        prefix: str | None = None,
+        date_from: str | None = None,
+        date_to: str | None = None,
+        cursor: str | None = None,
+        limit: int = 200,
+    ) -> ListOutput:
+        """Memory files and session transcripts sorted by path, `limit` per page; date bounds keep only daily
+        logs and transcripts (by the day they began) in the range."""
+        with self._call():
+            name, _access = authorise(caller)
+            clean_prefix = normalise_memory_prefix(prefix)
+            low, high = check_day(date_from, "date_from"), check_day(date_to, "date_to")
+            if low and high and low > high:
+                raise InvalidArgumentError("date_from is after date_to")
+            if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+                raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIST_LIMIT}")
+            after = decode_cursor(cursor)
+            files = self.indexes.get(name).mirror.list(clean_prefix, low, high)
+            return list_page(files, after, limit)
+
+    def resource_paths(self, caller: CallerContext) -> builtins.list[str]:
+        """Every memory file of the caller's index, sorted, for `memory://` resources."""
+        with self._call():
+            name, _access = authorise(caller)
+            return [f.path for f in self.indexes.get(name).mirror.list()]
+
+    # delete --------------------------------------------------------------------------------------------
+
+    def delete(self, caller: CallerContext, path: str, *, expected_hash: str | None = None) -> DeleteOutput:
+        """Delete a file (a tombstone records it for sync); deleting a missing file is `deleted=False`."""
+        with self._call():
+            name, _access = authorise(caller, write=True)
+            path = normalise_memory_path(path)
+            expected = check_expected_hash(expected_hash)
+            handle = self.indexes.get(name)
+            with handle.mirror.holding_changes():
+                previous = handle.mirror.delete(path, caller=caller.name, expected_hash=expected)
+                if previous is not None:
+                    self.indexes.index_quietly(handle, paths=[path])
+            return DeleteOutput(
+                path=path, deleted=previous is not None, previous_hash=previous.hash if previous else None
+            )
+
+    # status and sync -----------------------------------------------------------------------------------
+
+    def status(self, caller: CallerContext) -> StatusOutput:
+        """The caller's index: model, counts, pending work, freshness, size, search modes."""
+        with self._call():
+            name, access = authorise(caller)
+            handle = self.indexes.get(name)
+            pending = len(self.indexes.pending(handle, handle.mirror.reconcile_all()))
+            status = handle.index.status()
+            return StatusOutput(
+                caller=caller.name,
+                index=name,
+                access=access,
+                server_version=SERVER_VERSION,
+                provider=status.provider,
+                model=status.model,
+                dimensions=status.dimensions,
+                files=status.files,
+                chunks=status.chunks,
+                pending_vectors=status.pending_vectors,
+                pending_files=pending,
+                last_change_at=iso_epoch(status.last_change),
+                database_bytes=status.database_bytes,
+                search_modes=status.search_modes,
+                notice=status.notice,
+                revision=handle.mirror.revision(),
+                sync=[CallerSyncEntry(**dataclasses.asdict(entry)) for entry in handle.mirror.sync_callers()],
+            )
+
+    def sync(
+        self,
+        caller: CallerContext,
+        *,
+        force: bool = False,
+        progress: Callable[[int, int, str], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> SyncOutput:
+        """Index what changed in the mirror (everything with `force`), calling `progress(done, total, path)`
+        after each file and stopping after the current file once `cancelled()` is true."""
+        with self._call():
+            name, _access = authorise(caller)
+            if not isinstance(force, bool):
+                raise InvalidArgumentError("force must be true or false")
+            handle = self.indexes.get(name)
+            return sync_index(self.indexes, handle, self.clock, force=force, progress=progress, cancelled=cancelled)

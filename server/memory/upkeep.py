@@ -1,0 +1,67 @@
+"""Keeping an index in step with its files on request (`memory_sync`): changed files, or all of them, with
+progress after each file and a stop after the current one when the caller cancels."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from server.indexes.registry import IndexRegistry, OpenIndex
+from server.memory.results import SyncOutput
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def sync_index(
+    registry: IndexRegistry,
+    handle: OpenIndex,
+    clock: Callable[[], dt.datetime],
+    *,
+    force: bool,
+    progress: Callable[[int, int, str], None] | None,
+    cancelled: Callable[[], bool] | None,
+) -> SyncOutput:
+    """Index what changed in `handle`'s files (everything with `force`); see `MemoryService.sync`."""
+    live = handle.mirror.reconcile_all()
+    total = len(live) if force else len(registry.pending(handle, live, include_unindexable=True))
+    done = 0
+
+    def on_file(path: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(min(done, total), total, path)
+        if cancelled is not None and cancelled():
+            raise _Cancelled
+
+    start = clock()
+    if cancelled is not None and cancelled():
+        return SyncOutput(
+            files_seen=0, files_indexed=0, files_removed=0, chunks_embedded=0, seconds=0.0, cancelled=True
+        )
+    try:
+        report = handle.index.index(handle.mirror.files_dir, force=force, rebuild_now=False, on_file=on_file)
+    except _Cancelled:
+        seconds = (clock() - start).total_seconds()
+        return SyncOutput(
+            files_seen=total,
+            files_indexed=done,
+            files_removed=0,
+            chunks_embedded=0,
+            seconds=max(seconds, 0.0),
+            cancelled=True,
+        )
+    registry.remember_skipped(handle, report.skipped)
+    handle.scanned_at = None
+    if progress is not None and done < total:
+        progress(total, total, "")
+    return SyncOutput(
+        files_seen=report.files_seen,
+        files_indexed=report.files_indexed,
+        files_removed=report.files_removed,
+        chunks_embedded=report.chunks_embedded,
+        seconds=round(report.seconds, 3),
+        cancelled=False,
+    )

@@ -1,0 +1,206 @@
+"""The mirror's files on disk, reached safely: every path is walked one folder at a time through directory
+descriptors opened with `O_NOFOLLOW`, so a symbolic link planted anywhere inside `files/` is refused, never
+followed, even if it appears between a check and a use. A file is read as a snapshot (bytes, hash, size, lines;
+a file over the cap is hashed as it streams by, never held), and written to a temporary file beside the target,
+fsynced, for the caller to rename over it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import logging
+import os
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from server.errors import InvalidArgumentError, UnsafePathError
+from server.memory.text import count_lines_of_bytes
+from server.mirror.paths import normalise_mirror_path
+from syncproto.content import NotRegularFile, open_regular
+from syncproto.paths import SESSIONS_DIR
+
+log = logging.getLogger(__name__)
+
+_READ_BLOCK = 1 << 20
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A file as read from disk: its bytes (None when over the size cap), and what the state records of it."""
+
+    data: bytes | None
+    digest: str
+    size: int
+    lines: int
+    mtime_ns: int
+
+
+def _read_snapshot(fd: int, mtime_ns: int, max_bytes: int) -> Snapshot:
+    hasher = hashlib.sha256()
+    kept = bytearray()
+    size = lines = 0
+    last = b""
+    while block := os.read(fd, _READ_BLOCK):
+        hasher.update(block)
+        size += len(block)
+        if size <= max_bytes:
+            kept += block
+        else:
+            if kept:
+                lines += _newlines(bytes(kept))
+                last = bytes(kept[-1:])
+                kept = bytearray()
+            lines += _newlines(last + block) - _newlines(last)
+            last = block[-1:]
+    if size <= max_bytes:
+        data = bytes(kept)
+        return Snapshot(data, hasher.hexdigest(), size, count_lines_of_bytes(data), mtime_ns)
+    # Line ends counted on the stream (a \r\n split over two blocks counts once); the last line may lack one.
+    lines += 0 if last in (b"\n", b"\r") else 1
+    return Snapshot(None, hasher.hexdigest(), size, lines, mtime_ns)
+
+
+def _newlines(data: bytes) -> int:
+    return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n")
+
+
+def take_snapshot(files_dir: Path, path: str, max_bytes: int, *, quiet: bool = False) -> Snapshot | None:
+    """The regular file at `path` as it is now, or None when there is none. A symbolic link or other
+    non-file anywhere on the way raises UnsafePathError, or counts as no file when `quiet`. A file over the
+    size cap is hashed and counted as it streams by, never held in memory."""
+    try:
+        with folder(files_dir, path) as parent:
+            name = path.rsplit("/", 1)[-1]
+            try:
+                fd, info = open_regular(name, dir_fd=parent)
+            except FileNotFoundError:
+                return None
+            except NotRegularFile:
+                raise UnsafePathError(f"{path} is not a regular file in the mirror") from None
+            except OSError as exc:
+                raise _unsafe(path, exc) from None
+            try:
+                return _read_snapshot(fd, info.st_mtime_ns, max_bytes)
+            finally:
+                os.close(fd)
+    except FileNotFoundError:
+        return None
+    except UnsafePathError:
+        if quiet:
+            return None
+        raise
+
+
+@contextlib.contextmanager
+def folder(files_dir: Path, path: str, *, create: bool = False) -> Iterator[int]:
+    """A descriptor of the folder holding `path`, reached one component at a time without following links.
+    FileNotFoundError when a folder is missing (and `create` is false)."""
+    fd = _open_dir(str(files_dir), None, "the mirror folder")
+    try:
+        for part in path.split("/")[:-1]:
+            try:
+                child = _open_dir(part, fd, path)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                child = _open_dir(part, fd, path)
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def walk(files_dir: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, lstat) of every regular memory file under `files/`; links and hidden names are skipped."""
+    try:
+        root = _open_dir(str(files_dir), None, "the mirror folder")
+    except UnsafePathError:
+        log.error("mirror folder %s is not a plain folder; listing nothing", files_dir)
+        return
+    try:
+        yield from _walk_dir(root, "")
+    finally:
+        os.close(root)
+
+
+def _walk_dir(fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
+    with os.scandir(fd) as entries:
+        names = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in entries)
+    for name, is_dir, is_file in names:
+        if name.startswith("."):
+            continue
+        relpath = f"{prefix}{name}"
+        if is_dir and (prefix or name in ("memory", SESSIONS_DIR)):
+            try:
+                child = _open_dir(name, fd, relpath)
+            except (UnsafePathError, FileNotFoundError):
+                continue
+            try:
+                yield from _walk_dir(child, relpath + "/")
+            finally:
+                os.close(child)
+        elif is_file:
+            try:
+                if normalise_mirror_path(relpath) != relpath:
+                    continue
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except (InvalidArgumentError, OSError):
+                continue
+            if stat.S_ISREG(info.st_mode):
+                yield relpath, info
+
+
+def _open_dir(name: str, dir_fd: int | None, shown: str) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _unsafe(shown, exc) from None
+
+
+def _unsafe(path: str, exc: OSError) -> UnsafePathError:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENXIO):
+        return UnsafePathError(f"{path} goes through a symbolic link or a non-folder in the mirror; refused")
+    return UnsafePathError(f"{path} cannot be opened in the mirror ({errno.errorcode.get(exc.errno or 0, 'error')})")
+
+
+def lstat_file(parent: int, name: str, path: str) -> os.stat_result | None:
+    """lstat of the target; refuses anything but a regular file (a symbolic link, a folder)."""
+    try:
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafePathError(f"{path} is a symbolic link or not a regular file in the mirror; refused")
+    return info
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+def encoded(text: str) -> bytes:
+    """The bytes a file holding `text` has; InvalidArgumentError for text no memory file may hold."""
+    if "\x00" in text:
+        raise InvalidArgumentError("content must not contain NUL characters")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("content is not valid Unicode text (lone surrogates)") from None

@@ -1,0 +1,392 @@
+"""The server's copy of one index's markdown files, and the record of who changed what (`state.sqlite3`).
+
+Layout under `<data>/indexes/<name>/`: `files/` holds `MEMORY.md`, `memory.md` and `memory/**/*.md`, and the
+laptops' session transcripts under `sessions/<caller>/` (the folder the engine indexes); `state.sqlite3` (see
+`server.mirror.state`) holds, per path, the content hash, the revision (one counter per index), a tombstone after
+a delete, and who changed it when, plus idempotency records, past versions (merge bases for sync; none for
+transcripts, which are never merged) and each caller's last sync. The state cannot be rebuilt from the files (it is
+the sync history), unlike the engine's `index.sqlite3`.
+
+Files are reached without following links (`server.mirror.files`); writes go to a temporary file, fsynced and
+renamed over the target. The SQL is built in `server.mirror.queries`, the change notices sent by
+`server.mirror.feed`. One lock per mirror serialises writes and state changes. A file edited on disk behind the
+mirror's back is noticed on the next read or listing (size, mtime, then hash) and recorded as by `"(disk)"`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import apsw
+
+from server.errors import EngineError, InvalidArgumentError
+from server.index.scan import DEFAULT_MAX_FILE_BYTES, day_of
+from server.memory.text import count_lines_of_bytes
+from server.mirror import queries as q
+from server.mirror.feed import ChangeNotices
+from server.mirror.files import (
+    _NEW_FILE_FLAGS,
+    Snapshot,
+    encoded,
+    folder,
+    lstat_file,
+    now_ns,
+    take_snapshot,
+    walk,
+    write_all,
+)
+from server.mirror.paths import normalise_mirror_path
+from server.mirror.state import (
+    ABSENT,
+    STATE_SCHEMA_VERSION,
+    CallerSync,
+    FileState,
+    IdempotencyRecord,
+    MirrorFile,
+    check_expected,
+    iso,
+    load_version,
+    migrate_state,
+    prune_versions,
+    record_sync,
+    state_of,
+    store_version,
+    sync_callers,
+    utc_now,
+)
+from syncproto.paths import is_session_file
+from syncproto.wire import sha256_hex
+
+__all__ = [
+    "ABSENT",
+    "DISK",
+    "STATE_SCHEMA_VERSION",
+    "CallerSync",
+    "FileState",
+    "IdempotencyRecord",
+    "Mirror",
+    "MirrorFile",
+    "check_expected",
+    "iso",
+    "sha256_hex",
+    "utc_now",
+]
+
+log = logging.getLogger(__name__)
+
+DISK = "(disk)"  # `updated_by` of changes found on disk rather than made through the service
+BUSY_TIMEOUT_MS = 10_000
+IDEMPOTENCY_DAYS = 7
+PRUNE_SECONDS = 3600.0  # versions are pruned at most this often per mirror
+
+
+class Mirror:
+    """The files and state of one index. Thread-safe; every method blocks."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        """`on_change` is called (in whatever thread made it) after every recorded change, for long-polls."""
+        self.directory = directory
+        self._notices = ChangeNotices(on_change)
+        self._pruned_at = 0.0
+        self.files_dir = directory / "files"
+        self.clock = clock
+        self.max_file_bytes = max_file_bytes
+        self.lock = threading.RLock()  # held across read-modify-write sequences by the service
+        self.files_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = apsw.Connection(str(directory / "state.sqlite3"))
+        except apsw.Error as exc:
+            raise EngineError(f"the mirror state of {directory.name!r} cannot be opened") from exc
+        try:
+            self._db.set_busy_timeout(BUSY_TIMEOUT_MS)
+            self._db.execute("PRAGMA journal_mode=WAL").fetchall()
+            self._db.execute("PRAGMA synchronous=FULL")  # the state is not rebuildable: durable commits
+            migrate_state(self._db)
+        except BaseException as exc:
+            self._db.close()
+            if isinstance(exc, apsw.Error):
+                raise EngineError(f"the mirror state of {directory.name!r} cannot be opened") from exc
+            raise
+
+    def close(self) -> None:
+        with self.lock:
+            self._db.close()
+
+    # reading -------------------------------------------------------------------------------------------
+
+    def read(self, path: str) -> MirrorFile | None:
+        """The live file at `path` (None when there is none); a change made on disk is recorded first.
+        Refuses symbolic links, non-files, files over the size cap and text that is not UTF-8."""
+        path = normalise_mirror_path(path)
+        with self.lock:
+            snapshot = take_snapshot(self.files_dir, path, self.max_file_bytes)
+            state = self._reconcile(path, snapshot)
+        if snapshot is None or state is None or state.hash is None:
+            return None
+        data = snapshot.data
+        if data is None:
+            raise InvalidArgumentError(f"{path} is larger than {self.max_file_bytes} bytes and cannot be read here")
+        if b"\x00" in data:
+            raise InvalidArgumentError(f"{path} is not text (it contains NUL bytes)")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgumentError(f"{path} is not UTF-8 text") from None
+        return MirrorFile(
+            path, text, state.hash, state.lines, state.size, state.revision, state.updated_by, state.updated_at
+        )
+
+    def state(self, path: str) -> FileState | None:
+        """The recorded state of `path` (tombstones included), without looking at the disk."""
+        with self.lock:
+            rows = self._db.execute(*q.state_of_path(path)).fetchall()
+        return state_of(rows[0]) if rows else None
+
+    def states(self, paths: list[str]) -> dict[str, FileState]:
+        """Recorded states of several paths at once (for labelling search hits)."""
+        if not paths:
+            return {}
+        with self.lock:
+            rows = self._db.execute(*q.states_of_paths(paths)).fetchall()
+        return {s.path: s for s in map(state_of, rows)}
+
+    def list(
+        self, prefix: str = "", date_from: str | None = None, date_to: str | None = None
+    ) -> builtins.list[FileState]:
+        """Live files sorted by path, after recording changes made on disk. `prefix` is a plain string prefix
+        of the path; with a date bound, only daily logs (`memory/**/YYYY-MM-DD.md`) in the range are listed."""
+        files = [s for s in self.reconcile_all() if s.path.startswith(prefix)]
+        if date_from or date_to:
+            low, high = date_from or "0000-01-01", date_to or "9999-12-31"
+            files = [s for s in files if (day := day_of(s.path)) is not None and low <= day <= high]
+        return files
+
+    def reconcile_all(self) -> builtins.list[FileState]:
+        """Walk `files/`, record every change made on disk (new, edited, vanished files) as by `"(disk)"`, and
+        return the live files sorted by path. Files whose size and mtime are unchanged are not re-read."""
+        with self.lock:
+            known = {
+                str(path): (digest, int(size), int(mtime))
+                for path, digest, size, mtime in self._db.execute(*q.known_files())
+            }
+            seen: set[str] = set()
+            for path, info in walk(self.files_dir):
+                seen.add(path)
+                old = known.get(path)
+                if old is not None and (old[1], old[2]) == (info.st_size, info.st_mtime_ns):
+                    continue
+                self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes, quiet=True))
+            for path in sorted(set(known) - seen):
+                self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes, quiet=True))
+            rows = self._db.execute(*q.live_states()).fetchall()
+        return [state_of(r) for r in rows]
+
+    def changes_since(self, revision: int, limit: int = 1000) -> builtins.list[FileState]:
+        """Paths changed after `revision` (deletions as tombstones), oldest change first."""
+        with self.lock:
+            rows = self._db.execute(*q.changes_after(revision, limit)).fetchall()
+        return [state_of(r) for r in rows]
+
+    def version_text(self, digest: str) -> str | None:
+        """The text of a version this mirror has held (a merge base), or None when it is not known any more."""
+        with self.lock:
+            data = load_version(self._db, digest)
+            if data is None:
+                current = [str(p) for (p,) in self._db.execute(*q.paths_with_hash(digest))]
+                snapshot = (
+                    take_snapshot(self.files_dir, current[0], self.max_file_bytes, quiet=True) if current else None
+                )
+                data = snapshot.data if snapshot is not None and snapshot.digest == digest else None
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def record_sync(self, caller: str, kind: Literal["pull", "push"], revision: int) -> None:
+        """Remember that `caller` pulled or pushed up to `revision` now (shown by `memory_status`)."""
+        with self.lock, self._db:
+            record_sync(self._db, caller, kind, revision, iso(self.clock()))
+
+    def sync_callers(self) -> builtins.list[CallerSync]:
+        with self.lock:
+            return sync_callers(self._db)
+
+    def revision(self) -> int:
+        """The index's current revision: the last change's number (0 when nothing ever changed)."""
+        with self.lock:
+            return self._revision()
+
+    # writing -------------------------------------------------------------------------------------------
+
+    def write(
+        self,
+        path: str,
+        text: str,
+        *,
+        caller: str,
+        expected_hash: str | None = None,
+        record: IdempotencyRecord | None = None,
+    ) -> FileState:
+        """Replace the file at `path` with `text` atomically. `expected_hash`: None writes whatever is there,
+        ABSENT requires that no file exists, a hash requires the current file to have it (else ConflictError,
+        nothing changed). `record` is stored in the same transaction as the file's new state."""
+        path = normalise_mirror_path(path)
+        data = encoded(text)
+        if len(data) > self.max_file_bytes:
+            raise InvalidArgumentError(f"the file would be larger than {self.max_file_bytes} bytes")
+        with self.lock:
+            current = self._current(path)
+            check_expected(path, current.hash if current else None, expected_hash)
+            digest = sha256_hex(data)
+            if current is not None and current.hash == digest:
+                with self._db:
+                    self._remember(record)
+                return current
+            with folder(self.files_dir, path, create=True) as parent:
+                name = path.rsplit("/", 1)[-1]
+                old = lstat_file(parent, name, path)
+                floor = old.st_mtime_ns + 1 if old is not None else 0
+                tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+                fd = os.open(tmp, _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
+                try:
+                    try:
+                        write_all(fd, data)
+                        # A later mtime than the old file's even within one clock tick, so the engine's
+                        # size+mtime check never mistakes a same-size rewrite for an unchanged file.
+                        now = max(now_ns(), floor)
+                        os.utime(fd, ns=(now, now))
+                        os.fsync(fd)
+                        mtime_ns = os.fstat(fd).st_mtime_ns
+                    finally:
+                        os.close(fd)
+                    with self._db:
+                        state = self._record(path, digest, len(data), mtime_ns, count_lines_of_bytes(data), caller)
+                        if not is_session_file(path):  # transcripts are never merged: no merge bases
+                            store_version(self._db, digest, data, state.updated_at)
+                        self._remember(record)
+                        self._prune_versions()
+                        os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp, dir_fd=parent)
+                    raise
+                os.fsync(parent)
+        self._changed()
+        return state
+
+    def delete(self, path: str, *, caller: str, expected_hash: str | None = None) -> FileState | None:
+        """Remove the file at `path`, leaving a tombstone; returns the state it had (None when there was none).
+        A given `expected_hash` must match (ConflictError otherwise)."""
+        path = normalise_mirror_path(path)
+        with self.lock:
+            current = self._current(path)
+            if current is None:
+                if expected_hash not in (None, ABSENT):
+                    check_expected(path, current.hash if current else None, expected_hash)
+                return None
+            check_expected(path, current.hash if current else None, expected_hash)
+            with folder(self.files_dir, path) as parent:
+                name = path.rsplit("/", 1)[-1]
+                with self._db:
+                    self._record(path, None, 0, 0, 0, caller)
+                    lstat_file(parent, name, path)  # refuses a symbolic link
+                    os.unlink(name, dir_fd=parent)
+                os.fsync(parent)
+        self._changed()
+        return current
+
+    # idempotency ---------------------------------------------------------------------------------------
+
+    def recall(self, caller: str, key: str) -> IdempotencyRecord | None:
+        with self.lock:
+            rows = self._db.execute(*q.recall(caller, key)).fetchall()
+        return IdempotencyRecord(caller, key, str(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def remember(self, record: IdempotencyRecord) -> None:
+        """Store or overwrite a record on its own (the service updates `indexed` after indexing)."""
+        with self.lock, self._db:
+            self._remember(record)
+
+    def _remember(self, record: IdempotencyRecord | None) -> None:
+        if record is None:
+            return
+        now = self.clock()
+        self._db.execute(*q.remember(record, iso(now)))
+        cutoff = iso(datetime.fromtimestamp(now.timestamp() - IDEMPOTENCY_DAYS * 86400, UTC))
+        self._db.execute(*q.forget_records_before(cutoff))
+
+    # internals -----------------------------------------------------------------------------------------
+
+    def _current(self, path: str) -> FileState | None:
+        state = self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes))
+        return state if state is not None and state.hash is not None else None
+
+    def _reconcile(self, path: str, snapshot: Snapshot | None) -> FileState | None:
+        """Record `snapshot` (None: no file) as the state of `path` if it differs from what is recorded."""
+        rows = self._db.execute(*q.state_of_path(path)).fetchall()
+        state = state_of(rows[0]) if rows else None
+        digest = snapshot.digest if snapshot is not None else None
+        if state is not None and state.hash == digest:
+            if snapshot is not None:
+                with self._db:
+                    self._db.execute(*q.touch_file(path, snapshot.mtime_ns))
+            return state
+        if snapshot is None and state is None:
+            return None
+        log.info("mirror: %s changed on disk", path)
+        with self._db:
+            if snapshot is None:
+                recorded = self._record(path, None, 0, 0, 0, DISK)
+            else:
+                recorded = self._record(path, digest, snapshot.size, snapshot.mtime_ns, snapshot.lines, DISK)
+                if snapshot.data is not None and not is_session_file(path):
+                    store_version(self._db, snapshot.digest, snapshot.data, recorded.updated_at)
+        self._changed()
+        return recorded
+
+    def holding_changes(self) -> contextlib.AbstractContextManager[None]:
+        """Hold this thread's change notices until the block ends, then send one (`server.mirror.feed`)."""
+        return self._notices.holding()
+
+    def _changed(self) -> None:
+        self._notices.changed()
+
+    def _revision(self) -> int:
+        return int(self._db.execute(*q.current_revision()).fetchall()[0][0])  # type: ignore[arg-type]
+
+    def _prune_versions(self) -> None:
+        """Drop old versions at most every PRUNE_SECONDS (call inside a transaction)."""
+        now = time.monotonic()
+        if self._pruned_at and now - self._pruned_at < PRUNE_SECONDS:
+            return
+        self._pruned_at = now
+        gone = prune_versions(self._db, self.clock())
+        if gone:
+            log.info("mirror: forgot %d old versions", gone)
+
+    def _record(self, path: str, digest: str | None, size: int, mtime_ns: int, lines: int, by: str) -> FileState:
+        """Bump the revision and store the new state of `path`; call inside a transaction."""
+        revision = self._revision() + 1
+        self._db.execute(*q.set_revision(revision))
+        at = iso(self.clock())
+        self._db.execute(*q.upsert_file(path, digest, size, mtime_ns, lines, revision, by, at))
+        return FileState(path, digest, size, lines, revision, by, at)

@@ -1,0 +1,1 @@
+"""Observing the server: logs and Prometheus metrics."""

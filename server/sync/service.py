@@ -1,0 +1,182 @@
+"""File sync on the server: what `/sync/changes` and `/sync/push` do to one caller's index (see
+`docs/sync-protocol.md`). Blocking and thread-safe, like `MemoryService`, whose grants and indexes it uses.
+
+A push is applied change by change under the mirror's lock, so nothing else writes between reading the server's
+file and replacing it; then the changed files are indexed, so a push is searchable when it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from server.errors import InvalidArgumentError
+from server.indexes.storage import FileStore
+from server.memory.service import CallerContext, MemoryService
+from server.mirror.mirror import ABSENT, FileState, MirrorFile
+from server.mirror.paths import normalise_memory_path
+from server.sync.conflicts import conflict_path
+from server.sync.merge import merge3, merge_unrelated
+from syncproto.messages import Change, PushChange, PushResult, changes_json
+from syncproto.paths import is_session_file
+from syncproto.wire import MAX_CHANGE_BYTES, MAX_CHANGES, sha256_hex
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ChangesAnswer:
+    """A pull answer as the server builds it, its entries already in their wire form (`Change.as_json`)."""
+
+    revision: int
+    next: int
+    more: bool
+    reset: bool
+    changes: list[dict[str, object]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, object]:
+        return changes_json(self.revision, self.next, self.more, self.reset, self.changes)
+
+
+class SyncService:
+    def __init__(self, service: MemoryService) -> None:
+        self.service = service
+
+    def changes(self, caller: CallerContext, since: int, *, limit: int = MAX_CHANGES) -> ChangesAnswer:
+        """Changes after `since` with their content (at most `limit`, about MAX_CHANGE_BYTES of text)."""
+        with self.service.calling():
+            mirror = self.service.open_index(caller).mirror
+            mirror.reconcile_all()  # changes made on the server's disk count too
+            revision = mirror.revision()
+            reset = since > revision
+            start = 0 if reset else since
+            rows = mirror.changes_since(start, limit=limit + 1)
+            answer = ChangesAnswer(revision=revision, next=start, more=len(rows) > limit, reset=reset)
+            budget = MAX_CHANGE_BYTES
+            for row in rows[:limit]:
+                if is_session_file(row.path):  # transcripts stay on the server: searchable, never pulled
+                    answer.next = row.revision
+                    continue
+                entry = _change(mirror, row)
+                size = len(str(entry.get("content", "")).encode("utf-8"))
+                if answer.changes and size > budget:
+                    answer.more = True
+                    break
+                budget -= size
+                answer.changes.append(entry)
+                answer.next = row.revision
+            if not answer.more:  # complete: everything up to the revision read before the listing
+                answer.next = max(answer.next, revision)
+            mirror.record_sync(caller.name, "pull", answer.next)
+            return answer
+
+    def revision(self, caller: CallerContext) -> int:
+        with self.service.calling():
+            return self.service.open_index(caller).mirror.revision()
+
+    def push(self, caller: CallerContext, changes: list[PushChange]) -> tuple[int, list[PushResult]]:
+        """Apply `changes` in order; the index's revision after them and one result per change."""
+        with self.service.calling():
+            handle = self.service.open_index(caller, write=True)
+            mirror = handle.mirror
+            results: list[PushResult] = []
+            written: list[str] = []
+            with mirror.holding_changes():  # long-polls wake once, after the files are searchable
+                with mirror.lock:
+                    for change in changes:
+                        result = self._apply(mirror, caller.name, change)
+                        results.append(result)
+                        if result.status in ("applied", "merged", "deleted") and result.path not in written:
+                            written.append(result.path)
+                        if result.conflict_path is not None:
+                            written.append(result.conflict_path)
+                if written:
+                    self.service.reindex(handle, written)
+            revision = mirror.revision()
+            mirror.record_sync(caller.name, "push", revision)
+            counts: dict[str, int] = {}
+            for result in results:
+                counts[result.status] = counts.get(result.status, 0) + 1
+            log.info("sync push by %s: %s", caller.name, ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+            return revision, results
+
+    def _apply(self, mirror: FileStore, caller: str, change: PushChange) -> PushResult:
+        try:
+            path = normalise_memory_path(change.path)
+            current = mirror.read(path)
+            if change.content is None:
+                return _delete(mirror, caller, path, change.base, current)
+            return _write(mirror, caller, path, change.base, change.content, current)
+        except InvalidArgumentError as exc:  # the path, the text or the server's own file is unusable
+            return PushResult(change.path, "rejected", None, 0, message=str(exc))
+
+
+def _change(mirror: FileStore, row: FileState) -> dict[str, object]:
+    """One entry of a changes answer: the path's state now (it may be newer than `row`), content included."""
+    current: MirrorFile | None = None
+    if row.hash is not None:
+        try:
+            current = mirror.read(row.path)
+        except InvalidArgumentError:  # too large or not text on the server's disk: laptops never get it
+            log.warning("sync: %s cannot be sent (not UTF-8 text or over the size cap)", row.path)
+    if current is None:
+        gone = mirror.state(row.path) if row.hash is not None else row
+        gone = gone if gone is not None else row
+        revision = max(gone.revision, row.revision)
+        return Change(row.path, revision, None, None, gone.updated_by, gone.updated_at).as_json()
+    return Change(
+        row.path, current.revision, current.hash, current.text, current.updated_by, current.updated_at
+    ).as_json()
+
+
+def _write(
+    mirror: FileStore, caller: str, path: str, base: str | None, content: str, current: MirrorFile | None
+) -> PushResult:
+    digest = sha256_hex(_encoded(content))
+    if current is not None and current.hash == digest:
+        return PushResult(path, "unchanged", current.hash, current.revision)
+    if current is None or base == current.hash:
+        state = mirror.write(path, content, caller=caller, expected_hash=current.hash if current else ABSENT)
+        return PushResult(path, "applied", state.hash, state.revision)
+    if base is None:
+        merged = merge_unrelated(current.text, content)
+    else:
+        base_text = mirror.version_text(base)
+        merged = merge3(base_text, current.text, content) if base_text is not None else None
+    if merged is not None:
+        try:
+            state = mirror.write(path, merged, caller=caller, expected_hash=current.hash)
+        except InvalidArgumentError:  # the merged text is over the size cap: keep both sides apart instead
+            log.info("sync: merging %s would exceed the size cap; keeping a conflict copy", path)
+        else:
+            return PushResult(path, "merged", state.hash, state.revision, content=merged)
+    copy = conflict_path(path, caller, mirror.clock(), lambda p: mirror.read(p) is not None)
+    kept = mirror.write(copy, content, caller=caller, expected_hash=ABSENT)
+    log.info("sync: conflicting edits of %s; %s kept the pushed text", path, copy)
+    return PushResult(
+        path,
+        "conflict",
+        current.hash,
+        current.revision,
+        content=current.text,
+        conflict_path=copy,
+        conflict_revision=kept.revision,
+    )
+
+
+def _delete(mirror: FileStore, caller: str, path: str, base: str | None, current: MirrorFile | None) -> PushResult:
+    if current is None:
+        gone = mirror.state(path)
+        return PushResult(path, "deleted", None, gone.revision if gone else 0)
+    if base != current.hash:  # changed on the server since this laptop saw it: the newer text wins
+        return PushResult(path, "kept", current.hash, current.revision, content=current.text)
+    mirror.delete(path, caller=caller, expected_hash=current.hash)
+    gone = mirror.state(path)
+    return PushResult(path, "deleted", None, gone.revision if gone else 0)
+
+
+def _encoded(content: str) -> bytes:
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("content is not valid Unicode text (lone surrogates)") from None

@@ -1,0 +1,114 @@
+"""`POST /sync/sessions`: a laptop uploads its Claude Code session transcripts (source `sessions`).
+
+A transcript is markdown the laptop rendered and redacted (`client_proxy.transcripts`, `redaction`), in parts of at
+most the file cap so a long session still indexes. The laptop sends the parts that changed since its last upload
+and the part count; the server keeps them at `sessions/<caller>/<day>-<session>[.<n>].md` (only ever under the
+uploading caller's own folder, whatever the body says), drops parts past the count, and indexes them before it
+answers. Transcripts are the laptop's alone: no merge, no conflict copy, no expected hash; the upload replaces.
+
+Body::
+
+    {"session": "<id>", "day": "YYYY-MM-DD", "count": 3,
+     "parts": [{"number": 3, "content": "# Session ... (part 3)\\n..."}]}
+
+Answer: `{"results": [{"path", "hash"}], "removed": [paths]}`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+from server.errors import InvalidArgumentError
+from server.memory.service import CallerContext, MemoryService
+from server.mirror.paths import session_file_path
+from syncproto.wire import MAX_PARTS_PER_UPLOAD, MAX_SESSION_PARTS, SESSION_ID
+
+log = logging.getLogger(__name__)
+
+_FIELDS = frozenset({"session", "day", "count", "parts"})
+
+
+@dataclass(frozen=True)
+class SessionUpload:
+    session: str
+    day: dt.date
+    count: int
+    parts: tuple[tuple[int, str], ...]  # (number from 1, markdown)
+
+
+def parse_upload(document: object, max_part_bytes: int) -> SessionUpload:
+    """The upload a body describes; InvalidArgumentError naming the first thing wrong."""
+    if not isinstance(document, dict):
+        raise InvalidArgumentError('the body must be {"session", "day", "count", "parts"}')
+    unknown = sorted(set(document) - _FIELDS)
+    if unknown:
+        raise InvalidArgumentError(f"unknown field {unknown[0]!r}")
+    session, day, count, parts = (document.get(name) for name in ("session", "day", "count", "parts"))
+    if not isinstance(session, str) or SESSION_ID.fullmatch(session) is None:
+        raise InvalidArgumentError("session must be 1 to 128 letters, digits, '-' or '_' (a Claude Code session id)")
+    if not isinstance(day, str) or len(day) != 10:
+        raise InvalidArgumentError("day must be a date, YYYY-MM-DD")
+    try:
+        first_day = dt.date.fromisoformat(day)
+    except ValueError:
+        raise InvalidArgumentError("day must be a date, YYYY-MM-DD") from None
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SESSION_PARTS:
+        raise InvalidArgumentError(f"count must be a whole number from 1 to {MAX_SESSION_PARTS}")
+    if not isinstance(parts, list) or len(parts) > MAX_PARTS_PER_UPLOAD:
+        raise InvalidArgumentError(f"parts must be a list of at most {MAX_PARTS_PER_UPLOAD} parts")
+    seen: set[int] = set()
+    parsed: list[tuple[int, str]] = []
+    for position, item in enumerate(parts):
+        where = f"parts[{position}]"
+        if not isinstance(item, dict) or set(item) != {"number", "content"}:
+            raise InvalidArgumentError(f'{where} must be {{"number", "content"}}')
+        number, content = item["number"], item["content"]
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= count:
+            raise InvalidArgumentError(f"{where}.number must be a whole number from 1 to count ({count})")
+        if number in seen:
+            raise InvalidArgumentError(f"{where}: part {number} appears twice")
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidArgumentError(f"{where}.content must be non-empty text")
+        if len(content.encode("utf-8", "surrogatepass")) > max_part_bytes:
+            raise InvalidArgumentError(f"{where} is larger than {max_part_bytes} bytes; split it into more parts")
+        seen.add(number)
+        parsed.append((number, content))
+    return SessionUpload(session, first_day, count, tuple(parsed))
+
+
+class SessionUploads:
+    def __init__(self, service: MemoryService) -> None:
+        self.service = service
+
+    def upload(self, caller: CallerContext, upload: SessionUpload) -> dict[str, object]:
+        """Store the parts under the caller's folder, drop parts past the count, index; the answer's JSON."""
+        with self.service.calling():
+            handle = self.service.open_index(caller, write=True)
+            mirror = handle.mirror
+            results: list[dict[str, object]] = []
+            removed: list[str] = []
+            with mirror.holding_changes():  # readers hear of it once it is searchable
+                with mirror.lock:
+                    for number, content in upload.parts:
+                        path = session_file_path(caller.name, upload.day, upload.session, number)
+                        state = mirror.write(path, content, caller=caller.name)
+                        results.append({"path": path, "hash": state.hash})
+                    # Parts run 1..n without gaps: the ones past the count are count+1, count+2, ... while they exist.
+                    for number in range(upload.count + 1, MAX_SESSION_PARTS + 1):
+                        stale = session_file_path(caller.name, upload.day, upload.session, number)
+                        if mirror.delete(stale, caller=caller.name) is None:
+                            break
+                        removed.append(stale)
+                touched = [str(r["path"]) for r in results] + removed
+                if touched:
+                    self.service.reindex(handle, touched)
+            log.info(
+                "sessions: %s uploaded %d part(s) of a session (%d in all), removed %d",
+                caller.name,
+                len(results),
+                upload.count,
+                len(removed),
+            )
+            return {"results": results, "removed": removed}

@@ -1,0 +1,580 @@
+"""The proxy's side of file sync, piece by piece: which paths are synced, the state file, the local files' safe
+writes, the watcher, and `memory-proxy status`. The whole loop against the server is in
+tests/client_proxy/test_sync_loop.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import time
+
+import anyio
+import pytest
+
+from client_proxy import cli
+from client_proxy.config import ProxyConfig
+from client_proxy.errors import ConfigError
+from client_proxy.settings import RunSettings
+from client_proxy.sync.local_files import RACY_NS, LocalFiles, sha256_hex
+from client_proxy.sync.plan import pending_pushes
+from client_proxy.sync.scope import (
+    DEFAULT_MAX_FILE_BYTES,
+    UnsafePathError,
+    content_problem,
+    is_excluded,
+    name_problem,
+    safe_target,
+)
+from client_proxy.sync.state import Base, StateStore, state_home
+from client_proxy.sync.watcher import Wakeup, Watcher
+from tests.proxy_support import init_proxy_home
+
+pytestmark = pytest.mark.anyio
+
+SERVER = "https://memory.example"
+INDEX = "notes"
+WAIT = 10.0
+
+
+@pytest.fixture
+def project(tmp_path):
+    folder = tmp_path / "project"
+    (folder / "memory").mkdir(parents=True)
+    return folder
+
+
+def h(text: str) -> str:
+    return sha256_hex(text.encode())
+
+
+def later_clock() -> int:
+    """A clock far enough ahead that every file counts as stable (not "racy") for the hash cache."""
+    return time.time_ns() + 10 * RACY_NS
+
+
+# -- scope --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["MEMORY.md", "memory.md", "memory/notes.md", "memory/2026/11/23.md", "memory/été.md", "memory/a b.md"]
+)
+def test_memory_files_at_the_root_and_under_memory_are_synced(path):
+    assert name_problem(path) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("notes.md", "not a memory file"),
+        ("memory/notes.txt", "not a memory file"),
+        ("docs/MEMORY.md", "not a memory file"),
+        ("memory/../MEMORY.md", "'..'"),
+        ("memory/./a.md", "'.'"),
+        ("memory/.hidden.md", "hidden"),
+        ("memory/.git/x.md", "hidden"),
+        ("/etc/memory/a.md", "absolute"),
+        ("memory/a:b.md", "':'"),
+        ("memory/a\\b.md", "'\\\\'"),
+        ("memory/a\nb.md", "control"),
+        ("memory/a\x00b.md", "control"),
+        ("memory/a\u202eb.md", "control"),
+        ("memory/a%2e.md", "percent"),
+        ("memory/CON.md", "reserved"),
+        ("memory/trailing .md", None),  # fine: only a part's ends matter
+        ("memory/e\u0301te.md", "NFC"),
+        ("memory/" + "x" * 256 + ".md", "longer than 255 bytes"),
+    ],
+)
+def test_names_the_server_would_refuse_are_never_synced(path, why):
+    problem = name_problem(path)
+    if why is None:
+        assert problem is None
+    else:
+        assert problem is not None and why in problem
+
+
+def test_exclude_patterns_match_the_relative_path_across_folders():
+    assert is_excluded("memory/private/a/b.md", ["memory/private/**"])
+    assert not is_excluded("memory/public.md", ["memory/private/**"])
+    assert is_excluded("MEMORY.md", ["MEMORY.md"])
+
+
+def test_content_over_the_cap_binary_or_not_utf8_is_not_synced():
+    assert content_problem(b"# fine\n", 100) is None
+    assert "larger than" in content_problem(b"x" * 101, 100)
+    assert "NUL" in content_problem(b"a\x00b", 100)
+    assert "UTF-8" in content_problem(b"caf\xe9", 100)
+    assert "2 MiB" in content_problem(b"x" * (DEFAULT_MAX_FILE_BYTES + 1), DEFAULT_MAX_FILE_BYTES)
+
+
+@pytest.mark.parametrize("path", ["/tmp/x.md", "../outside.md", "memory/../../x.md", ".git/config", "src/main.py"])
+def test_a_server_path_outside_the_memory_files_is_refused(project, path):
+    with pytest.raises(UnsafePathError):
+        safe_target(project, path)
+
+
+def test_a_server_path_through_a_symlinked_folder_or_onto_a_symlink_is_refused(project, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (project / "memory" / "linked").symlink_to(outside)
+    (project / "memory" / "file.md").symlink_to(outside / "target.md")
+    with pytest.raises(UnsafePathError, match="symlink"):
+        safe_target(project, "memory/linked/x.md")
+    with pytest.raises(UnsafePathError, match="symlink"):
+        safe_target(project, "memory/file.md")
+    (project / "memory").rename(project / "memory-real")
+    (project / "memory").symlink_to(project / "memory-real")
+    with pytest.raises(UnsafePathError, match="symlink"):
+        safe_target(project, "memory/new.md")
+    assert safe_target(project, "MEMORY.md") == project / "MEMORY.md"
+
+
+# -- state ---------------------------------------------------------------------------------------------------------
+
+
+def test_the_state_round_trips_privately_one_file_per_server_index_and_folder(tmp_path, project):
+    home = tmp_path / "state"
+    store = StateStore(home, SERVER, INDEX, project)
+    state = store.fresh()
+    state.revision = 57
+    state.files["memory/a.md"] = Base(h("a"), 55, 1, 123)
+    state.last_pull_at = "2026-11-23T10:15:00Z"
+    state.rejected["memory/b.md"] = {"hash": None, "message": "no", "at": "2026-11-23T10:15:00Z"}
+    state.add_conflict("memory/c.md", "memory/c.conflict-bob-20261123T101500Z.md", "2026-11-23T10:15:00Z")
+    store.save(state)
+
+    assert StateStore(home, SERVER, INDEX, project).load() == state
+    assert stat.S_IMODE(os.stat(home).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    assert StateStore(home, SERVER, "other", project).path != store.path
+    assert StateStore(home, SERVER, INDEX, project / "memory").path != store.path
+    assert json.loads(store.path.read_text())["project"] == str(project)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{not json", b'{"version": 1}', b"[]", b'{"version": 99}', b"\x00"],
+)
+def test_a_corrupt_state_file_is_moved_aside_and_sync_starts_fresh(tmp_path, project, caplog, content):
+    home = tmp_path / "state"
+    store = StateStore(home, SERVER, INDEX, project)
+    store.save(store.fresh())
+    store.path.write_bytes(content)
+
+    with caplog.at_level(logging.WARNING):
+        state = StateStore(home, SERVER, INDEX, project).load()
+
+    assert state == store.fresh()
+    assert not store.path.exists()
+    [aside] = list(home.glob(f"{store.path.name}.corrupt-*"))
+    assert aside.read_bytes() == content
+    assert "moved aside" in caplog.text
+
+
+def test_a_state_file_of_another_folder_under_this_name_is_not_trusted(tmp_path, project):
+    home = tmp_path / "state"
+    store = StateStore(home, SERVER, INDEX, project)
+    other = StateStore(home, SERVER, INDEX, tmp_path).fresh()
+    other.revision = 9
+    home.mkdir(mode=0o700)
+    store.path.write_text(json.dumps(other.to_json()))
+    assert StateStore(home, SERVER, INDEX, project).load().revision == 0
+
+
+def test_the_state_folder_follows_the_environment(tmp_path):
+    assert state_home({"MEMORY_PROXY_STATE_HOME": "/s", "XDG_STATE_HOME": "/x"}) == __import__("pathlib").Path("/s")
+    assert str(state_home({"XDG_STATE_HOME": "/x", "HOME": "/h"})) == "/x/memory-proxy"
+    assert str(state_home({"HOME": "/h"})) == "/h/.local/state/memory-proxy"
+
+
+# -- local files ---------------------------------------------------------------------------------------------------
+
+
+def test_a_scan_finds_the_memory_files_and_says_why_others_in_scope_are_skipped(project, tmp_path, caplog):
+    (project / "MEMORY.md").write_text("# root\n")
+    (project / "memory" / "a.md").write_text("a\n")
+    (project / "memory" / "deep" / "er").mkdir(parents=True)
+    (project / "memory" / "deep" / "er" / "b.md").write_text("b\n")
+    (project / "memory" / "notes.txt").write_text("not markdown\n")
+    (project / "memory" / ".hidden.md").write_text("hidden\n")
+    (project / "memory" / "big.md").write_bytes(b"x" * 101)
+    (project / "memory" / "latin1.md").write_bytes(b"caf\xe9\n")
+    (project / "memory" / "bad:name.md").write_text("colon\n")
+    (tmp_path / "secret.md").write_text("outside\n")
+    (project / "memory" / "link.md").symlink_to(tmp_path / "secret.md")
+    (project / "memory" / "dirlink").symlink_to(tmp_path)
+    files = LocalFiles(project, max_bytes=100)
+
+    with caplog.at_level(logging.WARNING):
+        scan = files.scan()
+        files.scan()
+
+    assert sorted(scan.files) == ["MEMORY.md", "memory/a.md", "memory/deep/er/b.md"]
+    assert scan.files["memory/a.md"].hash == h("a\n")
+    assert set(scan.skipped) == {"memory/big.md", "memory/latin1.md", "memory/bad:name.md", "memory/link.md"} | {
+        "memory/dirlink"
+    }
+    assert "symlink" in scan.skipped["memory/link.md"]
+    assert caplog.text.count("memory/big.md") == 1  # warned once, not at every rescan
+    assert "outside" not in caplog.text and "colon" not in caplog.text  # never memory text
+
+
+def test_a_symlinked_memory_folder_is_skipped_with_a_warning(project, tmp_path):
+    (project / "memory").rmdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a.md").write_text("a\n")
+    (project / "memory").symlink_to(elsewhere)
+    scan = LocalFiles(project, max_bytes=100).scan(["memory/a.md"])
+    assert scan.files == {}
+    assert "memory" in scan.skipped
+    assert scan.absent == set()  # not synced is not deleted
+
+
+def test_only_a_file_that_is_really_gone_counts_as_deleted(project):
+    (project / "memory" / "kept.md").write_text("x" * 200)
+    scan = LocalFiles(project, max_bytes=100).scan(["memory/kept.md", "memory/gone.md", "memory/private/p.md"])
+    assert scan.absent == {"memory/gone.md", "memory/private/p.md"}
+    assert "memory/kept.md" in scan.skipped  # too large now: skipped, never pushed as a delete
+    excluded = LocalFiles(project, max_bytes=100, exclude=("memory/private/**",)).scan(["memory/private/p.md"])
+    assert excluded.absent == set()
+
+
+def test_a_vanished_project_folder_fails_the_scan_instead_of_deleting_everything(project, tmp_path):
+    (project / "memory" / "a.md").write_text("a\n")
+    files = LocalFiles(project, max_bytes=100)
+    assert files.scan(["memory/a.md"]).files
+    project.rename(tmp_path / "moved")
+    with pytest.raises(FileNotFoundError):
+        files.scan(["memory/a.md"])
+
+
+def test_the_hash_cache_trusts_size_and_mtime_only_once_they_are_old_enough(project):
+    path = project / "memory" / "a.md"
+    path.write_text("one\n")
+    now = LocalFiles(project, max_bytes=100)
+    assert not now.scan().files["memory/a.md"].stable  # just written: a same-tick edit could hide behind it
+
+    files = LocalFiles(project, max_bytes=100, clock_ns=later_clock)
+    assert files.scan().files["memory/a.md"].stable
+    info = path.stat()
+    path.write_text("two\n")  # same size; put the old mtime back: only the cache can explain the old hash
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert files.scan().files["memory/a.md"].hash == h("one\n")
+    assert LocalFiles(project, max_bytes=100).scan().files["memory/a.md"].hash == h("two\n")
+
+
+def test_an_atomic_write_never_overwrites_a_file_changed_meanwhile(project):
+    files = LocalFiles(project, max_bytes=100)
+    path = project / "memory" / "a.md"
+    path.write_text("base\n")
+    path.write_text("the user's edit\n")
+
+    assert files.write("memory/a.md", b"from the server\n", expected=h("base\n")) is None
+    assert path.read_text() == "the user's edit\n"
+    assert [p.name for p in (project / "memory").iterdir()] == ["a.md"]  # no temporary file left
+
+    written = files.write("memory/a.md", b"from the server\n", expected=h("the user's edit\n"))
+    assert written is not None and written.hash == h("from the server\n")
+    assert path.read_text() == "from the server\n"
+
+
+def test_a_create_never_replaces_a_file_that_appeared_and_makes_its_folders(project):
+    files = LocalFiles(project, max_bytes=100)
+    (project / "memory" / "new.md").write_text("mine\n")
+    assert files.write("memory/new.md", b"theirs\n", expected=None) is None
+    assert (project / "memory" / "new.md").read_text() == "mine\n"
+    assert files.write("memory/a/b/c.md", b"deep\n", expected=None) is not None
+    assert (project / "memory" / "a" / "b" / "c.md").read_text() == "deep\n"
+
+
+def test_a_replaced_file_keeps_its_permissions(project):
+    path = project / "memory" / "a.md"
+    path.write_text("old\n")
+    path.chmod(0o600)
+    LocalFiles(project, max_bytes=100).write("memory/a.md", b"new\n", expected=h("old\n"))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_delete_happens_only_while_the_file_still_has_the_expected_hash(project):
+    files = LocalFiles(project, max_bytes=100)
+    path = project / "memory" / "a.md"
+    path.write_text("edited\n")
+    assert files.delete("memory/a.md", expected=h("base\n")) is False
+    assert path.exists()
+    assert files.delete("memory/a.md", expected=h("edited\n")) is True
+    assert not path.exists()
+    assert files.delete("memory/a.md", expected=h("edited\n")) is True  # already gone
+
+
+def test_pending_pushes_are_what_differs_from_the_bases(project, tmp_path):
+    (project / "memory" / "same.md").write_text("same\n")
+    (project / "memory" / "edited.md").write_text("new\n")
+    (project / "memory" / "created.md").write_text("created\n")
+    (project / "memory" / "refused.md").write_text("refused\n")
+    state = StateStore(tmp_path, SERVER, INDEX, project).fresh()
+    state.files = {
+        "memory/same.md": Base(h("same\n"), 1),
+        "memory/edited.md": Base(h("old\n"), 2),
+        "memory/deleted.md": Base(h("gone\n"), 3),
+    }
+    state.rejected["memory/refused.md"] = {"hash": h("refused\n"), "message": "no", "at": "t"}
+    scan = LocalFiles(project, max_bytes=100).scan(list(state.files))
+    pending = {(item.path, item.kind) for item in pending_pushes(state, scan)}
+    assert pending == {("memory/edited.md", "edit"), ("memory/created.md", "create"), ("memory/deleted.md", "delete")}
+    (project / "memory" / "refused.md").write_text("refused, then fixed\n")
+    scan = LocalFiles(project, max_bytes=100).scan(list(state.files))
+    assert ("memory/refused.md", "create") in {(item.path, item.kind) for item in pending_pushes(state, scan)}
+
+
+# -- watcher -------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def watching(project):
+    wakeup = Wakeup(quiet=0.05, max_delay=0.5)
+    watcher = Watcher(project, wakeup)
+    await anyio.to_thread.run_sync(watcher.start)
+    await wakeup.wait(0)  # a wake-up for the initial watch of memory/, if any
+    try:
+        yield wakeup, watcher
+    finally:
+        await anyio.to_thread.run_sync(watcher.stop)
+
+
+async def woken(wakeup: Wakeup) -> bool:
+    with anyio.fail_after(WAIT):
+        return await wakeup.wait(WAIT)
+
+
+async def test_the_watcher_notices_create_modify_rename_and_delete(watching, project):
+    wakeup, _ = watching
+    path = project / "memory" / "a.md"
+    path.write_text("created\n")
+    assert await woken(wakeup)
+    path.write_text("modified\n")
+    assert await woken(wakeup)
+    path.rename(project / "memory" / "b.md")
+    assert await woken(wakeup)
+    (project / "memory" / "b.md").unlink()
+    assert await woken(wakeup)
+    (project / "MEMORY.md").write_text("root\n")
+    assert await woken(wakeup)
+
+
+async def test_a_burst_of_saves_wakes_the_syncer_once(watching, project):
+    wakeup, _ = watching
+    for number in range(30):
+        (project / "memory" / f"n{number}.md").write_text(f"{number}\n")
+    assert await woken(wakeup)
+    assert not await wakeup.wait(0.3)  # the whole burst was one wake-up
+
+
+async def test_reading_files_or_touching_other_files_does_not_wake_the_syncer(watching, project):
+    wakeup, _ = watching
+    (project / "memory" / "a.md").write_text("a\n")
+    assert await woken(wakeup)
+    (project / "memory" / "a.md").read_text()
+    (project / "unrelated.txt").write_text("not memory\n")
+    (project / "memory" / ".a.md.tmp").write_text("a temporary file\n")
+    assert not await wakeup.wait(0.3)
+
+
+async def test_a_memory_folder_made_after_start_is_watched_once_refreshed(tmp_path):
+    project = tmp_path / "empty-project"
+    project.mkdir()
+    wakeup = Wakeup(quiet=0.05, max_delay=0.5)
+    watcher = Watcher(project, wakeup)
+    await anyio.to_thread.run_sync(watcher.start)
+    try:
+        (project / "memory").mkdir()
+        assert await woken(wakeup)  # the root watch sees the folder appear
+        await anyio.to_thread.run_sync(watcher.refresh)
+        assert await woken(wakeup)  # watching it: look once for what was written before the watch began
+        (project / "memory" / "a.md").write_text("a\n")
+        assert await woken(wakeup)
+    finally:
+        await anyio.to_thread.run_sync(watcher.stop)
+
+
+async def test_a_steady_stream_of_events_still_wakes_within_the_max_delay():
+    wakeup = Wakeup(quiet=0.2, max_delay=0.5)
+    started = time.monotonic()
+
+    async def keep_poking() -> None:
+        while True:
+            await anyio.to_thread.run_sync(wakeup.poke)
+            await anyio.sleep(0.05)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(keep_poking)
+        assert await woken(wakeup)
+        tasks.cancel_scope.cancel()
+    assert time.monotonic() - started < 2.0
+
+
+# -- status --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def configured(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    init_proxy_home(home, url=SERVER)
+    monkeypatch.setenv("MEMORY_PROXY_HOME", str(home))
+    monkeypatch.setenv("MEMORY_PROXY_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("MEMORY_INDEX", raising=False)
+    monkeypatch.delenv("MEMORY_PROXY_SYNC", raising=False)
+    return tmp_path / "state"
+
+
+def status(capsys, project, *extra: str) -> str:
+    assert cli.main(["status", "--project", str(project), "--index", INDEX, *extra]) == 0
+    return capsys.readouterr().out
+
+
+def test_status_of_a_folder_never_synced_lists_every_file_as_pending(configured, project, capsys):
+    (project / "MEMORY.md").write_text("# root\n")
+    (project / "memory" / "a.md").write_text("a\n")
+    text = status(capsys, project)
+    assert f"server:     {SERVER}" in text and f"index:      {INDEX}" in text
+    assert "sync:       on (--project)" in text
+    assert "last pull:  never" in text
+    assert "pending:    2 changes to push" in text
+    assert "  create  MEMORY.md" in text and "  create  memory/a.md" in text
+
+
+def test_status_shows_pending_conflicts_rejections_and_the_last_error(configured, project, capsys):
+    (project / "memory" / "edited.md").write_text("edited\n")
+    (project / "memory" / "x.conflict-bob-20261123T101500Z.md").write_text("theirs\n")
+    (project / "memory" / "big.md").write_bytes(b"x" * (DEFAULT_MAX_FILE_BYTES + 1))
+    store = StateStore(configured, SERVER, INDEX, project.resolve())
+    state = store.fresh()
+    state.revision = 61
+    state.last_pull_at = "2026-11-23T10:15:00Z"
+    state.files["memory/edited.md"] = Base(h("before\n"), 58)
+    state.files["memory/x.conflict-bob-20261123T101500Z.md"] = Base(h("theirs\n"), 60)
+    state.files["memory/deleted.md"] = Base(h("gone\n"), 59)
+    state.add_conflict("memory/x.md", "memory/x.conflict-bob-20261123T101500Z.md", "2026-11-23T10:15:00Z")
+    state.rejected["memory/bad.md"] = {"hash": h("bad\n"), "message": "path contains ':'", "at": "t"}
+    state.last_error = {"at": "2026-11-23T10:16:00Z", "message": "pull: cannot reach the memory server"}
+    store.save(state)
+
+    text = status(capsys, project)
+    assert "last pull:  2026-11-23T10:15:00Z (revision 61)" in text
+    assert "pending:    2 changes to push" in text
+    assert "  edit    memory/edited.md" in text and "  delete  memory/deleted.md" in text
+    assert "memory/x.md: yours saved as memory/x.conflict-bob-20261123T101500Z.md" in text
+    assert "memory/bad.md: path contains ':'" in text
+    assert "memory/big.md: larger than 2 MiB" in text
+    assert "last error: pull: cannot reach the memory server (2026-11-23T10:16:00Z)" in text
+
+    report = json.loads(status(capsys, project, "--json"))
+    assert report["pending"]["count"] == 2
+    assert report["conflicts"]["files"] == ["memory/x.conflict-bob-20261123T101500Z.md"]
+    assert report["last_pull"] == {"at": "2026-11-23T10:15:00Z", "revision": 61}
+
+
+def test_status_says_when_a_proxy_is_syncing_the_folder_now(configured, project, capsys):
+    store = StateStore(configured, SERVER, INDEX, project.resolve())
+    assert "is syncing this folder now" not in status(capsys, project)
+    assert store.claim()
+    try:
+        assert "sync:       on (--project); a memory-proxy is syncing this folder now" in status(capsys, project)
+    finally:
+        store.release()
+    again = StateStore(configured, SERVER, INDEX, project.resolve())
+    assert again.claim()  # released: the next proxy may take it
+    again.release()
+
+
+def test_status_reports_a_corrupt_state_file_without_touching_it(configured, project, capsys):
+    store = StateStore(configured, SERVER, INDEX, project.resolve())
+    configured.mkdir(mode=0o700)
+    store.path.write_text("{broken")
+    text = status(capsys, project)
+    assert "the next `memory-proxy run` moves it aside" in text
+    assert store.path.read_text() == "{broken"
+
+
+def test_status_says_why_sync_is_off_for_a_folder_without_memory_files(configured, tmp_path, capsys, monkeypatch):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    monkeypatch.chdir(bare)
+    assert cli.main(["status", "--index", INDEX]) == 0
+    assert "holds no MEMORY.md, memory.md or memory/" in capsys.readouterr().out
+    monkeypatch.setenv("MEMORY_PROXY_SYNC", "0")
+    assert cli.main(["status", "--index", INDEX, "--project", str(bare)]) == 0
+    assert "sync:       off (MEMORY_PROXY_SYNC=0)" in capsys.readouterr().out
+
+
+# -- configuration -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ('sync = "no"', "sync must be true or false"),
+        ('sync_exclude = "memory/private/**"', "must be a list of strings"),
+        ("sync_exclude = [1]", "must be a list of strings"),
+        ('sync_exclude = ["/memory/**"]', "relative path"),
+        ('sync_exclude = ["memory\\\\x"]', "relative path"),
+        ('sync_exclude = [""]', "1 to 512 characters"),
+        ("synk = false", "unknown field 'synk'"),
+    ],
+)
+def test_the_sync_keys_of_proxy_toml_are_checked_strictly(tmp_path, line, error):
+    home = tmp_path / "home"
+    init_proxy_home(home, url=SERVER)
+    with open(home / "proxy.toml", "a") as config:
+        config.write(line + "\n")
+    with pytest.raises(ConfigError, match=error):
+        ProxyConfig.load(home)
+
+
+def test_init_run_again_keeps_the_sync_keys(tmp_path):
+    home = tmp_path / "home"
+    init_proxy_home(home, url=SERVER)
+    with open(home / "proxy.toml", "a") as config:
+        config.write('sync = false\nsync_exclude = ["memory/private/**", "memory/drafts/*.md"]\n')
+    init_proxy_home(home, url="https://elsewhere.example")
+    config = ProxyConfig.load(home)
+    assert config.server_url == "https://elsewhere.example"
+    assert (config.sync, config.sync_exclude) == (False, ("memory/private/**", "memory/drafts/*.md"))
+
+
+@pytest.mark.parametrize(
+    ("no_sync", "env", "toml", "given", "files", "expected"),
+    [
+        (True, "1", True, True, True, "off (--no-sync)"),
+        (False, "1", False, False, False, "on (MEMORY_PROXY_SYNC=1)"),
+        (False, "0", True, True, True, "off (MEMORY_PROXY_SYNC=0)"),
+        (False, "maybe", None, True, True, "off (MEMORY_PROXY_SYNC='maybe' is neither 0 nor 1)"),
+        (False, None, False, True, True, "off (sync = false in"),
+        (False, None, True, False, False, "on (sync = true in"),
+        (False, None, None, True, False, "on (--project)"),
+        (False, None, None, False, True, "on (the folder holds memory files)"),
+        (False, None, None, False, False, "off: "),
+    ],
+)
+def test_whether_run_syncs_follows_flag_then_environment_then_config_then_the_folder(
+    tmp_path, monkeypatch, no_sync, env, toml, given, files, expected
+):
+    home = tmp_path / "home"
+    init_proxy_home(home, url=SERVER)
+    if toml is not None:
+        with open(home / "proxy.toml", "a") as config:
+            config.write(f"sync = {str(toml).lower()}\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    if files:
+        (folder / "memory.md").write_text("x\n")
+    monkeypatch.chdir(folder)
+    environ = {"MEMORY_PROXY_HOME": str(home), **({"MEMORY_PROXY_SYNC": env} if env else {})}
+    settings = RunSettings.from_env(
+        environ, index=INDEX, project=str(folder) if given else None, log_file=None, no_sync=no_sync
+    )
+    choice = settings.sync_choice(ProxyConfig.load(home))
+    assert choice.reason.startswith(expected)
+    assert choice.enabled == expected.startswith("on")

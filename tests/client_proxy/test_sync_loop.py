@@ -1,0 +1,416 @@
+"""The proxy's sync loop against the real server side, in process: the `Syncer` (real watcher, real files, real
+state file) talks to the inner app's `/sync/*` (real mirror and index, hashing embedder) as the channel would let
+it in. Another caller, "bob", pushes and pulls over plain HTTP to play the other laptops and the MCP writes.
+The multi-process, several-laptop runs are in tests/e2e/test_sync_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from channel.authz import Access, ChannelUser
+from client_proxy.sync.api import SyncApi
+from client_proxy.sync.local_files import LocalFiles, sha256_hex
+from client_proxy.sync.retry import Retry
+from client_proxy.sync.scope import DEFAULT_MAX_FILE_BYTES
+from client_proxy.sync.state import StateStore
+from client_proxy.sync.syncer import Syncer
+from client_proxy.sync.watcher import Wakeup, Watcher
+from server.app import create_inner_app
+from server.memory.service import MemoryService
+from tests.fakes.embedder import HashingEmbedder
+
+pytestmark = pytest.mark.anyio
+
+INDEX = "team"
+URL = "https://memory.example"
+WAIT = 10.0
+
+
+def h(text: str) -> str:
+    return sha256_hex(text.encode())
+
+
+class Switch(httpx2.AsyncBaseTransport):
+    """The app as seen through a network that the test can take down, counting the requests that got through."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.down = False
+        self.requests: list[tuple[str, str]] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if self.down:
+            raise httpx2.ConnectError("connection refused", request=request)
+        self.requests.append((request.method, request.url.path))
+        return await self.inner.handle_async_request(request)
+
+
+class Rig:
+    """One server (the inner app over a real service) and the folders of one laptop."""
+
+    def __init__(self, tmp_path: Path, service: MemoryService) -> None:
+        self.app = create_inner_app(service)
+        self.project = tmp_path / "project"
+        (self.project / "memory").mkdir(parents=True)
+        self.state_home = tmp_path / "state"
+        self.network = Switch(self.transport("alice"))
+        self.bob = httpx2.AsyncClient(transport=self.transport("bob"), base_url="http://memory")
+
+    def transport(self, name: str, access: Access = "rw") -> httpx2.AsyncBaseTransport:
+        user = ChannelUser(name, f"SHA256:{name}", {INDEX: access}, INDEX, access)
+
+        async def as_user(scope: Any, receive: Any, send: Any) -> None:
+            await self.app({**scope, "user": user}, receive, send)
+
+        return httpx2.ASGITransport(as_user)
+
+    def store(self) -> StateStore:
+        return StateStore(self.state_home, URL, INDEX, self.project)
+
+    def saved(self) -> dict[str, Any]:
+        return dict(json.loads(self.store().path.read_text()))
+
+    @asynccontextmanager
+    async def syncing(
+        self, *, access: Access = "rw", max_bytes: int = DEFAULT_MAX_FILE_BYTES, exclude: tuple[str, ...] = ()
+    ) -> AsyncIterator[Syncer]:
+        """The laptop's syncer running (as alice, or a read-only device) until the block ends."""
+        transport = self.network if access == "rw" else Switch(self.transport("reader", access))
+        wakeup = Wakeup(quiet=0.05, max_delay=0.3)
+        files = LocalFiles(self.project, exclude=exclude, max_bytes=max_bytes)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://memory") as client:
+            syncer = Syncer(
+                SyncApi(client),
+                files,
+                self.store(),
+                server_url=URL,
+                wakeup=wakeup,
+                watcher=Watcher(self.project, wakeup),
+            )
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(syncer.run)
+                yield syncer
+                tasks.cancel_scope.cancel()
+
+    # the local files -------------------------------------------------------------------------------------------
+
+    def write(self, relpath: str, text: str) -> None:
+        target = self.project / relpath
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, "utf-8")
+
+    def read(self, relpath: str) -> str | None:
+        try:
+            return (self.project / relpath).read_text("utf-8")
+        except FileNotFoundError:
+            return None
+
+    # the server, as bob sees it ---------------------------------------------------------------------------------
+
+    async def server(self) -> dict[str, str]:
+        """Every live file on the server (path → text)."""
+        response = await self.bob.get("/sync/changes", params={"since": 0})
+        return {c["path"]: c["content"] for c in response.json()["changes"] if c["hash"] is not None}
+
+    async def revision(self) -> int:
+        return int((await self.bob.get("/sync/changes", params={"since": 0})).json()["revision"])
+
+    async def push(self, path: str, content: str | None, base: str | None) -> dict[str, Any]:
+        change = {"path": path, "base": base, **({"content": content} if content is not None else {"delete": True})}
+        response = await self.bob.post("/sync/push", json={"changes": [change]})
+        assert response.status_code == 200, response.text
+        return dict(response.json()["results"][0])
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[MemoryService]:
+    running = MemoryService(tmp_path / "data", HashingEmbedder())
+    yield running
+    running.close()
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, service: MemoryService) -> AsyncIterator[Rig]:
+    made = Rig(tmp_path, service)
+    yield made
+    await made.bob.aclose()
+
+
+async def until(check: Callable[[], Any], what: str) -> None:
+    """Wait (bounded) until `check()` (sync or async) is true."""
+    with anyio.fail_after(WAIT):
+        while True:
+            result = check()
+            if hasattr(result, "__await__"):
+                result = await result
+            if result:
+                return
+            await anyio.sleep(0.01)
+    raise AssertionError(what)
+
+
+async def server_has(rig: Rig, path: str, text: str | None) -> bool:
+    return (await rig.server()).get(path) == text
+
+
+async def a_push_pass_after_now(syncer: Syncer) -> None:
+    """Wait for a complete scan-and-push that started after this call."""
+    seen = syncer.push_passes
+    syncer.request_scan()
+    await until(lambda: syncer.push_passes > seen, "one more push pass")
+    if syncer.push_passes == seen + 1:  # that pass may have begun before the call: ask for one more
+        syncer.request_scan()
+        await until(lambda: syncer.push_passes > seen + 1, "another push pass")
+
+
+async def test_a_fresh_folder_pushes_its_files_and_pulls_the_servers(rig):
+    await rig.push("memory/bob.md", "# Bob\nfrom bob\n", None)
+    rig.write("MEMORY.md", "# Project\n")
+    rig.write("memory/a.md", "alice\n")
+    async with rig.syncing():
+        await until(lambda: rig.read("memory/bob.md") == "# Bob\nfrom bob\n", "bob's file here")
+        await until(lambda: server_has(rig, "memory/a.md", "alice\n"), "alice's file on the server")
+        assert (await rig.server())["MEMORY.md"] == "# Project\n"
+    saved = rig.saved()
+    assert set(saved["files"]) == {"MEMORY.md", "memory/a.md", "memory/bob.md"}
+    assert saved["files"]["memory/a.md"]["base"] == h("alice\n")
+    assert saved["revision"] == await rig.revision()
+
+
+async def test_a_local_edit_is_pushed_and_a_server_change_written_here_without_echo(rig):
+    rig.write("memory/a.md", "one\n")
+    async with rig.syncing() as syncer:
+        await until(lambda: server_has(rig, "memory/a.md", "one\n"), "the first version on the server")
+        rig.write("memory/a.md", "one\ntwo\n")
+        await until(lambda: server_has(rig, "memory/a.md", "one\ntwo\n"), "the edit on the server")
+
+        result = await rig.push("memory/a.md", "zero\none\ntwo\n", h("one\ntwo\n"))
+        assert result["status"] == "applied"
+        await until(lambda: rig.read("memory/a.md") == "zero\none\ntwo\n", "bob's edit here")
+        revision = await rig.revision()
+        await a_push_pass_after_now(syncer)
+        assert await rig.revision() == revision  # our own write was not pushed back
+
+
+async def test_a_file_edited_here_and_on_the_server_while_offline_merges_on_both_sides(rig):
+    rig.write("memory/log.md", "# Log\n\nmiddle\n\nend\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/log.md", "# Log\n\nmiddle\n\nend\n"), "the file on the server")
+    rig.write("memory/log.md", "# Log\n\nmiddle\n\nend\nalice's line\n")
+    await rig.push("memory/log.md", "# Log\nbob's line\n\nmiddle\n\nend\n", h("# Log\n\nmiddle\n\nend\n"))
+    merged = "# Log\nbob's line\n\nmiddle\n\nend\nalice's line\n"
+    async with rig.syncing():
+        await until(lambda: rig.read("memory/log.md") == merged, "the merged text here")
+        assert (await rig.server())["memory/log.md"] == merged
+    assert rig.saved()["files"]["memory/log.md"]["base"] == h(merged)
+
+
+async def test_a_real_conflict_keeps_both_versions_and_is_remembered(rig):
+    rig.write("memory/x.md", "the answer is 41\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/x.md", "the answer is 41\n"), "the file on the server")
+    rig.write("memory/x.md", "the answer is 42 (alice)\n")
+    await rig.push("memory/x.md", "the answer is 43 (bob)\n", h("the answer is 41\n"))
+    async with rig.syncing():
+        await until(lambda: rig.read("memory/x.md") == "the answer is 43 (bob)\n", "the server's text here")
+        [copy] = list((rig.project / "memory").glob("x.conflict-alice-*.md"))
+        assert copy.read_text() == "the answer is 42 (alice)\n"
+        server = await rig.server()
+        assert server[f"memory/{copy.name}"] == "the answer is 42 (alice)\n"
+    saved = rig.saved()
+    assert saved["conflicts"][-1]["path"] == "memory/x.md"
+    assert saved["files"][f"memory/{copy.name}"]["base"] == h("the answer is 42 (alice)\n")
+
+
+async def test_deletes_go_both_ways_and_a_delete_of_a_file_edited_elsewhere_gives_way(rig):
+    for name in ("mine", "theirs", "edited"):
+        rig.write(f"memory/{name}.md", f"{name}\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/edited.md", "edited\n"), "the files on the server")
+        (rig.project / "memory" / "mine.md").unlink()
+        await until(lambda: server_has(rig, "memory/mine.md", None), "the delete on the server")
+        await rig.push("memory/theirs.md", None, h("theirs\n"))
+        await until(lambda: rig.read("memory/theirs.md") is None, "bob's delete here")
+    (rig.project / "memory" / "edited.md").unlink()
+    await rig.push("memory/edited.md", "edited by bob\n", h("edited\n"))
+    async with rig.syncing():
+        await until(lambda: rig.read("memory/edited.md") == "edited by bob\n", "bob's edit restored here")
+    assert (await rig.server())["memory/edited.md"] == "edited by bob\n"
+
+
+async def test_a_rejected_file_is_remembered_and_not_pushed_again_until_it_changes(rig, caplog):
+    rig.write("memory/huge.md", "x" * (DEFAULT_MAX_FILE_BYTES + 10))  # this laptop allows more than the server
+    async with rig.syncing(max_bytes=4 * DEFAULT_MAX_FILE_BYTES) as syncer:
+        await until(lambda: "memory/huge.md" in syncer.state.rejected, "the rejection")
+        pushes = rig.network.requests.count(("POST", "/sync/push"))
+        await a_push_pass_after_now(syncer)
+        assert rig.network.requests.count(("POST", "/sync/push")) == pushes
+        rig.write("memory/huge.md", "small now\n")
+        await until(lambda: server_has(rig, "memory/huge.md", "small now\n"), "the fixed file on the server")
+        await until(lambda: "memory/huge.md" not in syncer.state.rejected, "the rejection forgotten")
+    assert caplog.text.count("the server rejected this version") == 1
+
+
+async def test_a_read_only_device_pulls_but_stops_pushing(rig):
+    rig.write("memory/local.md", "local only\n")
+    async with rig.syncing(access="r") as syncer:
+        await until(lambda: syncer.state.read_only, "the 403 noticed")
+        await rig.push("memory/shared.md", "from bob\n", None)
+        await until(lambda: rig.read("memory/shared.md") == "from bob\n", "bob's file here")
+    assert "memory/local.md" not in await rig.server()
+    assert rig.saved()["read_only"] is True
+
+
+async def test_changes_made_while_the_server_is_unreachable_are_pushed_when_it_returns(rig):
+    rig.network.down = True
+    rig.write("memory/offline.md", "written offline\n")
+    async with rig.syncing() as syncer:
+        await until(lambda: syncer.state.last_error is not None, "the failure recorded")
+        assert "cannot reach the memory server" in syncer.state.last_error["message"]
+        rig.write("memory/offline.md", "written offline, then edited\n")
+        rig.network.down = False
+        await until(lambda: server_has(rig, "memory/offline.md", "written offline, then edited\n"), "the push")
+
+
+async def test_what_changed_while_the_proxy_was_not_running_is_pushed_at_the_next_start(rig):
+    rig.write("memory/edit.md", "before\n")
+    rig.write("memory/delete.md", "doomed\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/delete.md", "doomed\n"), "the files on the server")
+    rig.write("memory/edit.md", "after\n")
+    (rig.project / "memory" / "delete.md").unlink()
+    rig.write("memory/new.md", "new\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/new.md", "new\n"), "the new file on the server")
+        server = await rig.server()
+        assert server["memory/edit.md"] == "after\n" and "memory/delete.md" not in server
+
+
+async def test_after_a_corrupt_state_file_sync_starts_over_and_nothing_is_lost(rig):
+    rig.write("memory/log.md", "# Log\nfirst\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/log.md", "# Log\nfirst\n"), "the file on the server")
+    rig.store().path.write_text("{ corrupt")
+    rig.write("memory/log.md", "# Log\nfirst\nalice\n")
+    await rig.push("memory/log.md", "# Log\nfirst\nbob\n", h("# Log\nfirst\n"))
+    async with rig.syncing():
+        await until(lambda: "alice" in (rig.read("memory/log.md") or "") and "bob" in rig.read("memory/log.md"), "both")
+    assert list(rig.state_home.glob("*.corrupt-*"))
+    assert (await rig.server())["memory/log.md"] == rig.read("memory/log.md")
+
+
+async def test_a_server_restored_from_an_older_backup_gets_this_laptops_files_again(rig):
+    rig.write("memory/kept.md", "kept\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/kept.md", "kept\n"), "the file on the server")
+    state = rig.saved()
+    state["revision"] = 10_000  # ahead of the server: what a laptop sees after the server's data was restored
+    state["files"]["memory/lost.md"] = {"base": h("lost\n"), "revision": 9_999, "size": None, "mtime_ns": None}
+    rig.store().path.write_text(json.dumps(state))
+    rig.write("memory/lost.md", "lost\n")  # clean by its base, but the server never heard of it
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/lost.md", "lost\n"), "the file pushed again")
+    assert rig.saved()["revision"] < 10_000
+
+
+async def test_many_files_are_pushed_in_batches_of_at_most_a_hundred(rig):
+    for number in range(150):
+        rig.write(f"memory/n{number:03}.md", f"note {number}\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/n149.md", "note 149\n"), "the last file on the server")
+    assert rig.network.requests.count(("POST", "/sync/push")) == 2
+
+
+async def test_excluded_paths_are_neither_pushed_nor_pulled(rig):
+    rig.write("memory/private/diary.md", "secret\n")
+    await rig.push("memory/private/theirs.md", "theirs\n", None)
+    await rig.push("memory/public.md", "public\n", None)
+    async with rig.syncing(exclude=("memory/private/**",)):
+        await until(lambda: rig.read("memory/public.md") == "public\n", "the public file here")
+    assert rig.read("memory/private/theirs.md") is None
+    assert "memory/private/diary.md" not in await rig.server()
+
+
+async def test_stopping_flushes_the_state_and_stops_the_watcher(rig):
+    rig.write("memory/a.md", "a\n")
+    async with rig.syncing() as syncer:
+        await until(lambda: server_has(rig, "memory/a.md", "a\n"), "the file on the server")
+        await rig.push("memory/b.md", "b\n", None)
+        await until(lambda: rig.read("memory/b.md") == "b\n", "bob's file here")
+        watcher = syncer._watcher
+    assert rig.saved()["revision"] == await rig.revision()
+    assert watcher is not None and not watcher._observer.is_alive()
+
+
+async def test_a_server_without_sync_or_with_a_malformed_answer_is_reported_and_retried(rig):
+    answers = [(404, b'{"error": "not found"}'), (200, b'{"revision": "x"}')]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        status, body = answers[0] if len(rig.network.requests) < 3 else answers[1]
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    rig.network.inner = httpx2.ASGITransport(app)
+    async with rig.syncing() as syncer:
+        await until(lambda: syncer.state.last_error is not None, "the first failure")
+        assert "does not offer file sync (HTTP 404)" in syncer.state.last_error["message"]
+        await until(lambda: "malformed" in syncer.state.last_error["message"], "the malformed answer noticed")
+
+
+def test_backoff_doubles_from_one_second_to_thirty_with_jitter_and_a_success_starts_it_over():
+    retry = Retry(random.Random(7))
+    delays = [retry.next_delay() for _ in range(8)]
+    for delay, step in zip(delays, [1, 2, 4, 8, 16, 30, 30, 30], strict=True):
+        assert step / 2 <= delay <= step
+    assert len(set(delays)) == len(delays)  # jittered
+    retry.succeeded()
+    assert retry.next_delay() <= 1.0
+
+
+async def test_a_success_ends_every_pause_at_once():
+    retry = Retry()
+    for _ in range(5):
+        retry.next_delay()  # the next pause would be 16 to 32 seconds
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(retry.pause)
+            await anyio.wait_all_tasks_blocked()
+            retry.succeeded()
+
+
+async def test_a_second_proxy_on_the_same_folder_waits_and_takes_over_when_the_first_stops(rig, monkeypatch):
+    monkeypatch.setattr("client_proxy.sync.syncer.LOCK_RETRY", 0.05)
+    rig.write("memory/a.md", "a\n")
+    syncers: dict[str, Syncer] = {}
+    stop = {"first": anyio.Event(), "second": anyio.Event()}
+
+    async def proxy(name: str) -> None:
+        async with rig.syncing() as syncer:
+            syncers[name] = syncer
+            await stop[name].wait()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(proxy, "first")
+        await until(lambda: "first" in syncers and syncers["first"].push_passes > 0, "the first proxy syncing")
+        tasks.start_soon(proxy, "second")
+        await until(lambda: "second" in syncers, "the second proxy started")
+        rig.write("memory/b.md", "b\n")
+        await until(lambda: server_has(rig, "memory/b.md", "b\n"), "b.md pushed by the first proxy")
+        await a_push_pass_after_now(syncers["first"])
+        assert syncers["second"].push_passes == 0 and syncers["second"].pulls == 0  # it forwards only
+        stop["first"].set()
+        await until(lambda: syncers["second"].push_passes > 0, "the second proxy taking over")
+        rig.write("memory/c.md", "c\n")
+        await until(lambda: server_has(rig, "memory/c.md", "c\n"), "c.md pushed by the second proxy")
+        stop["second"].set()

@@ -1,0 +1,280 @@
+"""The laptop's transcript uploader against the server's real `/sync/sessions` (inner app in process, real mirror
+and index with the hashing embedder): which sessions go, when a growing one goes again, what is redacted before it
+leaves, and what is sent when the proxy stops."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from channel.authz import ChannelUser
+from client_proxy.sync.api import SyncApi
+from client_proxy.transcripts import upload as transcript_sync
+from client_proxy.transcripts.render import render_markdown
+from client_proxy.transcripts.upload import QUIET, RESEND_LINES, TranscriptState, TranscriptUploader
+from redaction import marker
+from server.index.engine import EngineSettings
+from server.index.scan import ScanConfig
+from server.memory.service import CallerContext, MemoryService
+from tests.fakes.embedder import HashingEmbedder
+from tests.inner_app import inner_clients
+from tests.secret_corpus import LOOK_ALIKES, PLANTED
+from tests.transcript_fixtures import (
+    START,
+    append_session,
+    assistant_lines,
+    at,
+    project_folder,
+    user_line,
+    write_session,
+)
+
+pytestmark = pytest.mark.anyio
+
+INDEX = "team"
+ALICE = ChannelUser("alice", "SHA256:alice", {INDEX: "rw"}, INDEX, "rw")
+DAY = START.date().isoformat()
+SESSION = "5b1c2d3e-4f50-4a6b-8c7d-9e0f1a2b3c4d"
+
+
+@pytest.fixture
+def service(hashing_service: MemoryService) -> MemoryService:
+    return hashing_service
+
+
+class Counting(SyncApi):
+    """The real client calls, counted (and switchable off, as a server that is down)."""
+
+    def __init__(self, client: httpx2.AsyncClient) -> None:
+        super().__init__(client)
+        self.uploads: list[list[int]] = []
+        self.down = False
+
+    async def upload_session(self, session: str, day: str, count: int, parts: Any) -> None:
+        if self.down:
+            raise httpx2.ConnectError("connection refused")
+        self.uploads.append([number for number, _ in parts])
+        await super().upload_session(session, day, count, parts)
+
+
+@asynccontextmanager
+async def client_as(service: MemoryService, user: ChannelUser) -> AsyncIterator[Counting]:
+    """The sync client of a laptop the channel let in as `user`."""
+    async with inner_clients(service, user) as clients:
+        yield Counting(clients[user.name])
+
+
+@pytest.fixture
+async def api(service: MemoryService) -> AsyncIterator[Counting]:
+    async with client_as(service, ALICE) as counting:
+        yield counting
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time() + 3600  # an hour after the sessions' files were written: all are quiet
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "app"
+    folder.mkdir()
+    return folder
+
+
+def uploader(api: SyncApi, project: Path, tmp_path: Path, clock: Clock | None = None) -> TranscriptUploader:
+    state = TranscriptState(tmp_path / "state", "https://memory", INDEX, project)
+    state.load()
+    environ = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    return TranscriptUploader(
+        api, project, environ, state, laptop="alice-laptop", server_url="https://memory", clock=clock or Clock()
+    )
+
+
+def conversation(project: Path, turns: int, word: str = "topic") -> list[Any]:
+    lines: list[Any] = []
+    for n in range(turns):
+        lines.append(user_line(f"Question {n} about the {word} {n}?", cwd=str(project), ts=at(2 * n), session=SESSION))
+        lines += assistant_lines(f"Answer {n}: the {word} works.", cwd=str(project), ts=at(2 * n + 1), session=SESSION)
+    return lines
+
+
+def stored(service: MemoryService) -> dict[str, str]:
+    caller = CallerContext.from_user(ALICE)
+    return {f.path: service.get(caller, f.path).content for f in service.list(caller, prefix="sessions/").files}
+
+
+async def test_the_projects_sessions_are_uploaded_and_others_and_empty_ones_are_not(api, service, project, tmp_path):
+    folder = project_folder(tmp_path / "claude", project)
+    write_session(folder, SESSION, conversation(project, 3, "flaky login test"))
+    other = str(project.parent / "other-app")  # a different project that munges to another name, but planted here
+    write_session(folder, "aaaa1111", [user_line("Elsewhere entirely", cwd=other, session="aaaa1111")])
+    write_session(folder, "bbbb2222", [user_line([], cwd=str(project), session="bbbb2222")])
+    assert await uploader(api, project, tmp_path).pass_once()
+    files = stored(service)
+    assert list(files) == [f"sessions/alice/{DAY}-{SESSION}.md"]
+    text = files[f"sessions/alice/{DAY}-{SESSION}.md"]
+    assert "Question 2 about the flaky login test 2?" in text and "alice-laptop" in text
+    hits = service.search(CallerContext.from_user(ALICE), "flaky login test", sources=["sessions"]).hits
+    assert hits and hits[0].path.startswith("sessions/alice/") and "UTC" in hits[0].heading
+
+
+async def test_a_growing_session_goes_again_after_enough_new_lines_or_once_it_is_quiet(api, service, project, tmp_path):
+    clock = Clock()
+    folder = project_folder(tmp_path / "claude", project)
+    lines = conversation(project, 2)
+    path = write_session(folder, SESSION, lines)
+    running = uploader(api, project, tmp_path, clock)
+    assert await running.pass_once() and len(api.uploads) == 1
+    lines += conversation(project, 3, "second topic")[-2:]  # a couple of new lines
+    append_session(path, lines)
+    clock.now = path.stat().st_mtime + 1  # just written: not quiet
+    assert await running.pass_once() and len(api.uploads) == 1
+    clock.now += QUIET
+    assert await running.pass_once() and len(api.uploads) == 2
+    assert "second topic" in next(iter(stored(service).values()))
+    lines += conversation(project, RESEND_LINES // 2 + 1, "burst")  # 40+ new lines: no need to wait
+    append_session(path, lines)
+    clock.now = path.stat().st_mtime + 1
+    assert await running.pass_once() and len(api.uploads) == 3
+    assert await running.pass_once() and len(api.uploads) == 3  # nothing new: nothing sent
+
+
+async def test_a_line_still_being_written_waits_for_its_end(api, service, project, tmp_path):
+    folder = project_folder(tmp_path / "claude", project)
+    lines = [
+        *conversation(project, 1),
+        user_line("Half written question about caching", cwd=str(project), session=SESSION),
+    ]
+    path = write_session(folder, SESSION, lines, truncate_last=True)
+    running = uploader(api, project, tmp_path)
+    assert await running.pass_once()
+    assert "caching" not in next(iter(stored(service).values()))
+    append_session(path, lines)
+    assert await running.pass_once()
+    assert "Half written question about caching" in next(iter(stored(service).values()))
+
+
+async def test_only_changed_parts_go_again_and_state_survives_a_restart(api, service, project, tmp_path, monkeypatch):
+    monkeypatch.setattr(transcript_sync, "split_parts", lambda text: _small_parts(text))
+    folder = project_folder(tmp_path / "claude", project)
+    lines = conversation(project, 80, "partitioned")
+    path = write_session(folder, SESSION, lines)
+    assert await uploader(api, project, tmp_path).pass_once()
+    [first] = api.uploads
+    assert len(first) > 2
+    lines += conversation(project, 2, "appended")[-2:]
+    append_session(path, lines)
+    restarted = uploader(api, project, tmp_path)  # a new proxy: the state file remembers what was sent
+    assert await restarted.pass_once()
+    assert api.uploads[1] == [len(first)] or api.uploads[1] == [len(first), len(first) + 1]
+    assert len(stored(service)) >= len(first)
+
+
+def _small_parts(text: str) -> list[str]:
+    from client_proxy.transcripts.render import split_parts
+
+    return split_parts(text, max_bytes=4096)
+
+
+async def test_a_failing_server_keeps_the_session_pending_until_it_answers(api, service, project, tmp_path):
+    write_session(project_folder(tmp_path / "claude", project), SESSION, conversation(project, 2))
+    running = uploader(api, project, tmp_path)
+    api.down = True
+    assert not await running.pass_once()
+    assert stored(service) == {}
+    api.down = False
+    assert await running.pass_once() and len(stored(service)) == 1
+
+
+async def test_stopping_the_proxy_sends_the_last_lines_at_once(api, service, project, tmp_path, monkeypatch):
+    monkeypatch.setattr(transcript_sync, "POLL", 0.05)
+    clock = Clock()
+    folder = project_folder(tmp_path / "claude", project)
+    lines = conversation(project, 2)
+    path = write_session(folder, SESSION, lines)
+    running = uploader(api, project, tmp_path, clock)
+    pass_done: list[anyio.Event] = []
+    one_pass = running.pass_once
+
+    async def observed_pass(*, flush: bool = False) -> bool:
+        result = await one_pass(flush=flush)
+        for event in pass_done:
+            event.set()
+        return result
+
+    monkeypatch.setattr(running, "pass_once", observed_pass)
+    async with anyio.create_task_group() as group:
+        group.start_soon(running.run)
+        with anyio.fail_after(10):
+            while not api.uploads:
+                await anyio.sleep(0.02)
+        lines += conversation(project, 3, "final words")[-2:]
+        append_session(path, lines)
+        clock.now = path.stat().st_mtime + 1  # fresh: only the stop sends it
+        for _ in range(2):  # two whole passes after the append (the first may have begun before it)
+            pass_done[:] = [passed := anyio.Event()]
+            with anyio.fail_after(10):
+                await passed.wait()
+        assert "final words" not in next(iter(stored(service).values()))
+        group.cancel_scope.cancel()
+    assert "final words" in next(iter(stored(service).values()))
+
+
+async def test_every_planted_secret_is_redacted_before_upload_and_no_look_alike_is(
+    api, service, project, tmp_path, monkeypatch
+):
+    # Messages whole (a base64 image look-alike is longer than the 8,000 characters a message is cut to).
+    monkeypatch.setattr(transcript_sync, "render_markdown", functools.partial(render_markdown, max_message_chars=10**6))
+    lines: list[Any] = []
+    for n, case in enumerate(PLANTED):
+        lines.append(user_line(f"Case {case.name}:\n{case.text}", cwd=str(project), ts=at(n), session=SESSION))
+    for n, text in enumerate(LOOK_ALIKES):
+        lines += assistant_lines(f"Look-alike {n}:\n{text}", cwd=str(project), ts=at(100 + n), session=SESSION)
+    write_session(project_folder(tmp_path / "claude", project), SESSION, lines)
+    assert await uploader(api, project, tmp_path).pass_once()
+    text = "".join(stored(service).values())  # what the server keeps: what left the laptop
+    leaked = [(case.name, secret[:12]) for case in PLANTED for secret in case.secrets if secret in text]
+    assert leaked == []
+    for kind in {kind for case in PLANTED for kind in case.kinds}:  # (the title repeats the first prompt's words)
+        assert text.count(marker(kind)) >= sum(case.kinds.get(kind, 0) for case in PLANTED), kind
+    damaged = [text_ for text_ in LOOK_ALIKES if any(line not in text for line in text_.splitlines() if line.strip())]
+    assert damaged == []
+
+
+async def test_a_read_only_device_stops_uploading_at_the_first_refusal(service, project, tmp_path):
+    write_session(project_folder(tmp_path / "claude", project), SESSION, conversation(project, 2))
+    reader = ChannelUser("reader", "SHA256:reader", {INDEX: "r"}, INDEX, "r")
+    async with client_as(service, reader) as api:
+        running = uploader(api, project, tmp_path)
+        with anyio.fail_after(10):
+            await running.run()  # returns by itself: no retry loop against a refusal that cannot change
+    assert running.stopped and len(api.uploads) == 1 and stored(service) == {}
+
+
+async def test_a_session_the_server_refuses_is_set_aside_and_the_others_still_go(project, tmp_path):
+    small = MemoryService(tmp_path / "small", HashingEmbedder(), EngineSettings(scan=ScanConfig(max_file_bytes=3000)))
+    folder = project_folder(tmp_path / "claude", project)
+    write_session(folder, SESSION, conversation(project, 40, "a long story"))  # over the server's 3,000 bytes
+    other = "7e6d5c4b-3a29-4180-9f7e-6d5c4b3a2918"
+    write_session(folder, other, [user_line("A short one.", cwd=str(project), session=other)])
+    try:
+        async with client_as(small, ALICE) as api:
+            running = uploader(api, project, tmp_path)
+            assert await running.pass_once()
+            assert list(stored(small)) == [f"sessions/alice/{DAY}-{other}.md"]
+            assert running.state.sessions[str(folder / f"{SESSION}.jsonl")].skipped == "refused by the server"
+            assert await running.pass_once() and len(api.uploads) == 2  # not asked again until it grows
+    finally:
+        small.close()

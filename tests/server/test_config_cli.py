@@ -1,0 +1,92 @@
+"""`memory-server config` shows what the server would run with, where each value comes from, and never a secret."""
+
+from __future__ import annotations
+
+import json
+
+from server.cli.main import main
+from server.settings import VARIABLES, file_key
+
+VOYAGE_KEY = "pa-voyage-CANARY-0123456789"
+OPENAI_KEY = "sk-openai-CANARY-0123456789"
+
+
+def values_of(shown: str) -> dict[str, object]:
+    return {key: entry["value"] for key, entry in json.loads(shown).items()}
+
+
+def origins_of(shown: str) -> dict[str, str]:
+    return {key: entry["origin"] for key, entry in json.loads(shown).items()}
+
+
+def test_the_effective_configuration_masks_every_secret(tmp_path, monkeypatch, capsys):
+    secret = tmp_path / "voyage_key"
+    secret.write_text(VOYAGE_KEY + "\n")
+    monkeypatch.setenv("VOYAGE_API_KEY_FILE", str(secret))
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("MEMORY_EMBEDDING_PROVIDERS", "voyage,local")
+    monkeypatch.setenv("MEMORY_OPENAI_BASE_URL", "https://user:hunter2@gateway.example/v")
+    monkeypatch.setenv("MEMORY_PORT", "9000")
+
+    assert main(["--data-dir", str(tmp_path / "d"), "config", "--json"]) == 0
+    shown = capsys.readouterr().out
+    values = values_of(shown)
+    assert values["data_dir"] == str(tmp_path / "d") and values["port"] == 9000
+    assert values["embedding_providers"] == ["voyage", "local"]
+    assert values["voyage_api_key"] == f"set, from file {secret}"
+    assert values["openai_api_key"] == "set, from OPENAI_API_KEY"
+    assert values["openai_base_url"] == "https://***@gateway.example/v"
+    for leaked in (VOYAGE_KEY, OPENAI_KEY, "hunter2"):
+        assert leaked not in shown
+
+    assert main(["config"]) == 0
+    table = capsys.readouterr().out
+    assert "voyage_api_key" in table and VOYAGE_KEY not in table and OPENAI_KEY not in table
+
+
+def test_an_unusable_key_file_is_reported_without_failing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(tmp_path / "missing"))
+    assert main(["config", "--json"]) == 0
+    assert str(values_of(capsys.readouterr().out)["openai_api_key"]).startswith("unusable: OPENAI_API_KEY_FILE")
+
+
+def test_each_value_says_whether_it_came_from_the_default_the_environment_the_file_or_the_command_line(
+    tmp_path, monkeypatch, capsys
+):
+    for variable in (*VARIABLES, "MEMORY_CONFIG", "VOYAGE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    secret = tmp_path / "openai_key"
+    secret.write_text(OPENAI_KEY)
+    config = tmp_path / "memory-server.toml"
+    config.write_text(f'port = 9000\nlog_format = "json"\nweight_vector = 0.5\nopenai_api_key_file = "{secret}"\n')
+    monkeypatch.setenv("MEMORY_PORT", "9100")
+    monkeypatch.setenv("MEMORY_CONFIG", str(config))
+
+    assert main(["--log-level", "debug", "config", "--json"]) == 0
+    shown = capsys.readouterr().out
+    values, origins = values_of(shown), origins_of(shown)
+
+    assert (values["config"], origins["config"]) == (str(config), "env")
+    assert (values["port"], origins["port"]) == (9100, "env")
+    assert (values["log_format"], origins["log_format"]) == ("json", "file")
+    assert (values["weight_vector"], origins["weight_vector"]) == (0.5, "file")
+    assert (values["log_level"], origins["log_level"]) == ("debug", "command line")
+    assert (values["host"], origins["host"]) == ("127.0.0.1", "default")
+    assert (values["openai_api_key"], origins["openai_api_key"]) == (f"set, from file {secret}", "file")
+    assert origins["voyage_api_key"] == "default" and OPENAI_KEY not in shown
+    # every setting is shown, under its config file key
+    assert {file_key(v) for v in VARIABLES} - {"voyage_api_key_file", "openai_api_key_file"} <= set(values)
+
+    assert main(["--config", str(config), "config"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:2] == ["config", str(config)] and line.endswith("(command line)") for line in table)
+    assert any(line.split() == ["log_format", "json", "(file)"] for line in table)
+
+
+def test_a_refused_config_file_stops_every_command_with_a_clear_message(tmp_path, capsys):
+    config = tmp_path / "memory-server.toml"
+    config.write_text(f'voyage_api_key = "{VOYAGE_KEY}"\n')
+    assert main(["--config", str(config), "config"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"memory-server: configuration error: config file {config}: voyage_api_key is not accepted")
+    assert VOYAGE_KEY not in err

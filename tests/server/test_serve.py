@@ -1,0 +1,133 @@
+"""`memory-server serve`: the first run, what it prints, where it listens, and a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import stat
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from server.cli.main import main
+from server.cli.serve import bind, is_loopback
+from server.index.errors import InvalidArgumentError
+from server.settings import Settings
+from tests.conftest import REPO
+
+WAIT = 60.0  # a cold start imports torch even when no model is loaded
+# uvicorn shuts down gracefully, then re-raises the signal it caught, as a server stopped by it should.
+STOPPED = (0, -signal.SIGTERM)
+LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
+
+
+@contextmanager
+def running(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str], list[str]]]:
+    """`memory-server serve` as a real process (keyword-only: no model to load); stdout lines in a queue."""
+    env = {
+        **os.environ,
+        "MEMORY_EMBEDDING_PROVIDERS": "none",
+        "MEMORY_DATA_DIR": str(tmp_path / "data"),
+        "MEMORY_KEYS_DIR": str(tmp_path / "keys"),
+        "PYTHONUNBUFFERED": "1",
+        "MEMORY_LOG_LEVEL": "info",
+    }
+    env.pop("MEMORY_HOST", None)
+    command = [str(REPO / ".venv" / "bin" / "memory-server"), "serve", "--port", "0", *args]
+    log = (tmp_path / "stderr.log").open("a")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    lines: queue.Queue[str] = queue.Queue()
+    seen: list[str] = []
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        yield process, lines, seen
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(WAIT)
+        log.close()
+        assert process.stdout is not None
+        process.stdout.close()
+
+
+def until_listening(lines: queue.Queue[str], seen: list[str]) -> str:
+    while True:
+        line = lines.get(timeout=WAIT)
+        seen.append(line)
+        assert line, "the server exited before listening:\n" + "".join(seen)
+        found = LISTENING.search(line)
+        if found:
+            return found.group(1)
+
+
+def test_the_first_run_creates_keys_and_data_prints_what_to_do_and_stops_cleanly(tmp_path):
+    with running(tmp_path) as (process, lines, seen):
+        url = until_listening(lines, seen)
+        health = httpx2.get(url + "/healthz", timeout=WAIT)
+        tunnel = httpx2.post(url + "/v1/tunnel", content=b"x", timeout=WAIT)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT) in STOPPED
+    out = "".join(seen)
+    log = (tmp_path / "stderr.log").read_text()
+    assert "memory service closed" in log  # the lifespan ran to its end: calls in flight were waited for
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert tunnel.status_code == 401  # everything else needs the channel
+    assert "first run" in out and re.search(r"server key:  memory-ed25519 \S+ memory-server", out)
+    assert "memory-server callers add NAME --key 'memory-ed25519 ... LAPTOP' --grant INDEX=rw" in out
+    key = tmp_path / "keys" / "server.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+    fingerprint = re.search(r"key (SHA256:\S+)\)", out)
+    assert fingerprint
+
+    with running(tmp_path) as (process, lines, seen):
+        until_listening(lines, seen)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT) in STOPPED
+    again = "".join(seen)
+    assert "first run" not in again and fingerprint.group(1) in again  # the same key: laptops stay pinned
+
+
+def test_a_host_other_machines_can_reach_must_be_given_on_the_command_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MEMORY_HOST", "0.0.0.0")
+    code = main(["--data-dir", str(tmp_path / "data"), "--keys-dir", str(tmp_path / "keys"), "serve"])
+    assert code == 2
+    assert "serve --host 0.0.0.0" in capsys.readouterr().err
+    assert not (tmp_path / "keys").exists() and not (tmp_path / "data").exists()
+
+
+def test_loopback_addresses_are_recognised():
+    assert all(is_loopback(host) for host in ("127.0.0.1", "127.8.9.1", "::1", "localhost"))
+    assert not any(is_loopback(host) for host in ("0.0.0.0", "::", "192.168.1.4", "example.com"))
+
+
+def test_host_and_port_come_from_the_environment_and_a_bad_port_is_a_configuration_error():
+    assert (Settings.from_env({}).host, Settings.from_env({}).port) == ("127.0.0.1", 8765)
+    settings = Settings.from_env({"MEMORY_HOST": "::1", "MEMORY_PORT": "9000"})
+    assert (settings.host, settings.port) == ("::1", 9000)
+    for bad in ("http", "-1", "70000", "８０"):
+        with pytest.raises(InvalidArgumentError, match="MEMORY_PORT"):
+            Settings.from_env({"MEMORY_PORT": bad})
+
+
+def test_a_port_in_use_is_a_clear_error():
+    taken = bind("127.0.0.1", 0)
+    try:
+        with pytest.raises(InvalidArgumentError, match=r"cannot listen on 127\.0\.0\.1"):
+            bind("127.0.0.1", taken.getsockname()[1])
+    finally:
+        taken.close()

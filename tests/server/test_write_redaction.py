@@ -1,0 +1,52 @@
+"""`memory_write` redaction on the server: secrets in what an agent writes become typed markers before the text
+reaches the mirror, the index or any laptop; `MEMORY_REDACT_WRITES=0` (redact_writes=False) stores text as sent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from channel.authz import ChannelUser
+from server.memory.service import CallerContext, MemoryService
+from tests.fakes.embedder import HashingEmbedder
+
+ALICE = CallerContext.from_user(ChannelUser("alice", "SHA256:alice", {"team": "rw"}, "team", "rw"))
+AWS_KEY = "AKIA" + "J7Q2W4E6R8T1Y3U5"  # built here so no key-shaped literal sits in the repo
+TOKEN = "ghp_" + "Zx8Yw7Vu6Ts5" * 3
+NOTE = f"Deploy user key is {AWS_KEY}; CI uses {TOKEN}. The commit 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39 stays."
+
+
+def test_secrets_in_content_and_topic_are_replaced_before_anything_is_stored(tmp_path: Path) -> None:
+    service = MemoryService(tmp_path / "data", HashingEmbedder())
+    try:
+        written = service.write(
+            ALICE,
+            NOTE,
+            path="memory/deploy.md",
+            topic=f"rotated {TOKEN}",
+            idempotency_key="deploy-1",
+        )
+        assert written.redacted == {"aws-key": 1, "github-token": 2}
+        text = service.get(ALICE, "memory/deploy.md").content
+        assert AWS_KEY not in text and TOKEN not in text
+        assert "[redacted:aws-key]" in text and "rotated [redacted:github-token]" in text
+        assert "3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39" in text  # a commit hash is not a secret
+        assert all(AWS_KEY not in hit.snippet for hit in service.search(ALICE, AWS_KEY).hits)
+        again = service.write(
+            ALICE,
+            NOTE,
+            path="memory/deploy.md",
+            topic=f"rotated {TOKEN}",
+            idempotency_key="deploy-1",
+        )
+        assert again.replayed and again.redacted == written.redacted and again.hash == written.hash
+    finally:
+        service.close()
+
+
+def test_an_operator_may_turn_redaction_off(tmp_path: Path) -> None:
+    service = MemoryService(tmp_path / "data", HashingEmbedder(), redact_writes=False)
+    try:
+        written = service.write(ALICE, f"key {AWS_KEY}", path="memory/raw.md")
+        assert written.redacted == {} and AWS_KEY in service.get(ALICE, "memory/raw.md").content
+    finally:
+        service.close()
