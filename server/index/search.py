@@ -17,6 +17,7 @@ from server.index.embeddings.base import Embedder
 from server.index.errors import EmbeddingError, InvalidArgumentError
 from server.index.fts import match_expression, query_terms
 from server.index.fusion import FusionWeights, Scored, fuse
+from server.index.places import Place, Span, merge_places
 from server.index.queries import (
     CLEAR_KEYWORD_SCORES,
     CREATE_KEYWORD_SCORES,
@@ -26,6 +27,7 @@ from server.index.queries import (
     hits_sql,
     keyword_best_sql,
     keyword_scores_of_sql,
+    spans_sql,
     vector_sql,
     vectors_by_id_sql,
 )
@@ -214,7 +216,8 @@ def search(
             notice = notice or "the query has no searchable words"
 
     scored = [s for s in fuse(similarities, ranks, weights, mode) if s.score >= options.min_score and s.score > 0]
-    hits = _load_hits(db, scored[: options.limit], query_terms(query))
+    places = merge_places(_spans(db, scored), options.limit)
+    hits = _load_hits(db, places, {s.chunk_id: s for s in scored}, query_terms(query))
     return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
 
 
@@ -262,29 +265,41 @@ def _complete_similarities(
             similarities[chunk] = similarity
 
 
-def _load_hits(db: apsw.Connection, scored: list[Scored], terms: list[str]) -> list[Hit]:
+def _spans(db: apsw.Connection, scored: list[Scored]) -> list[Span]:
+    """The file and line range of each scored chunk, in rank order (a chunk deleted meanwhile drops out)."""
     if not scored:
         return []
-    sql, params = hits_sql([s.chunk_id for s in scored])
+    sql, params = spans_sql([s.chunk_id for s in scored])
+    where = {chunk_id: (path, start, end) for chunk_id, path, start, end in db.execute(sql, params)}
+    return [Span(s.chunk_id, *where[s.chunk_id]) for s in scored if s.chunk_id in where]
+
+
+def _load_hits(db: apsw.Connection, places: list[Place], scores: dict[int, Scored], terms: list[str]) -> list[Hit]:
+    """One hit per place, spoken for by its best chunk (score, heading, snippet) and spanning all of it."""
+    if not places:
+        return []
+    sql, params = hits_sql([place.chunk_ids[0] for place in places])
     rows = {row[0]: row for row in db.execute(sql, params)}
     hits: list[Hit] = []
-    for s in scored:
-        row = rows.get(s.chunk_id)
+    for place in places:
+        row = rows.get(place.chunk_ids[0])
         if row is None:  # deleted between the candidate query and now
             continue
-        chunk_id, path, source, _day, start, end, heading, text, indexed_at = row
+        chunk_id, path, source, _day, _start, _end, heading, text, indexed_at = row
+        best = scores[chunk_id]
+        start, end = place.start_line, place.end_line
         hits.append(
             Hit(
                 path=path,
                 start_line=start,
                 end_line=end,
                 heading=heading,
-                score=s.score,
+                score=best.score,
                 snippet=make_snippet(text, terms),
                 source=source,
                 citation=f"{path}#L{start}-L{end}",
-                vector_score=s.vector,
-                keyword_score=s.keyword,
+                vector_score=best.vector,
+                keyword_score=best.keyword,
                 indexed_at=indexed_at,
                 chunk_id=chunk_id,
             )

@@ -399,3 +399,19 @@ def test_indexing_given_paths_looks_at_those_files_only(tmp_path, folder):
         assert index.status().files == {"memory": 4}
     finally:
         index.close()
+
+
+def test_neighbouring_chunks_of_one_file_come_back_as_one_hit_spanning_them(tmp_path, local_embedder):
+    project = tmp_path / "project"
+    turns = [f"- **Ana:** the release train {n} leaves on Thursday and the hotfix lane stays open." for n in range(40)]
+    _write(project / "memory" / "2026-11-20.md", "# Release notes\n\n" + "\n".join(turns) + "\n")
+    index = MemoryIndex.open(tmp_path / "data", "places", local_embedder, create=True)
+    try:
+        index.index(project)
+        chunks = index.store.connection().execute("SELECT count(*) FROM chunks").fetchall()[0][0]
+        hits = index.search("when does the release train leave", build_options(limit=8)).hits
+    finally:
+        index.close()
+    assert chunks > 2  # the file is several chunks, and every one of them matches
+    assert len(hits) == 1 and (hits[0].start_line, hits[0].end_line) == (1, 42)
+    assert hits[0].citation == "memory/2026-11-20.md#L1-L42"
