@@ -29,6 +29,7 @@ from mcp_types import (
 from pydantic import Field
 
 from server.error_table import KNOWN_ERRORS, answer_for
+from server.mcp import strict
 from server.mcp.answers import compact, fit_list, fit_search, get_answer
 from server.mcp.caller import channel_user
 from server.mcp.calls import Progress, in_thread, run_with_progress, translated
@@ -230,6 +231,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
 
     _add_resources(mcp, service)
     _add_prompts(mcp)
+    strict.install(mcp)
     return mcp
 
 

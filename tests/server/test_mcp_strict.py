@@ -1,0 +1,85 @@
+"""Strict tool arguments: an argument a tool does not know is refused with its name and the ones the tool takes,
+before anything runs, and every listed input schema says so (`additionalProperties: false`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+
+from server.mcp.strict import closed_listing, refusal, unknown_arguments
+from server.memory.service import MemoryService
+from tests.fakes.embedder import HashingEmbedder
+from tests.mcp_support import channel_user, connect, structured
+
+pytestmark = pytest.mark.anyio
+
+ALICE = channel_user("alice", {"notes": "rw"}, "notes")
+TWO_SECTIONS = "# Memory\n\n## Deploy\nBlue-green behind HAProxy.\n\n## Database\nSQLite with WAL.\n"
+SCHEMA = {"type": "object", "properties": {"path": {}, "start_line": {}, "end_line": {}}, "required": ["path"]}
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[MemoryService]:
+    running = MemoryService(tmp_path, HashingEmbedder())
+    yield running
+    running.close()
+
+
+async def test_a_replace_with_an_unknown_heading_argument_is_refused_and_the_file_keeps_both_sections(service):
+    async with connect(service, ALICE) as client:
+        first = {"path": "MEMORY.md", "content": TWO_SECTIONS, "mode": "replace", "expected_hash": "absent"}
+        written = structured(await client.call_tool("memory_write", first))
+        narrower = {**first, "content": "Rolling deploys now.", "expected_hash": written["hash"], "heading": "Deploy"}
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("memory_write", narrower)
+        kept = structured(await client.call_tool("memory_get", {"path": "MEMORY.md"}))
+    assert refused.value.error.code == INVALID_PARAMS
+    assert "memory_write does not take the argument 'heading'" in refused.value.error.message
+    assert "content" in refused.value.error.message and "expected_hash" in refused.value.error.message
+    assert kept["content"] == TWO_SECTIONS.rstrip("\n")
+
+
+async def test_a_read_with_an_unknown_argument_is_refused_naming_the_arguments_it_takes(service):
+    async with connect(service, ALICE) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("memory_get", {"path": "MEMORY.md", "heading": "Deploy", "verbose": True})
+    assert refused.value.error.message == (
+        "memory_get does not take the arguments 'heading', 'verbose'; it takes: path, start_line, end_line"
+    )
+
+
+async def test_every_listed_input_schema_refuses_additional_properties(service):
+    async with connect(service, ALICE) as client:
+        tools = (await client.list_tools()).tools
+    assert tools and all(tool.input_schema.get("additionalProperties") is False for tool in tools)
+    assert all(tool.input_schema.get("properties") for tool in tools if tool.name != "memory_status")
+
+
+async def test_known_arguments_still_work_and_a_tool_without_arguments_takes_none(service):
+    async with connect(service, ALICE) as client:
+        assert (
+            structured(await client.call_tool("memory_get", {"path": "MEMORY.md", "start_line": 1}))["exists"] is False
+        )
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("memory_status", {"index": "someone-elses"})
+    assert refused.value.error.message == "memory_status does not take the argument 'index'; it takes: no arguments"
+
+
+def test_unknown_arguments_are_listed_sorted_and_the_refusal_names_every_accepted_one():
+    assert unknown_arguments(SCHEMA, {"path": "a.md", "zeta": 1, "alpha": 2}) == ["alpha", "zeta"]
+    assert unknown_arguments(SCHEMA, {"path": "a.md"}) == []
+    assert refusal("memory_get", ["alpha"], SCHEMA) == (
+        "memory_get does not take the argument 'alpha'; it takes: path, start_line, end_line"
+    )
+
+
+def test_a_closed_listing_keeps_every_other_field_of_each_tool():
+    listing = {"tools": [{"name": "t", "title": "T", "inputSchema": SCHEMA}], "nextCursor": "2"}
+    assert closed_listing(listing) == {
+        "tools": [{"name": "t", "title": "T", "inputSchema": {**SCHEMA, "additionalProperties": False}}],
+        "nextCursor": "2",
+    }
