@@ -38,6 +38,7 @@ from server.index.vectors import VectorSpace
 log = logging.getLogger(__name__)
 
 Mode = Literal["auto", "hybrid", "vector", "keyword"]
+MatchedBy = Literal["vector", "keyword", "both"]
 SOURCES = ("memory", "sessions")
 MAX_LIMIT = 100
 MAX_QUERY_CHARS = 2000
@@ -70,6 +71,9 @@ class Hit:
     keyword_score: float
     indexed_at: float
     chunk_id: int
+    matched_by: MatchedBy = "vector"
+    vector_rank: int | None = None  # 1-based place among the vector candidates, None when KNN did not return it
+    keyword_rank: int | None = None  # 1-based place among the keyword matches, None when it matched no query word
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -81,7 +85,33 @@ class Hit:
             "snippet": self.snippet,
             "source": self.source,
             "citation": self.citation,
+            "matched_by": self.matched_by,
+            "vector_rank": self.vector_rank,
+            "keyword_rank": self.keyword_rank,
         }
+
+
+@dataclass(frozen=True)
+class Retrievers:
+    """Each retriever's own ranking, before either side completes the other's candidates: the vector KNN's
+    chunks by similarity, the keyword matches by BM25 (FTS5's bm25() is negative; lower is better)."""
+
+    vector: dict[int, int]  # chunk id -> 1-based rank
+    keyword: dict[int, int]
+
+    @classmethod
+    def of(cls, similarities: dict[int, float], ranks: dict[int, float]) -> Retrievers:
+        by_similarity = sorted(similarities, key=lambda chunk: (-similarities[chunk], chunk))
+        by_bm25 = sorted(ranks, key=lambda chunk: (ranks[chunk], chunk))
+        return cls(
+            {chunk: n for n, chunk in enumerate(by_similarity, start=1)},
+            {chunk: n for n, chunk in enumerate(by_bm25, start=1)},
+        )
+
+    def matched_by(self, chunk_id: int) -> MatchedBy:
+        if chunk_id in self.vector and chunk_id in self.keyword:
+            return "both"
+        return "keyword" if chunk_id in self.keyword else "vector"
 
 
 @dataclass(frozen=True)
@@ -202,6 +232,7 @@ def search(
         vector_ids.set_result(list(similarities))  # the keyword side never waits for a search that failed
     # Both sides score every candidate: the keyword side also reads the vector candidates' BM25.
     ranks = keyword.result() if keyword is not None else {}
+    found = Retrievers.of(similarities, ranks)  # before completion: who found what, on its own
 
     if query_vector is not None and match is not None:
         mode = "hybrid"
@@ -217,7 +248,7 @@ def search(
 
     scored = [s for s in fuse(similarities, ranks, weights, mode) if s.score >= options.min_score and s.score > 0]
     places = merge_places(_spans(db, scored), options.limit)
-    hits = _load_hits(db, places, {s.chunk_id: s for s in scored}, query_terms(query))
+    hits = _load_hits(db, places, {s.chunk_id: s for s in scored}, found, query_terms(query))
     return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
 
 
@@ -274,7 +305,9 @@ def _spans(db: apsw.Connection, scored: list[Scored]) -> list[Span]:
     return [Span(s.chunk_id, *where[s.chunk_id]) for s in scored if s.chunk_id in where]
 
 
-def _load_hits(db: apsw.Connection, places: list[Place], scores: dict[int, Scored], terms: list[str]) -> list[Hit]:
+def _load_hits(
+    db: apsw.Connection, places: list[Place], scores: dict[int, Scored], found: Retrievers, terms: list[str]
+) -> list[Hit]:
     """One hit per place, spoken for by its best chunk (score, heading, snippet) and spanning all of it."""
     if not places:
         return []
@@ -302,6 +335,9 @@ def _load_hits(db: apsw.Connection, places: list[Place], scores: dict[int, Score
                 keyword_score=best.keyword,
                 indexed_at=indexed_at,
                 chunk_id=chunk_id,
+                matched_by=found.matched_by(chunk_id),
+                vector_rank=found.vector.get(chunk_id),
+                keyword_rank=found.keyword.get(chunk_id),
             )
         )
     return hits

@@ -26,6 +26,11 @@ class SearchHit(BaseModel):
     index: str = Field(description="the index the hit comes from")
     updated_by: str | None = Field(description="caller that last changed the file ('(disk)' for edits on the server)")
     updated_at: str | None = Field(description="when the file last changed, ISO 8601 UTC")
+    matched_by: Literal["vector", "keyword", "both"] = Field(
+        description="which search found it: 'keyword' is an exact term match, 'vector' a match in meaning"
+    )
+    vector_rank: int | None = Field(description="its place among the meaning matches (1 = best), if there")
+    keyword_rank: int | None = Field(description="its place among the keyword matches (1 = best), if there")
 
 
 class SearchOutput(BaseModel):

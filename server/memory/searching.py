@@ -45,6 +45,9 @@ def search_indexes(
                     index=index_name,
                     updated_by=state.updated_by if state else None,
                     updated_at=state.updated_at if state else None,
+                    matched_by=hit.matched_by,
+                    vector_rank=hit.vector_rank,
+                    keyword_rank=hit.keyword_rank,
                 )
             )
         searched.append(index_name)
