@@ -218,13 +218,17 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     async def memory_sync(
         ctx: Context,
         force: Annotated[bool, Field(description="re-index every file, not only changed ones")] = False,
+        source: Annotated[
+            Literal["memory", "sessions"] | None, Field(description="only this source's files (default: all)")
+        ] = None,
+        path: Annotated[str | None, Field(description="only this file, or files under this folder")] = None,
     ) -> Annotated[CallToolResult, SyncOutput]:
-        """Re-index memory files changed outside memory_write now (usually automatic). Reports progress and can
-        be cancelled."""
+        """Re-index memory files changed outside memory_write now (usually automatic), optionally only one
+        source or path. Reports progress and can be cancelled."""
         caller = _caller(ctx)
 
         def sync(progress: Progress, cancelled: Callable[[], bool]) -> SyncOutput:
-            return service.sync(caller, force=force, progress=progress, cancelled=cancelled)
+            return service.sync(caller, force=force, progress=progress, cancelled=cancelled, source=source, path=path)
 
         with translated("memory_sync", ToolError):
             return compact(await run_with_progress(ctx, sync))

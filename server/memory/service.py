@@ -385,12 +385,17 @@ class MemoryService:
         force: bool = False,
         progress: Callable[[int, int, str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
+        source: str | None = None,
+        path: str | None = None,
     ) -> SyncOutput:
-        """Index what changed in the mirror (everything with `force`), calling `progress(done, total, path)`
-        after each file and stopping after the current file once `cancelled()` is true."""
+        """Index what changed (everything with `force`; only `source`'s files and those under `path` when given),
+        calling `progress(done, total, path)` per file and stopping after the current one once `cancelled()`."""
         with self._call():
             name, _access = authorise(caller)
             if not isinstance(force, bool):
                 raise InvalidArgumentError("force must be true or false")
             handle = self.indexes.get(name)
-            return sync_index(self.indexes, handle, self.clock, force=force, progress=progress, cancelled=cancelled)
+            return sync_index(
+                self.indexes, handle, self.clock, force=force, progress=progress, cancelled=cancelled, source=source,
+                path=path,
+            )  # fmt: skip

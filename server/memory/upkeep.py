@@ -4,8 +4,11 @@ progress after each file and a stop after the current one when the caller cancel
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from server.index.errors import InvalidArgumentError
+from server.index.scan import ScanConfig
+from server.index.search import SOURCES, normalise_prefix
 from server.indexes.registry import IndexRegistry, OpenIndex
 from server.memory.results import SyncOutput
 
@@ -22,9 +25,20 @@ def sync_index(
     force: bool,
     progress: Callable[[int, int, str], None] | None,
     cancelled: Callable[[], bool] | None,
+    source: str | None = None,
+    path: str | None = None,
 ) -> SyncOutput:
-    """Index what changed in `handle`'s files (everything with `force`); see `MemoryService.sync`."""
+    """Index what changed in `handle`'s files (everything with `force`); only files of `source` and under
+    `path` when given (deleted ones included); see `MemoryService.sync`."""
+    if source is not None and source not in SOURCES:
+        raise InvalidArgumentError(f"unknown source {source!r}; sources are {', '.join(SOURCES)}")
+    prefix = normalise_prefix(path or "")
     live = handle.mirror.reconcile_all()
+    only: set[str] | None = None
+    if source is not None or prefix:
+        known = [*(state.path for state in live), *handle.index.indexed_files()]
+        only = selected_paths(known, ScanConfig().source_of, source, prefix)
+        live = [state for state in live if state.path in only]
     total = len(live) if force else len(registry.pending(handle, live, include_unindexable=True))
     done = 0
 
@@ -42,7 +56,9 @@ def sync_index(
             files_seen=0, files_indexed=0, files_removed=0, chunks_embedded=0, seconds=0.0, cancelled=True
         )
     try:
-        report = handle.index.index(handle.mirror.files_dir, force=force, rebuild_now=False, on_file=on_file)
+        report = handle.index.index(
+            handle.mirror.files_dir, force=force, rebuild_now=False, on_file=on_file, paths=only
+        )
     except _Cancelled:
         seconds = (clock() - start).total_seconds()
         return SyncOutput(
@@ -65,3 +81,15 @@ def sync_index(
         seconds=round(report.seconds, 3),
         cancelled=False,
     )
+
+
+def selected_paths(
+    paths: Iterable[str], source_of: Callable[[str], str | None], source: str | None, prefix: str
+) -> set[str]:
+    """The paths of `source` (by the scan rules) that lie under `prefix` (a folder or one file)."""
+    folder = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+    return {
+        path
+        for path in paths
+        if (source is None or source_of(path) == source) and (not prefix or path == prefix or path.startswith(folder))
+    }
