@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 from server.index.scan import ScanConfig
 from server.memory.service import CallerContext, MemoryService
 from server.memory.upkeep import selected_paths
