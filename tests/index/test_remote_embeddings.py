@@ -150,6 +150,7 @@ def test_a_known_model_whose_api_answers_other_dimensions_is_refused(api):
 def test_keys_come_from_secret_files(api, tmp_path):
     secret = tmp_path / "openai_key"
     secret.write_text(KEY + "\n")
+    secret.chmod(0o600)
     env = _env(api, MEMORY_EMBEDDING_PROVIDERS="openai", OPENAI_API_KEY_FILE=str(secret), MEMORY_OPENAI_DIMENSIONS="64")
     embedder, _ = select_embedder(EmbeddingSettings.from_env(env), env)
     assert embedder is not None and embedder.provider == "openai"
@@ -195,6 +196,7 @@ def test_the_secret_file_wins_an_empty_one_falls_back_to_the_environment(tmp_pat
     empty, full = tmp_path / "empty", tmp_path / "full"
     empty.write_text("\n")
     full.write_text("from-file\n")
+    full.chmod(0o600)
     fallback = {"VOYAGE_API_KEY": "from-env", "VOYAGE_API_KEY_FILE": str(empty)}
     assert read_secret(fallback, "VOYAGE_API_KEY") == "from-env"
     assert read_secret({"VOYAGE_API_KEY_FILE": str(empty)}, "VOYAGE_API_KEY") is None
