@@ -49,6 +49,9 @@ MAX_RESPONSE_FRAME: Final = FRAME_HEADER_LEN + max(MAX_CHUNK, MAX_INNER_HEAD) + 
 # -- Sessions ----------------------------------------------------------------------------------------------------
 SESSION_LIFETIME: Final = 3600.0  # seconds, absolute
 SESSION_IDLE: Final = 600.0  # seconds without a request
+# msg1's timestamp must lie within this many seconds of the server's clock. Without a bound, one handshake stamped
+# years ahead (a device clock gone wrong, or a stolen key) makes every later honest handshake look replayed.
+CLOCK_WINDOW: Final = 300.0
 REHANDSHAKE_MARGIN: Final = 30.0  # the client re-handshakes this long before either expiry
 MAX_SESSIONS_PER_CALLER: Final = 32
 MAX_SESSIONS: Final = 4096
@@ -60,5 +63,9 @@ HANDSHAKE_PATH: Final = "/v1/handshake"
 TUNNEL_PATH: Final = "/v1/tunnel"
 SESSION_HEADER: Final = "x-channel-session"
 SERVER_KEY_HEADER: Final = "x-channel-server-key"
+SERVER_TIME_HEADER: Final = "x-channel-server-time"  # ms, only on the answer to a device whose clock is off
+# Only a holder of an authorized device key can reach this answer (msg1 authenticated, key known): it tells that
+# device nothing an outsider could use, and the device needs it to say "fix your clock" instead of "refused".
+CLOCK_OFF: Final = b"handshake failed: device clock is off\n"
 INDEX_HEADER: Final = "x-memory-index"
 CONTENT_TYPE: Final = "application/x-memory-channel"

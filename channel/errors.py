@@ -42,6 +42,20 @@ class HandshakeRefused(HandshakeError):
         self.status = status
 
 
+class ClockOff(HandshakeRefused):
+    """The server refused our handshake because this device's clock is too far from the server's."""
+
+    def __init__(self, offset: float | None) -> None:
+        ChannelError.__init__(
+            self,
+            "the server refused the channel handshake: this device's clock is "
+            + (f"{abs(offset):.0f} s {'ahead of' if offset > 0 else 'behind'}" if offset is not None else "far from")
+            + " the server's. Set the clock right (enable NTP) and try again.",
+        )
+        self.status = 403
+        self.offset = offset
+
+
 class ServerKeyMismatch(ChannelError):
     """The server presents a different key from the one pinned: a hard error, never trust on first use."""
 

@@ -18,11 +18,14 @@ from channel.asgi import ASGIApp, BodyTooLarge, ClientGone, Receive, Scope, Send
 from channel.authz import CallerDirectory, Identity
 from channel.codec import InnerRequest, unpack_request
 from channel.constants import (
+    CLOCK_OFF,
+    CLOCK_WINDOW,
     CONTENT_TYPE,
     HANDSHAKE_PATH,
     HELLO_LEN,
     MAX_REQUEST_FRAME,
     SERVER_KEY_HEADER,
+    SERVER_TIME_HEADER,
     SESSION_HEADER,
     SESSION_ID_LEN,
     TUNNEL_PATH,
@@ -64,6 +67,7 @@ class ChannelMiddleware:
         clock: Callable[[], float] = time.time,
         random: Callable[[int], bytes] = os.urandom,
         sessions: SessionTable | None = None,
+        clock_window: float = CLOCK_WINDOW,
     ) -> None:
         self.app = app
         self._key = server_key
@@ -71,6 +75,7 @@ class ChannelMiddleware:
         self._plain = frozenset(plain_paths)
         self._clock = clock
         self._random = random
+        self._clock_window = clock_window
         self._limiter = RateLimiter(handshake_rate or Rate(), time.monotonic)
         self.sessions = sessions if sessions is not None else SessionTable(clock)
         # The server's public key on every handshake answer, so a client pinned to another key can name both.
@@ -113,7 +118,11 @@ class ChannelMiddleware:
         if reply is None:
             who = f" caller={identity.name} key={identity.fingerprint}" if identity else ""
             log.warning("handshake refused: %s address=%s%s", reason, address, who)
-            await answer(send, 403, HANDSHAKE_FAILED, self._key_header)
+            if reason == "clock-off":
+                now = [(SERVER_TIME_HEADER.encode(), str(int(self._clock() * 1000)).encode())]
+                await answer(send, 403, CLOCK_OFF, self._key_header + now)
+            else:
+                await answer(send, 403, HANDSHAKE_FAILED, self._key_header)
             return
         await answer(send, 200, reply, self._key_header, content_type=CONTENT_TYPE.encode())
 
@@ -127,9 +136,11 @@ class ChannelMiddleware:
         identity = self._callers.lookup(hello.client_static)
         if identity is None:
             return None, "unknown-key", None
+        now = self._clock()
+        if abs(hello.timestamp / 1e9 - now) > self._clock_window:
+            return None, "clock-off", identity
         if not self.sessions.timestamp_is_fresh(hello.client_static, hello.timestamp):
             return None, "replayed-timestamp", identity
-        now = self._clock()
         session_id = self._random(SESSION_ID_LEN)
         expires_at = now + self.sessions.lifetime
         welcome = Welcome(session_id, int(expires_at * 1000), int(now * 1000))

@@ -27,17 +27,27 @@ import httpx2
 from channel.client_session import ClientSession
 from channel.codec import InnerHead, InnerRequest, pack_request, unpack_head
 from channel.constants import (
+    CLOCK_OFF,
     CONTENT_TYPE,
     HANDSHAKE_PATH,
     KIND_BODY,
     MAX_BODY,
     REQUEST_ID_LEN,
     SERVER_KEY_HEADER,
+    SERVER_TIME_HEADER,
     SESSION_HEADER,
     TUNNEL_PATH,
     WELCOME_LEN,
 )
-from channel.errors import ChannelError, FrameError, HandshakeError, HandshakeRefused, ServerKeyMismatch, TunnelRefused
+from channel.errors import (
+    ChannelError,
+    ClockOff,
+    FrameError,
+    HandshakeError,
+    HandshakeRefused,
+    ServerKeyMismatch,
+    TunnelRefused,
+)
 from channel.framing import ResponseReader, seal_request
 from channel.handshake import consume_response, create_initiation
 from channel.keys import PrivateKey, PublicKey
@@ -163,6 +173,8 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
                 log.info("handshake ok session=%s", session.tag)
                 return session
             self._check_server_key(response.headers.get(SERVER_KEY_HEADER))
+            if response.status_code == 403 and body == CLOCK_OFF:
+                raise ClockOff(_clock_offset(timestamp, response.headers.get(SERVER_TIME_HEADER)))
             if response.status_code != 403 or attempt:
                 break
         raise HandshakeRefused(response.status_code, self._key.public.fingerprint)
@@ -257,3 +269,10 @@ async def _read_at_most(response: httpx2.Response, limit: int) -> bytes:
         if len(data) > limit:
             raise HandshakeError()
     return bytes(data)
+
+
+def _clock_offset(timestamp_ns: int, server_ms: str | None) -> float | None:
+    """How far this device's clock (at msg1) is ahead of the server's, in seconds, when the server said its time."""
+    if server_ms is None or not server_ms.isdigit() or len(server_ms) > 16:
+        return None
+    return timestamp_ns / 1e9 - int(server_ms) / 1000
