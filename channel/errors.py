@@ -32,7 +32,7 @@ class HandshakeRefused(HandshakeError):
 
     def __init__(self, status: int, device: str) -> None:
         if status == 429:
-            why = "too many handshakes from this address; try again in a few seconds"
+            why = "too many handshakes from this device key, or the server is under a flood; try again in a few seconds"
         else:
             why = (
                 f"this device key ({device}) is not authorized on the server (not in callers.toml, or removed), "

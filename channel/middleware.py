@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
+from channel.admission import HandshakeAdmission
 from channel.asgi import ASGIApp, BodyTooLarge, ClientGone, Receive, Scope, Send, answer, header, read_body
 from channel.authz import CallerDirectory, Identity
 from channel.codec import InnerRequest, unpack_request
@@ -23,19 +24,21 @@ from channel.constants import (
     CONTENT_TYPE,
     HANDSHAKE_PATH,
     HELLO_LEN,
+    KIND_HELLO,
     MAX_REQUEST_FRAME,
     SERVER_KEY_HEADER,
     SERVER_TIME_HEADER,
     SESSION_HEADER,
     SESSION_ID_LEN,
     TUNNEL_PATH,
+    VERSION,
 )
 from channel.errors import FrameError, HandshakeError
 from channel.framing import decode_session_id, open_request, parse_request
 from channel.handshake import Welcome, consume_initiation, create_response
 from channel.inner import run_inner, user_for
 from channel.keys import PrivateKey, PublicKey
-from channel.ratelimit import Rate, RateLimiter
+from channel.ratelimit import Rate
 from channel.sealer import ResponseSealer
 from channel.session import Session, SessionTable
 
@@ -46,6 +49,7 @@ TOO_MANY_HANDSHAKES = b"too many handshakes\n"
 BAD_FRAME = b"bad frame\n"
 NO_SESSION = b"session unknown or expired\n"
 _SESSION_HEADER = SESSION_HEADER.encode()
+_HELLO_HEAD = bytes((VERSION, KIND_HELLO))
 
 
 class ChannelMiddleware:
@@ -53,7 +57,8 @@ class ChannelMiddleware:
 
     `callers` is asked on every handshake and request (and while responses stream) whether a key is still
     allowed, so a directory that reloads `callers.toml` revokes keys at once. `plain_paths` (exact paths) reach
-    the inner app without the channel: only for things like a health check.
+    the inner app without the channel: only for things like a health check. `handshake_rate` limits each device
+    key's handshakes; `failure_rate` is the one budget all failed handshakes share (see `channel.admission`).
     """
 
     def __init__(
@@ -64,6 +69,7 @@ class ChannelMiddleware:
         callers: CallerDirectory,
         plain_paths: Iterable[str] = ("/healthz",),
         handshake_rate: Rate | None = None,
+        failure_rate: Rate | None = None,
         clock: Callable[[], float] = time.time,
         random: Callable[[int], bytes] = os.urandom,
         sessions: SessionTable | None = None,
@@ -76,7 +82,7 @@ class ChannelMiddleware:
         self._clock = clock
         self._random = random
         self._clock_window = clock_window
-        self._limiter = RateLimiter(handshake_rate or Rate(), time.monotonic)
+        self._admission = HandshakeAdmission(time.monotonic, per_key=handshake_rate, failures=failure_rate)
         self.sessions = sessions if sessions is not None else SessionTable(clock)
         # The server's public key on every handshake answer, so a client pinned to another key can name both.
         self._key_header = [(SERVER_KEY_HEADER.encode(), PublicKey(server_key.public.raw).line().encode())]
@@ -103,22 +109,26 @@ class ChannelMiddleware:
     # -- handshake ------------------------------------------------------------------------------------------
     async def _handshake(self, scope: Scope, receive: Receive, send: Send) -> None:
         address = _address(scope)
-        if not self._limiter.allow(address):
-            log.warning("handshake refused: rate-limited address=%s", address)
-            await answer(send, 429, TOO_MANY_HANDSHAKES, self._key_header)
-            return
         try:
-            message = await read_body(scope, receive, HELLO_LEN)
+            message: bytes | None = await read_body(scope, receive, HELLO_LEN)
         except ClientGone:
             return
         except BodyTooLarge:
-            reply, reason, identity = None, "oversized", None
-        else:
-            reply, reason, identity = self._accept(message)
+            message = None
+        if message is None or len(message) != HELLO_LEN or message[:2] != _HELLO_HEAD:
+            self._refused("malformed", address, None)  # free: refused before any cryptography
+            await answer(send, 403, HANDSHAKE_FAILED, self._key_header)
+            return
+        if not self._admission.may_try(address):
+            self._refused("flood", address, None)
+            await answer(send, 429, TOO_MANY_HANDSHAKES, self._key_header)
+            return
+        reply, reason, identity = self._accept(message, address)
         if reply is None:
-            who = f" caller={identity.name} key={identity.fingerprint}" if identity else ""
-            log.warning("handshake refused: %s address=%s%s", reason, address, who)
-            if reason == "clock-off":
+            self._refused(reason, address, identity)
+            if reason == "rate-limited":
+                await answer(send, 429, TOO_MANY_HANDSHAKES, self._key_header)
+            elif reason == "clock-off":
                 now = [(SERVER_TIME_HEADER.encode(), str(int(self._clock() * 1000)).encode())]
                 await answer(send, 403, CLOCK_OFF, self._key_header + now)
             else:
@@ -126,7 +136,18 @@ class ChannelMiddleware:
             return
         await answer(send, 200, reply, self._key_header, content_type=CONTENT_TYPE.encode())
 
-    def _accept(self, message: bytes) -> tuple[bytes | None, str, Identity | None]:
+    def _refused(self, reason: str, address: str, identity: Identity | None) -> None:
+        """Log a refused handshake while the global failure budget lasts; during a flood, a count every few
+        seconds instead (a flood must not fill the disk with log lines)."""
+        logged = reason != "flood" and self._admission.failed()
+        if logged:
+            who = f" caller={identity.name} key={identity.fingerprint}" if identity else ""
+            log.warning("handshake refused: %s address=%s%s", reason, address, who)
+        unlogged = self._admission.summary_due()
+        if unlogged:
+            log.warning("handshake refused: %d more refusals not logged one by one (a flood)", unlogged)
+
+    def _accept(self, message: bytes, address: str) -> tuple[bytes | None, str, Identity | None]:
         """msg2 for an acceptable msg1, else None and the reason for the log. Never awaits, so the timestamp
         check and its commit cannot interleave with another handshake."""
         try:
@@ -141,6 +162,8 @@ class ChannelMiddleware:
             return None, "clock-off", identity
         if not self.sessions.timestamp_is_fresh(hello.client_static, hello.timestamp):
             return None, "replayed-timestamp", identity
+        if not self._admission.authenticated(hello.client_static, address):
+            return None, "rate-limited", identity
         session_id = self._random(SESSION_ID_LEN)
         expires_at = now + self.sessions.lifetime
         welcome = Welcome(session_id, int(expires_at * 1000), int(now * 1000))

@@ -82,6 +82,7 @@ def serve_channel(
     """Serve `app` behind the channel on 127.0.0.1 (`port` 0: a free one) until the block ends."""
     key = server_key or PrivateKey.generate("test server")
     options.setdefault("handshake_rate", GENEROUS)
+    options.setdefault("failure_rate", GENEROUS)
     middleware = ChannelMiddleware(app, server_key=key, callers=callers, **options)
     config = uvicorn.Config(
         middleware, log_config=None, lifespan="auto", http="h11", ws="none", timeout_graceful_shutdown=2

@@ -89,7 +89,7 @@ async def test_a_revoked_caller_is_refused_and_its_live_sessions_end_at_once(ser
     assert len(server.middleware.sessions) == 0 and state.count == 2
 
 
-async def test_the_handshake_rate_limit_applies_per_address(serve, state, directory):
+async def test_the_handshake_rate_limit_applies_per_device_key(serve, state, directory):
     server = serve(inner_app(state), directory, handshake_rate=Rate(burst=2, per_second=0.001))
     for _ in range(2):
         async with server.client(DEVICE) as client:
