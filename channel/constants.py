@@ -46,6 +46,11 @@ MAX_REQUEST_FRAME: Final = FRAME_HEADER_LEN + REQUEST_ID_LEN + MAX_INNER_HEAD + 
 MAX_CHUNK: Final = 1024 * 1024  # the server splits larger response chunks
 MAX_RESPONSE_FRAME: Final = FRAME_HEADER_LEN + max(MAX_CHUNK, MAX_INNER_HEAD) + TAG_LEN
 
+# A request body must keep coming: no gap longer than BODY_IDLE_TIMEOUT, and all of it within BODY_IDLE_TIMEOUT
+# plus its length at MIN_BODY_RATE (32 MiB: about 17 minutes; a handshake: 20 s). A slow sender is cut off.
+BODY_IDLE_TIMEOUT: Final = 20.0  # seconds
+MIN_BODY_RATE: Final = 32 * 1024  # bytes per second
+
 # -- Sessions ----------------------------------------------------------------------------------------------------
 SESSION_LIFETIME: Final = 3600.0  # seconds, absolute
 SESSION_IDLE: Final = 600.0  # seconds without a request

@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Iterable
 
 from channel.admission import HandshakeAdmission
-from channel.asgi import ASGIApp, BodyTooLarge, ClientGone, Receive, Scope, Send, answer, header, read_body
+from channel.asgi import ASGIApp, BodyTooLarge, BodyTooSlow, ClientGone, Receive, Scope, Send, answer, header, read_body
 from channel.authz import CallerDirectory, Identity
+from channel.caller_load import RETRY_AFTER, CallerLimits, CallerLoad
 from channel.codec import InnerRequest, unpack_request
 from channel.constants import (
     CLOCK_OFF,
@@ -48,6 +49,9 @@ HANDSHAKE_FAILED = b"handshake failed\n"
 TOO_MANY_HANDSHAKES = b"too many handshakes\n"
 BAD_FRAME = b"bad frame\n"
 NO_SESSION = b"session unknown or expired\n"
+TOO_SLOW = b"request body too slow\n"
+TOO_BUSY = b"too many requests in flight\n"
+_CLOSE = [(b"connection", b"close")]
 _SESSION_HEADER = SESSION_HEADER.encode()
 _HELLO_HEAD = bytes((VERSION, KIND_HELLO))
 
@@ -74,6 +78,7 @@ class ChannelMiddleware:
         random: Callable[[int], bytes] = os.urandom,
         sessions: SessionTable | None = None,
         clock_window: float = CLOCK_WINDOW,
+        caller_limits: CallerLimits | None = None,
     ) -> None:
         self.app = app
         self._key = server_key
@@ -82,6 +87,7 @@ class ChannelMiddleware:
         self._clock = clock
         self._random = random
         self._clock_window = clock_window
+        self._load = CallerLoad(time.monotonic, caller_limits)
         self._admission = HandshakeAdmission(time.monotonic, per_key=handshake_rate, failures=failure_rate)
         self.sessions = sessions if sessions is not None else SessionTable(clock)
         # The server's public key on every handshake answer, so a client pinned to another key can name both.
@@ -112,6 +118,10 @@ class ChannelMiddleware:
         try:
             message: bytes | None = await read_body(scope, receive, HELLO_LEN)
         except ClientGone:
+            return
+        except BodyTooSlow:
+            self._refused("slow-body", address, None)
+            await answer(send, 408, TOO_SLOW, _CLOSE)
             return
         except BodyTooLarge:
             message = None
@@ -191,10 +201,30 @@ class ChannelMiddleware:
             log.debug("tunnel refused: no-session")
             await answer(send, 401, NO_SESSION)
             return
+        declared = header(scope, b"content-length")
+        size = int(declared) if declared is not None and declared.isdigit() and len(declared) <= 18 else 0
+        size = min(size, MAX_REQUEST_FRAME) or MAX_REQUEST_FRAME
+        if not self._load.admit(identity.name, size):
+            if self._admission.failed():  # the failure budget also bounds these log lines
+                log.warning("tunnel refused: busy caller=%s key=%s", identity.name, identity.fingerprint)
+            await answer(send, 429, TOO_BUSY, [(b"retry-after", str(RETRY_AFTER).encode())])
+            return
+        try:
+            await self._tunnel_admitted(scope, receive, send, session, identity, started)
+        finally:
+            self._load.release(identity.name, size)
+
+    async def _tunnel_admitted(
+        self, scope: Scope, receive: Receive, send: Send, session: Session, identity: Identity, started: float
+    ) -> None:
         keep_alive = self._keep_alive_for(session)
         try:
             frame = await read_body(scope, receive, MAX_REQUEST_FRAME)
         except ClientGone:
+            return
+        except BodyTooSlow:
+            log.warning("tunnel refused: slow-body caller=%s key=%s", identity.name, identity.fingerprint)
+            await answer(send, 408, TOO_SLOW, _CLOSE)
             return
         except BodyTooLarge:
             opened: tuple[InnerRequest, int] | str = "oversized"

@@ -54,6 +54,8 @@ from channel.keys import PrivateKey, PublicKey
 
 log = logging.getLogger("channel.client")
 
+MAX_BUSY_RETRIES = 20  # a 429 from a busy caller limit: waited out this many times before giving up
+MAX_RETRY_WAIT = 5.0  # seconds, whatever Retry-After says
 MAX_REFUSAL = 4096  # bytes of a refusal body worth reading before closing
 # Connection-level headers describe the hop to the server, not the inner request.
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"proxy-connection"})
@@ -98,7 +100,8 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             )
         )
         stale: ClientSession | None = None
-        for _ in range(2):
+        busy = 0
+        while True:
             session = await self._current(stale, extensions)
             counter = session.next_counter()
             frame = seal_request(session.send_key, session.id, counter, inner)
@@ -111,10 +114,15 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
                     extensions=extensions,
                 )
             )
-            if outer.status_code == 401:  # the server never opened it: safe to send again in a new session
+            if outer.status_code == 401 and stale is None:  # never opened: safe to send again in a new session
                 await outer.aclose()
                 log.info("session %s refused by the server; handshaking again", session.tag)
                 stale = session
+                continue
+            if outer.status_code == 429 and busy < MAX_BUSY_RETRIES:  # never opened: wait as told, send again
+                await outer.aclose()
+                busy += 1
+                await anyio.sleep(_retry_after(outer.headers.get("retry-after")))
                 continue
             if outer.status_code != 200:
                 await outer.aclose()
@@ -122,7 +130,6 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             stream = FrameStream(outer, ResponseReader(session.receive_key, session.id, counter))
             head = await stream.read_head()
             return httpx2.Response(head.status, headers=head.headers, stream=stream)
-        raise TunnelRefused(401)
 
     async def connect(self) -> None:
         """Handshake now rather than on the first request: checks the pinned key and this device's authorization
@@ -276,3 +283,12 @@ def _clock_offset(timestamp_ns: int, server_ms: str | None) -> float | None:
     if server_ms is None or not server_ms.isdigit() or len(server_ms) > 16:
         return None
     return timestamp_ns / 1e9 - int(server_ms) / 1000
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds to wait after a 429: the server's Retry-After, within reason (1 when absent or not a number)."""
+    try:
+        seconds = float(value) if value is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.05), MAX_RETRY_WAIT) if seconds == seconds else 1.0
