@@ -161,6 +161,9 @@ class Mirror:
         self.clock = clock
         self.max_file_bytes = max_file_bytes
         self.lock = threading.RLock()  # held across read-modify-write sequences by the service
+        # Files the server holds but cannot read or send (no permission, over the size cap, not UTF-8): path -> why.
+        # Kept as they are everywhere, and listed by memory_status until fixed.
+        self.unreadable: dict[str, str] = {}
         self.files_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._db = apsw.Connection(str(directory / "state.sqlite3"))
@@ -191,16 +194,22 @@ class Mirror:
             snapshot = self._snapshot(path)
             state = self._reconcile(path, snapshot)
         if snapshot is None or state is None or state.hash is None:
+            self.unreadable.pop(path, None)
             return None
         data = snapshot.data
-        if data is None:
-            raise InvalidArgumentError(f"{path} is larger than {self.max_file_bytes} bytes and cannot be read here")
-        if b"\x00" in data:
-            raise InvalidArgumentError(f"{path} is not text (it contains NUL bytes)")
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidArgumentError(f"{path} is not UTF-8 text") from None
+            if data is None:
+                raise InvalidArgumentError(f"{path} is larger than {self.max_file_bytes} bytes and cannot be read here")
+            if b"\x00" in data:
+                raise InvalidArgumentError(f"{path} is not text (it contains NUL bytes)")
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidArgumentError(f"{path} is not UTF-8 text") from None
+        except InvalidArgumentError as exc:
+            self.unreadable[path] = str(exc)
+            raise
+        self.unreadable.pop(path, None)
         return MirrorFile(
             path, text, state.hash, state.lines, state.size, state.revision, state.updated_by, state.updated_at
         )
@@ -247,9 +256,9 @@ class Mirror:
                 old = known.get(path)
                 if old is not None and (old[1], old[2]) == (info.st_size, info.st_mtime_ns):
                     continue
-                self._reconcile(path, self._snapshot(path, quiet=True))
+                self._reconcile_readable(path)
             for path in sorted(set(known) - seen):
-                self._reconcile(path, self._snapshot(path, quiet=True))
+                self._reconcile_readable(path)
             rows = self._db.execute(
                 f"SELECT {STATE_COLUMNS} FROM files WHERE hash IS NOT NULL ORDER BY path"
             ).fetchall()
@@ -399,6 +408,19 @@ class Mirror:
         self._db.execute("DELETE FROM idempotency WHERE created_at < ?", (cutoff,))
 
     # internals -----------------------------------------------------------------------------------------
+
+    def _reconcile_readable(self, path: str) -> None:
+        """Record what is on disk at `path`; a file (or folder) that is there but cannot be read keeps its recorded
+        state and is listed in `unreadable`: "cannot read" must never become "deleted" on every laptop."""
+        try:
+            snapshot = self._snapshot(path)
+        except UnsafePathError as exc:
+            if path not in self.unreadable:
+                log.warning("mirror: %s cannot be read (%s); kept as it was everywhere", path, exc)
+            self.unreadable[path] = str(exc)
+            return
+        self.unreadable.pop(path, None)
+        self._reconcile(path, snapshot)
 
     def _current(self, path: str) -> FileState | None:
         state = self._reconcile(path, self._snapshot(path))

@@ -617,6 +617,7 @@ class MemoryService:
                 notice=status.notice,
                 revision=handle.mirror.revision(),
                 sync=[CallerSyncEntry(**dataclasses.asdict(entry)) for entry in handle.mirror.sync_callers()],
+                unreadable=dict(sorted(handle.mirror.unreadable.items())),
             )
 
     def sync(

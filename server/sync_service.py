@@ -58,6 +58,9 @@ class SyncService:
                     answer.next = row.revision
                     continue
                 entry = _change(mirror, row)
+                if entry is None:  # on the server's disk but unreadable: laptops keep their copy
+                    answer.next = row.revision
+                    continue
                 size = len(str(entry.get("content", "")).encode("utf-8"))
                 if answer.changes and size > budget:
                     answer.more = True
@@ -111,15 +114,18 @@ class SyncService:
             return PushResult(change.path, "rejected", None, 0, message=str(exc))
 
 
-def _change(mirror: Mirror, row: FileState) -> dict[str, object]:
-    """One entry of a changes answer: the path's state now (it may be newer than `row`), content included."""
+def _change(mirror: Mirror, row: FileState) -> dict[str, object] | None:
+    """One entry of a changes answer: the path's state now (it may be newer than `row`), content included. None
+    for a file the server has but cannot read or send (too large, not text, no permission): it is not a deletion,
+    so laptops keep their copy, and memory_status lists it."""
     entry: dict[str, object] = {"path": row.path}
     current: MirrorFile | None = None
     if row.hash is not None:
         try:
             current = mirror.read(row.path)
-        except InvalidArgumentError:  # too large or not text on the server's disk: laptops never get it
-            log.warning("sync: %s cannot be sent (not UTF-8 text or over the size cap)", row.path)
+        except InvalidArgumentError as exc:  # UnsafePathError too: the file is there, only unreadable
+            log.warning("sync: %s cannot be sent (%s); laptops keep their copy", row.path, exc)
+            return None
     if current is None:
         gone = mirror.state(row.path) if row.hash is not None else row
         gone = gone if gone is not None else row
