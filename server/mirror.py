@@ -44,6 +44,7 @@ from server.mirror_state import (
     CallerSync,
     FileState,
     IdempotencyRecord,
+    idempotency_key_digest,
     iso,
     load_version,
     migrate_state,
@@ -386,7 +387,8 @@ class Mirror:
     def recall(self, caller: str, key: str) -> IdempotencyRecord | None:
         with self.lock:
             rows = self._db.execute(
-                "SELECT request, result FROM idempotency WHERE caller = ? AND key = ?", (caller, key)
+                "SELECT request, result FROM idempotency WHERE caller = ? AND key = ?",
+                (caller, idempotency_key_digest(key)),
             ).fetchall()
         return IdempotencyRecord(caller, key, str(rows[0][0]), str(rows[0][1])) if rows else None
 
@@ -402,7 +404,7 @@ class Mirror:
         self._db.execute(
             "INSERT INTO idempotency(caller, key, request, result, created_at) VALUES(?, ?, ?, ?, ?)"
             " ON CONFLICT(caller, key) DO UPDATE SET result = excluded.result",
-            (record.caller, record.key, record.request, record.result, iso(now)),
+            (record.caller, idempotency_key_digest(record.key), record.request, record.result, iso(now)),
         )
         cutoff = iso(datetime.fromtimestamp(now.timestamp() - IDEMPOTENCY_DAYS * 86400, UTC))
         self._db.execute("DELETE FROM idempotency WHERE created_at < ?", (cutoff,))

@@ -19,7 +19,7 @@ import apsw
 
 from server.index.errors import EngineError
 
-STATE_SCHEMA_VERSION = 2
+STATE_SCHEMA_VERSION = 3
 VERSION_DAYS = 30
 
 
@@ -113,7 +113,23 @@ def _m002_sync(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: tuple[Callable[[apsw.Connection], None], ...] = (_m001_initial, _m002_sync)
+def _m003_hashed_idempotency_keys(db: apsw.Connection) -> None:
+    """Idempotency keys are kept as their SHA-256 (`idempotency_key_digest`), never as sent: a caller may put
+    anything in one. Keys stored before are hashed in place."""
+    rows = db.execute("SELECT caller, key FROM idempotency").fetchall()
+    for caller, key in rows:
+        db.execute(
+            "UPDATE idempotency SET key = ? WHERE caller = ? AND key = ?",
+            (idempotency_key_digest(str(key)), caller, key),
+        )
+
+
+def idempotency_key_digest(key: str) -> str:
+    """How an idempotency key is stored and looked up."""
+    return "sha256:" + sha256_hex(key.encode("utf-8", "surrogatepass"))
+
+
+MIGRATIONS: tuple[Callable[[apsw.Connection], None], ...] = (_m001_initial, _m002_sync, _m003_hashed_idempotency_keys)
 
 
 def migrate_state(db: apsw.Connection) -> None:

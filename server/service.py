@@ -631,9 +631,10 @@ class MemoryService:
         """Index what changed in the mirror (everything with `force`), calling `progress(done, total, path)`
         after each file and stopping after the current file once `cancelled()` is true."""
         with self._call():
-            name, _access = self._authorise(caller)
             if not isinstance(force, bool):
                 raise InvalidArgumentError("force must be true or false")
+            # Re-embedding a whole index costs minutes of CPU: only a caller who may write asks for it.
+            name, _access = self._authorise(caller, write=force)
             handle = self._handle(name)
             live = handle.mirror.reconcile_all()
             total = len(live) if force else len(self._pending(handle, live, include_unindexable=True))
