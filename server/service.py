@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Literal, cast
 
 from channel.authz import ChannelUser
-from redaction import redact
 from server.arguments import (
     MAX_WRITE_BYTES,
     check_content,
@@ -47,6 +46,7 @@ from server.index.engine import EngineSettings, MemoryIndex, index_dir, validate
 from server.index.errors import EngineError, InvalidArgumentError
 from server.index.scan import day_of
 from server.index.search import build_options
+from server.intake import redacted
 from server.memory_text import clean_topic, compose_append, count_lines, entry_heading, page
 from server.mirror import ABSENT, FileState, IdempotencyRecord, Mirror, check_expected, iso, sha256_hex, utc_now
 from server.models import (
@@ -742,11 +742,8 @@ def _last_change(handle: OpenIndex) -> str | None:
 
 
 def _redact_into(text: str, counts: dict[str, int]) -> str:
-    """`text` with its secrets replaced; adds what was replaced, per kind, to `counts`."""
-    result = redact(text)
-    for kind, count in result.counts.items():
-        counts[kind] = counts.get(kind, 0) + count
-    return result.text
+    """`text` with its secrets replaced; adds what was replaced, per kind, to `counts` (see `server.intake`)."""
+    return redacted(text, counts)
 
 
 def _iso_epoch(seconds: float | None) -> str | None:

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, field
 
 from server.index.errors import InvalidArgumentError
+from server.intake import refuse_secrets
 from server.merge import merge3, merge_unrelated
 from server.mirror import ABSENT, FileState, Mirror, MirrorFile, sha256_hex
 from server.paths import is_session_file, normalise_memory_path
@@ -106,6 +107,8 @@ class SyncService:
     def _apply(self, mirror: Mirror, caller: str, change: PushChange) -> PushResult:
         try:
             path = normalise_memory_path(change.path)
+            if change.content is not None and self.service.redact_writes:
+                refuse_secrets(path, change.content)  # the one rule for text entering the server: server.intake
             current = mirror.read(path)
             if change.content is None:
                 return _delete(mirror, caller, path, change.base, current)
