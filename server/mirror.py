@@ -34,6 +34,7 @@ from typing import Literal
 
 import apsw
 
+from channel.names import find_collision
 from server.errors import ConflictError, UnsafePathError
 from server.index.errors import EngineError, InvalidArgumentError
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, day_of
@@ -324,6 +325,8 @@ class Mirror:
         with self.lock:
             current = self._current(path)
             check_expected(path, current.hash if current else None, expected_hash)
+            if current is None:
+                self._refuse_collision(path)
             digest = sha256_hex(data)
             if current is not None and current.hash == digest:
                 with self._db:
@@ -410,6 +413,16 @@ class Mirror:
         self._db.execute("DELETE FROM idempotency WHERE created_at < ?", (cutoff,))
 
     # internals -----------------------------------------------------------------------------------------
+
+    def _refuse_collision(self, path: str) -> None:
+        """InvalidArgumentError when a live file is the same file as `path` on a case-insensitive laptop disk."""
+        live = (str(row[0]) for row in self._db.execute("SELECT path FROM files WHERE hash IS NOT NULL"))
+        other = find_collision(path, live)
+        if other is not None:
+            raise InvalidArgumentError(
+                f"{path} would be the same file as {other} on macOS and Windows laptops (names differing only in "
+                f"case or Unicode form); use {other}, or another name"
+            )
 
     def _reconcile_readable(self, path: str) -> None:
         """Record what is on disk at `path`; a file (or folder) that is there but cannot be read keeps its recorded
