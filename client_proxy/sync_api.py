@@ -17,6 +17,7 @@ import httpx2
 
 from channel.errors import ChannelError
 from client_proxy.errors import ProxyError
+from client_proxy.pull_limits import CEILING_ANSWER_BYTES, announced, over_size
 from client_proxy.upstream import describe
 
 CHANGES_PATH: Final = "/sync/changes"
@@ -118,10 +119,22 @@ class SyncApi:
     async def changes(self, since: int, wait: int) -> Changes:
         """Changes after revision `since`, long-polling up to `wait` seconds for one."""
         timeout = httpx2.Timeout(30.0, read=wait + 30.0)
-        response = await self._client.get(CHANGES_PATH, params={"since": since, "wait": wait}, timeout=timeout)
-        document = _answer(response)
+        params = {"since": since, "wait": wait}
+        async with self._client.stream("GET", CHANGES_PATH, params=params, timeout=timeout) as response:
+            body = b""
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > CEILING_ANSWER_BYTES:
+                    raise SyncProtocolError(f"the server's changes answer is larger than {CEILING_ANSWER_BYTES} bytes")
+        document = _answer(httpx2.Response(response.status_code, headers=response.headers, content=body))
         try:
-            changes = [_change(item) for item in _list(document, "changes")]
+            items = _list(document, "changes")
+            limits = announced(document)
+            if len(items) > limits.max_changes:
+                raise SyncProtocolError(
+                    f"the server sent {len(items)} changes in one answer; at most {limits.max_changes} are accepted"
+                )
+            changes = [c for c in map(_change, items) if not over_size(c.path, c.content, limits)]
             return Changes(
                 revision=_int(document, "revision"),
                 next=_int(document, "next"),

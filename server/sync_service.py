@@ -28,6 +28,8 @@ class ChangesAnswer:
     more: bool
     reset: bool
     changes: list[dict[str, object]] = field(default_factory=list)
+    # The caps this answer keeps, announced so the proxy can hold a server to them (client_proxy.pull_limits).
+    limits: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -36,6 +38,7 @@ class ChangesAnswer:
             "more": self.more,
             "reset": self.reset,
             "changes": self.changes,
+            "limits": self.limits,
         }
 
 
@@ -53,6 +56,7 @@ class SyncService:
             start = 0 if reset else since
             rows = mirror.changes_since(start, limit=limit + 1)
             answer = ChangesAnswer(revision=revision, next=start, more=len(rows) > limit, reset=reset)
+            answer.limits = {"max_file_bytes": mirror.max_file_bytes, "max_changes": limit}
             budget = MAX_CHANGE_BYTES
             for row in rows[:limit]:
                 if is_session_file(row.path):  # transcripts stay on the server: searchable, never pulled
