@@ -74,5 +74,14 @@ class TunnelRefused(ChannelError):
     """The server answered a tunnelled request with its generic refusal (bad frame, too large, no session)."""
 
     def __init__(self, status: int) -> None:
-        super().__init__(f"the server refused the tunnelled request (HTTP {status}); it was not executed")
+        super().__init__(f"the server refused the tunnelled request (HTTP {status}); {_what_ran(status)}")
         self.status = status
+
+
+def _what_ran(status: int) -> str:
+    """What a refusal says about whether the request ran: only some statuses prove that it did not."""
+    if status in (401, 408, 413, 429):  # the channel answers these before opening the request
+        return "it was not executed"
+    if status == 400:  # a damaged frame, or a request id the server had already run (a retry of a lost answer)
+        return "it was not executed now, but an earlier attempt of it may have run: check before repeating it"
+    return "it may or may not have run (something between you and the server answered): check before repeating it"

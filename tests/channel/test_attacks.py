@@ -266,6 +266,7 @@ async def test_a_request_whose_answer_was_lost_is_not_run_again_when_the_client_
         with pytest.raises(TunnelRefused) as raised:
             await client.post("/count")
     assert raised.value.status == 400 and state.count == 1 and dropped[0].status == 200
+    assert "an earlier attempt of it may have run" in str(raised.value)  # never "not executed": it ran once
 
 
 # -- response streams --------------------------------------------------------------------------------------------
