@@ -165,37 +165,28 @@ async def abuse(url: str, idle: int, slow: int, flood: int, seconds: float) -> d
     until = time.monotonic() + seconds
     stats: dict[str, Any] = {"flood_sent": 0, "flood_status": {}, "idle_opened": 0, "slow_opened": 0}
 
-    async def hold_idle() -> None:
+    async def reconnecting(kind: str, use: Any) -> None:
+        """Open a connection, `use` it until the server closes it (or the run ends), and open the next one."""
         while time.monotonic() < until:
             try:
                 stream = await anyio.connect_tcp(host, int(port))
             except OSError:
                 await anyio.sleep(0.05)
                 continue
-            stats["idle_opened"] += 1
+            stats[f"{kind}_opened"] += 1
             with anyio.move_on_after(max(0.0, until - time.monotonic())):
                 async with stream:
                     with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                        await stream.receive()  # until the server sheds or times it out
+                        await use(stream)
 
-    async def trickle() -> None:
-        head = f"POST {HANDSHAKE_PATH} HTTP/1.1\r\nhost: x\r\ncontent-length: {HELLO_LEN}\r\n\r\n".encode()
-        while time.monotonic() < until:
-            try:
-                stream = await anyio.connect_tcp(host, int(port))
-            except OSError:
-                await anyio.sleep(0.05)
-                continue
-            stats["slow_opened"] += 1
-            with anyio.move_on_after(max(0.0, until - time.monotonic())):
-                async with stream:
-                    try:
-                        await stream.send(head)
-                        for _ in range(HELLO_LEN):
-                            await stream.send(b"x")
-                            await anyio.sleep(2.0)
-                    except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                        pass
+    async def stay_silent(stream: Any) -> None:
+        await stream.receive()  # until the server sheds or times it out
+
+    async def trickle(stream: Any) -> None:
+        await stream.send(f"POST {HANDSHAKE_PATH} HTTP/1.1\r\nhost: x\r\ncontent-length: {HELLO_LEN}\r\n\r\n".encode())
+        for _ in range(HELLO_LEN):
+            await stream.send(b"x")
+            await anyio.sleep(2.0)
 
     async def garbage() -> None:
         async with httpx2.AsyncClient(timeout=10.0) as client:
@@ -210,9 +201,9 @@ async def abuse(url: str, idle: int, slow: int, flood: int, seconds: float) -> d
 
     async with anyio.create_task_group() as group:
         for _ in range(idle):
-            group.start_soon(hold_idle)
+            group.start_soon(reconnecting, "idle", stay_silent)
         for _ in range(slow):
-            group.start_soon(trickle)
+            group.start_soon(reconnecting, "slow", trickle)
         for _ in range(flood):
             group.start_soon(garbage)
     return stats
