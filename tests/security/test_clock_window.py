@@ -15,6 +15,7 @@ from channel.constants import CLOCK_WINDOW, HANDSHAKE_PATH
 from channel.errors import ClockOff
 from channel.handshake import create_initiation
 from channel.keys import PrivateKey
+from channel.session import SessionTable
 from tests.channel.apps import AppState, caller, inner_app, table
 from tests.channel.conftest import MutableDirectory, serve_channel
 
@@ -57,3 +58,16 @@ async def test_the_device_learns_its_clock_is_off_and_by_how_much():
         async with server.client(DEVICE, clock=behind) as client:
             with pytest.raises(ClockOff, match=r"clock is 3[56]\d\d s behind the server's. Set the clock right"):
                 await client.post("/count")
+
+
+async def test_a_device_locked_out_by_an_old_far_future_timestamp_gets_back_in(tmp_path):
+    from channel.timestamps import FileTimestamps
+
+    stored = FileTimestamps(tmp_path / "timestamps.json")
+    stored.commit(DEVICE.public.x25519, time.time_ns() + 10 * YEAR_NS)  # what the old server accepted and kept
+    sessions = SessionTable(time.time, timestamps=FileTimestamps(tmp_path / "timestamps.json"))
+    with serve_channel(inner_app(AppState()), directory(), sessions=sessions) as server, anyio.fail_after(10):
+        first = await post_msg1(server.url, server.server_key, time.time_ns())
+        assert first.status_code == 200  # the old server: 403 "replayed" for ten years
+        replayed = await post_msg1(server.url, server.server_key, time.time_ns() - 10**9)
+        assert replayed.status_code == 403  # and the replay rule holds again from here
