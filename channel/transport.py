@@ -54,6 +54,7 @@ from channel.keys import PrivateKey, PublicKey
 
 log = logging.getLogger("channel.client")
 
+CONNECTION_RETRIES = 2  # a connection that broke before any answer: sent again this many times
 MAX_BUSY_RETRIES = 20  # a 429 from a busy caller limit: waited out this many times before giving up
 MAX_RETRY_WAIT = 5.0  # seconds, whatever Retry-After says
 MAX_REFUSAL = 4096  # bytes of a refusal body worth reading before closing
@@ -105,7 +106,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             session = await self._current(stale, extensions)
             counter = session.next_counter()
             frame = seal_request(session.send_key, session.id, counter, inner)
-            outer = await self._outer.handle_async_request(
+            outer = await self._post(
                 httpx2.Request(
                     "POST",
                     self._tunnel_url,
@@ -130,6 +131,19 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             stream = FrameStream(outer, ResponseReader(session.receive_key, session.id, counter))
             head = await stream.read_head()
             return httpx2.Response(head.status, headers=head.headers, stream=stream)
+
+    async def _post(self, request: httpx2.Request) -> httpx2.Response:
+        """Send one outer request, again (at most twice more) when the connection broke before an answer: a server
+        shedding connections under a flood may close a new one before reading it. Safe for tunnel requests too: a
+        request the server did open is refused the second time by its request id, never run twice."""
+        for attempt in range(CONNECTION_RETRIES + 1):
+            try:
+                return await self._outer.handle_async_request(request)
+            except (httpx2.ConnectError, httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError):
+                if attempt == CONNECTION_RETRIES:
+                    raise
+                log.info("connection to the server broke before an answer; sending again")
+        raise AssertionError("unreachable")
 
     async def connect(self) -> None:
         """Handshake now rather than on the first request: checks the pinned key and this device's authorization
@@ -161,7 +175,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             self._last_timestamp = timestamp
             message, initiator = create_initiation(self._key, self._server, timestamp, self._random)
             sent_at = self._clock()
-            response = await self._outer.handle_async_request(
+            response = await self._post(
                 httpx2.Request(
                     "POST",
                     self._handshake_url,
