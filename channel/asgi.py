@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import anyio
+
+from channel import constants
+from channel.constants import MIN_BODY_RATE
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -21,24 +26,37 @@ class ClientGone(Exception):
     """The client disconnected before its request body was complete."""
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    """The whole request body, refused from Content-Length, or while reading as soon as it passes `limit`."""
+class BodyTooSlow(Exception):
+    """The request body stalled, or came slower than the channel accepts: answer 408 and close."""
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int, *, idle: float | None = None) -> bytes:
+    """The whole request body, refused from Content-Length, or while reading as soon as it passes `limit`; and
+    `BodyTooSlow` after a gap of `idle` seconds, or when it takes longer than `idle` plus its size at the
+    minimum rate (a slow sender must not hold a connection and its buffers forever)."""
     declared = header(scope, b"content-length")
     if declared is not None and (not declared.isdigit() or len(declared) > 18 or int(declared) > limit):
         raise BodyTooLarge()
+    expected = int(declared) if declared is not None else limit
+    idle = constants.BODY_IDLE_TIMEOUT if idle is None else idle  # looked up on each call: tests shorten it
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge()
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    try:
+        with anyio.fail_after(idle + expected / MIN_BODY_RATE):
+            while True:
+                with anyio.fail_after(idle):
+                    message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientGone()
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge()
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+    except TimeoutError:
+        raise BodyTooSlow() from None
 
 
 async def answer(

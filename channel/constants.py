@@ -46,9 +46,17 @@ MAX_REQUEST_FRAME: Final = FRAME_HEADER_LEN + REQUEST_ID_LEN + MAX_INNER_HEAD + 
 MAX_CHUNK: Final = 1024 * 1024  # the server splits larger response chunks
 MAX_RESPONSE_FRAME: Final = FRAME_HEADER_LEN + max(MAX_CHUNK, MAX_INNER_HEAD) + TAG_LEN
 
+# A request body must keep coming: no gap longer than BODY_IDLE_TIMEOUT, and all of it within BODY_IDLE_TIMEOUT
+# plus its length at MIN_BODY_RATE (32 MiB: about 17 minutes; a handshake: 20 s). A slow sender is cut off.
+BODY_IDLE_TIMEOUT: Final = 20.0  # seconds
+MIN_BODY_RATE: Final = 32 * 1024  # bytes per second
+
 # -- Sessions ----------------------------------------------------------------------------------------------------
 SESSION_LIFETIME: Final = 3600.0  # seconds, absolute
 SESSION_IDLE: Final = 600.0  # seconds without a request
+# msg1's timestamp must lie within this many seconds of the server's clock. Without a bound, one handshake stamped
+# years ahead (a device clock gone wrong, or a stolen key) makes every later honest handshake look replayed.
+CLOCK_WINDOW: Final = 300.0
 REHANDSHAKE_MARGIN: Final = 30.0  # the client re-handshakes this long before either expiry
 MAX_SESSIONS_PER_CALLER: Final = 32
 MAX_SESSIONS: Final = 4096
@@ -60,5 +68,9 @@ HANDSHAKE_PATH: Final = "/v1/handshake"
 TUNNEL_PATH: Final = "/v1/tunnel"
 SESSION_HEADER: Final = "x-channel-session"
 SERVER_KEY_HEADER: Final = "x-channel-server-key"
+SERVER_TIME_HEADER: Final = "x-channel-server-time"  # ms, only on the answer to a device whose clock is off
+# Only a holder of an authorized device key can reach this answer (msg1 authenticated, key known): it tells that
+# device nothing an outsider could use, and the device needs it to say "fix your clock" instead of "refused".
+CLOCK_OFF: Final = b"handshake failed: device clock is off\n"
 INDEX_HEADER: Final = "x-memory-index"
 CONTENT_TYPE: Final = "application/x-memory-channel"

@@ -32,7 +32,7 @@ class HandshakeRefused(HandshakeError):
 
     def __init__(self, status: int, device: str) -> None:
         if status == 429:
-            why = "too many handshakes from this address; try again in a few seconds"
+            why = "too many handshakes from this device key, or the server is under a flood; try again in a few seconds"
         else:
             why = (
                 f"this device key ({device}) is not authorized on the server (not in callers.toml, or removed), "
@@ -40,6 +40,20 @@ class HandshakeRefused(HandshakeError):
             )
         super().__init__(f"the server refused the channel handshake (HTTP {status}): {why}")
         self.status = status
+
+
+class ClockOff(HandshakeRefused):
+    """The server refused our handshake because this device's clock is too far from the server's."""
+
+    def __init__(self, offset: float | None) -> None:
+        ChannelError.__init__(
+            self,
+            "the server refused the channel handshake: this device's clock is "
+            + (f"{abs(offset):.0f} s {'ahead of' if offset > 0 else 'behind'}" if offset is not None else "far from")
+            + " the server's. Set the clock right (enable NTP) and try again.",
+        )
+        self.status = 403
+        self.offset = offset
 
 
 class ServerKeyMismatch(ChannelError):
@@ -60,5 +74,14 @@ class TunnelRefused(ChannelError):
     """The server answered a tunnelled request with its generic refusal (bad frame, too large, no session)."""
 
     def __init__(self, status: int) -> None:
-        super().__init__(f"the server refused the tunnelled request (HTTP {status}); it was not executed")
+        super().__init__(f"the server refused the tunnelled request (HTTP {status}); {_what_ran(status)}")
         self.status = status
+
+
+def _what_ran(status: int) -> str:
+    """What a refusal says about whether the request ran: only some statuses prove that it did not."""
+    if status in (401, 408, 413, 429):  # the channel answers these before opening the request
+        return "it was not executed"
+    if status == 400:  # a damaged frame, or a request id the server had already run (a retry of a lost answer)
+        return "it was not executed now, but an earlier attempt of it may have run: check before repeating it"
+    return "it may or may not have run (something between you and the server answered): check before repeating it"

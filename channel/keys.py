@@ -116,8 +116,8 @@ class PrivateKey:
 
 def read_private_key(path: Path) -> PrivateKey:
     """Load a private key, refusing a symlink, a non-regular file, group/world access, or bad content."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:  # O_NONBLOCK: a FIFO named as the key must not hang the process; fstat below refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise KeyFileError(f"no private key at {path}") from None
     except OSError as exc:

@@ -14,25 +14,32 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-from channel.asgi import ASGIApp, BodyTooLarge, ClientGone, Receive, Scope, Send, answer, header, read_body
+from channel.admission import HandshakeAdmission
+from channel.asgi import ASGIApp, BodyTooLarge, BodyTooSlow, ClientGone, Receive, Scope, Send, answer, header, read_body
 from channel.authz import CallerDirectory, Identity
+from channel.caller_load import RETRY_AFTER, CallerLimits, CallerLoad
 from channel.codec import InnerRequest, unpack_request
 from channel.constants import (
+    CLOCK_OFF,
+    CLOCK_WINDOW,
     CONTENT_TYPE,
     HANDSHAKE_PATH,
     HELLO_LEN,
+    KIND_HELLO,
     MAX_REQUEST_FRAME,
     SERVER_KEY_HEADER,
+    SERVER_TIME_HEADER,
     SESSION_HEADER,
     SESSION_ID_LEN,
     TUNNEL_PATH,
+    VERSION,
 )
 from channel.errors import FrameError, HandshakeError
 from channel.framing import decode_session_id, open_request, parse_request
 from channel.handshake import Welcome, consume_initiation, create_response
 from channel.inner import run_inner, user_for
 from channel.keys import PrivateKey, PublicKey
-from channel.ratelimit import Rate, RateLimiter
+from channel.ratelimit import Rate
 from channel.sealer import ResponseSealer
 from channel.session import Session, SessionTable
 
@@ -42,7 +49,11 @@ HANDSHAKE_FAILED = b"handshake failed\n"
 TOO_MANY_HANDSHAKES = b"too many handshakes\n"
 BAD_FRAME = b"bad frame\n"
 NO_SESSION = b"session unknown or expired\n"
+TOO_SLOW = b"request body too slow\n"
+TOO_BUSY = b"too many requests in flight\n"
+_CLOSE = [(b"connection", b"close")]
 _SESSION_HEADER = SESSION_HEADER.encode()
+_HELLO_HEAD = bytes((VERSION, KIND_HELLO))
 
 
 class ChannelMiddleware:
@@ -50,7 +61,8 @@ class ChannelMiddleware:
 
     `callers` is asked on every handshake and request (and while responses stream) whether a key is still
     allowed, so a directory that reloads `callers.toml` revokes keys at once. `plain_paths` (exact paths) reach
-    the inner app without the channel: only for things like a health check.
+    the inner app without the channel: only for things like a health check. `handshake_rate` limits each device
+    key's handshakes; `failure_rate` is the one budget all failed handshakes share (see `channel.admission`).
     """
 
     def __init__(
@@ -61,9 +73,12 @@ class ChannelMiddleware:
         callers: CallerDirectory,
         plain_paths: Iterable[str] = ("/healthz",),
         handshake_rate: Rate | None = None,
+        failure_rate: Rate | None = None,
         clock: Callable[[], float] = time.time,
         random: Callable[[int], bytes] = os.urandom,
         sessions: SessionTable | None = None,
+        clock_window: float = CLOCK_WINDOW,
+        caller_limits: CallerLimits | None = None,
     ) -> None:
         self.app = app
         self._key = server_key
@@ -71,7 +86,9 @@ class ChannelMiddleware:
         self._plain = frozenset(plain_paths)
         self._clock = clock
         self._random = random
-        self._limiter = RateLimiter(handshake_rate or Rate(), time.monotonic)
+        self._clock_window = clock_window
+        self._load = CallerLoad(time.monotonic, caller_limits)
+        self._admission = HandshakeAdmission(time.monotonic, per_key=handshake_rate, failures=failure_rate)
         self.sessions = sessions if sessions is not None else SessionTable(clock)
         # The server's public key on every handshake answer, so a client pinned to another key can name both.
         self._key_header = [(SERVER_KEY_HEADER.encode(), PublicKey(server_key.public.raw).line().encode())]
@@ -98,26 +115,49 @@ class ChannelMiddleware:
     # -- handshake ------------------------------------------------------------------------------------------
     async def _handshake(self, scope: Scope, receive: Receive, send: Send) -> None:
         address = _address(scope)
-        if not self._limiter.allow(address):
-            log.warning("handshake refused: rate-limited address=%s", address)
-            await answer(send, 429, TOO_MANY_HANDSHAKES, self._key_header)
-            return
         try:
-            message = await read_body(scope, receive, HELLO_LEN)
+            message: bytes | None = await read_body(scope, receive, HELLO_LEN)
         except ClientGone:
             return
+        except BodyTooSlow:
+            self._refused("slow-body", address, None)
+            await answer(send, 408, TOO_SLOW, _CLOSE)
+            return
         except BodyTooLarge:
-            reply, reason, identity = None, "oversized", None
-        else:
-            reply, reason, identity = self._accept(message)
-        if reply is None:
-            who = f" caller={identity.name} key={identity.fingerprint}" if identity else ""
-            log.warning("handshake refused: %s address=%s%s", reason, address, who)
+            message = None
+        if message is None or len(message) != HELLO_LEN or message[:2] != _HELLO_HEAD:
+            self._refused("malformed", address, None)  # free: refused before any cryptography
             await answer(send, 403, HANDSHAKE_FAILED, self._key_header)
+            return
+        if not self._admission.may_try(address):
+            self._refused("flood", address, None)
+            await answer(send, 429, TOO_MANY_HANDSHAKES, self._key_header)
+            return
+        reply, reason, identity = self._accept(message, address)
+        if reply is None:
+            self._refused(reason, address, identity)
+            if reason == "rate-limited":
+                await answer(send, 429, TOO_MANY_HANDSHAKES, self._key_header)
+            elif reason == "clock-off":
+                now = [(SERVER_TIME_HEADER.encode(), str(int(self._clock() * 1000)).encode())]
+                await answer(send, 403, CLOCK_OFF, self._key_header + now)
+            else:
+                await answer(send, 403, HANDSHAKE_FAILED, self._key_header)
             return
         await answer(send, 200, reply, self._key_header, content_type=CONTENT_TYPE.encode())
 
-    def _accept(self, message: bytes) -> tuple[bytes | None, str, Identity | None]:
+    def _refused(self, reason: str, address: str, identity: Identity | None) -> None:
+        """Log a refused handshake while the global failure budget lasts; during a flood, a count every few
+        seconds instead (a flood must not fill the disk with log lines)."""
+        logged = reason != "flood" and self._admission.failed()
+        if logged:
+            who = f" caller={identity.name} key={identity.fingerprint}" if identity else ""
+            log.warning("handshake refused: %s address=%s%s", reason, address, who)
+        unlogged = self._admission.summary_due()
+        if unlogged:
+            log.warning("handshake refused: %d more refusals not logged one by one (a flood)", unlogged)
+
+    def _accept(self, message: bytes, address: str) -> tuple[bytes | None, str, Identity | None]:
         """msg2 for an acceptable msg1, else None and the reason for the log. Never awaits, so the timestamp
         check and its commit cannot interleave with another handshake."""
         try:
@@ -127,9 +167,13 @@ class ChannelMiddleware:
         identity = self._callers.lookup(hello.client_static)
         if identity is None:
             return None, "unknown-key", None
+        now = self._clock()
+        if abs(hello.timestamp / 1e9 - now) > self._clock_window:
+            return None, "clock-off", identity
         if not self.sessions.timestamp_is_fresh(hello.client_static, hello.timestamp):
             return None, "replayed-timestamp", identity
-        now = self._clock()
+        if not self._admission.authenticated(hello.client_static, address):
+            return None, "rate-limited", identity
         session_id = self._random(SESSION_ID_LEN)
         expires_at = now + self.sessions.lifetime
         welcome = Welcome(session_id, int(expires_at * 1000), int(now * 1000))
@@ -157,10 +201,30 @@ class ChannelMiddleware:
             log.debug("tunnel refused: no-session")
             await answer(send, 401, NO_SESSION)
             return
+        declared = header(scope, b"content-length")
+        size = int(declared) if declared is not None and declared.isdigit() and len(declared) <= 18 else 0
+        size = min(size, MAX_REQUEST_FRAME) or MAX_REQUEST_FRAME
+        if not self._load.admit(identity.name, size):
+            if self._admission.failed():  # the failure budget also bounds these log lines
+                log.warning("tunnel refused: busy caller=%s key=%s", identity.name, identity.fingerprint)
+            await answer(send, 429, TOO_BUSY, [(b"retry-after", str(RETRY_AFTER).encode())])
+            return
+        try:
+            await self._tunnel_admitted(scope, receive, send, session, identity, started)
+        finally:
+            self._load.release(identity.name, size)
+
+    async def _tunnel_admitted(
+        self, scope: Scope, receive: Receive, send: Send, session: Session, identity: Identity, started: float
+    ) -> None:
         keep_alive = self._keep_alive_for(session)
         try:
             frame = await read_body(scope, receive, MAX_REQUEST_FRAME)
         except ClientGone:
+            return
+        except BodyTooSlow:
+            log.warning("tunnel refused: slow-body caller=%s key=%s", identity.name, identity.fingerprint)
+            await answer(send, 408, TOO_SLOW, _CLOSE)
             return
         except BodyTooLarge:
             opened: tuple[InnerRequest, int] | str = "oversized"

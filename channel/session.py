@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from channel.constants import (
+    CLOCK_WINDOW,
     MAX_SESSIONS,
     MAX_SESSIONS_PER_CALLER,
     REQUEST_ID_MEMORY,
@@ -79,8 +80,15 @@ class SessionTable:
         return len(self._sessions)
 
     def timestamp_is_fresh(self, static_key: bytes, timestamp: int) -> bool:
-        """Whether msg1's timestamp is newer than every one accepted from this key (a replayed msg1 is not)."""
-        return timestamp > self._timestamps.latest(static_key)
+        """Whether msg1's timestamp is newer than every one accepted from this key (a replayed msg1 is not).
+
+        The caller has checked `timestamp` lies within CLOCK_WINDOW of the server's clock, so a recorded one more
+        than two windows ahead of it was accepted before that check existed (a clock years ahead): it is ignored,
+        and the next accepted handshake replaces it, so a device locked out that way gets back in."""
+        latest = self._timestamps.latest(static_key)
+        if latest - timestamp > 2 * CLOCK_WINDOW * 1e9:
+            return True
+        return timestamp > latest
 
     def open(self, session: Session, timestamp: int) -> bool:
         """Commit the msg1 timestamp and add the session, evicting the caller's oldest beyond its cap.

@@ -27,23 +27,36 @@ import httpx2
 from channel.client_session import ClientSession
 from channel.codec import InnerHead, InnerRequest, pack_request, unpack_head
 from channel.constants import (
+    CLOCK_OFF,
     CONTENT_TYPE,
     HANDSHAKE_PATH,
     KIND_BODY,
     MAX_BODY,
     REQUEST_ID_LEN,
     SERVER_KEY_HEADER,
+    SERVER_TIME_HEADER,
     SESSION_HEADER,
     TUNNEL_PATH,
     WELCOME_LEN,
 )
-from channel.errors import ChannelError, FrameError, HandshakeError, HandshakeRefused, ServerKeyMismatch, TunnelRefused
+from channel.errors import (
+    ChannelError,
+    ClockOff,
+    FrameError,
+    HandshakeError,
+    HandshakeRefused,
+    ServerKeyMismatch,
+    TunnelRefused,
+)
 from channel.framing import ResponseReader, seal_request
 from channel.handshake import consume_response, create_initiation
 from channel.keys import PrivateKey, PublicKey
 
 log = logging.getLogger("channel.client")
 
+CONNECTION_RETRIES = 2  # a connection that broke before any answer: sent again this many times
+MAX_BUSY_RETRIES = 20  # a 429 from a busy caller limit: waited out this many times before giving up
+MAX_RETRY_WAIT = 5.0  # seconds, whatever Retry-After says
 MAX_REFUSAL = 4096  # bytes of a refusal body worth reading before closing
 # Connection-level headers describe the hop to the server, not the inner request.
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"proxy-connection"})
@@ -88,11 +101,12 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             )
         )
         stale: ClientSession | None = None
-        for _ in range(2):
+        busy = 0
+        while True:
             session = await self._current(stale, extensions)
             counter = session.next_counter()
             frame = seal_request(session.send_key, session.id, counter, inner)
-            outer = await self._outer.handle_async_request(
+            outer = await self._post(
                 httpx2.Request(
                     "POST",
                     self._tunnel_url,
@@ -101,10 +115,15 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
                     extensions=extensions,
                 )
             )
-            if outer.status_code == 401:  # the server never opened it: safe to send again in a new session
+            if outer.status_code == 401 and stale is None:  # never opened: safe to send again in a new session
                 await outer.aclose()
                 log.info("session %s refused by the server; handshaking again", session.tag)
                 stale = session
+                continue
+            if outer.status_code == 429 and busy < MAX_BUSY_RETRIES:  # never opened: wait as told, send again
+                await outer.aclose()
+                busy += 1
+                await anyio.sleep(_retry_after(outer.headers.get("retry-after")))
                 continue
             if outer.status_code != 200:
                 await outer.aclose()
@@ -112,7 +131,19 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             stream = FrameStream(outer, ResponseReader(session.receive_key, session.id, counter))
             head = await stream.read_head()
             return httpx2.Response(head.status, headers=head.headers, stream=stream)
-        raise TunnelRefused(401)
+
+    async def _post(self, request: httpx2.Request) -> httpx2.Response:
+        """Send one outer request, again (at most twice more) when the connection broke before an answer: a server
+        shedding connections under a flood may close a new one before reading it. Safe for tunnel requests too: a
+        request the server did open is refused the second time by its request id, never run twice."""
+        for attempt in range(CONNECTION_RETRIES + 1):
+            try:
+                return await self._outer.handle_async_request(request)
+            except (httpx2.ConnectError, httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError):
+                if attempt == CONNECTION_RETRIES:
+                    raise
+                log.info("connection to the server broke before an answer; sending again")
+        raise AssertionError("unreachable")
 
     async def connect(self) -> None:
         """Handshake now rather than on the first request: checks the pinned key and this device's authorization
@@ -144,7 +175,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             self._last_timestamp = timestamp
             message, initiator = create_initiation(self._key, self._server, timestamp, self._random)
             sent_at = self._clock()
-            response = await self._outer.handle_async_request(
+            response = await self._post(
                 httpx2.Request(
                     "POST",
                     self._handshake_url,
@@ -163,6 +194,8 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
                 log.info("handshake ok session=%s", session.tag)
                 return session
             self._check_server_key(response.headers.get(SERVER_KEY_HEADER))
+            if response.status_code == 403 and body == CLOCK_OFF:
+                raise ClockOff(_clock_offset(timestamp, response.headers.get(SERVER_TIME_HEADER)))
             if response.status_code != 403 or attempt:
                 break
         raise HandshakeRefused(response.status_code, self._key.public.fingerprint)
@@ -257,3 +290,19 @@ async def _read_at_most(response: httpx2.Response, limit: int) -> bytes:
         if len(data) > limit:
             raise HandshakeError()
     return bytes(data)
+
+
+def _clock_offset(timestamp_ns: int, server_ms: str | None) -> float | None:
+    """How far this device's clock (at msg1) is ahead of the server's, in seconds, when the server said its time."""
+    if server_ms is None or not server_ms.isdigit() or len(server_ms) > 16:
+        return None
+    return timestamp_ns / 1e9 - int(server_ms) / 1000
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds to wait after a 429: the server's Retry-After, within reason (1 when absent or not a number)."""
+    try:
+        seconds = float(value) if value is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.05), MAX_RETRY_WAIT) if seconds == seconds else 1.0

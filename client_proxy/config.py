@@ -161,7 +161,8 @@ class ProxyConfig:
         path = home / CONFIG_FILE
         check_home(home)
         try:
-            with open(path, "rb") as handle:
+            # O_NONBLOCK: a FIFO named like the config must not hang the proxy; _check_file refuses it at once.
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
                 _check_file(path, os.fstat(handle.fileno()))
                 data = handle.read(MAX_CONFIG_BYTES + 1)
         except FileNotFoundError:

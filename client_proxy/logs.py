@@ -11,6 +11,8 @@ import logging
 import sys
 from pathlib import Path
 
+from client_proxy.log_escape import EscapingFormatter
+
 FORMAT = "%(asctime)s memory-proxy[%(process)d] %(levelname)s %(name)s: %(message)s"
 QUIET = ("httpx2", "httpcore2", "httpx", "httpcore", "watchdog")
 
@@ -20,6 +22,8 @@ def configure(level: int, log_file: Path | None) -> None:
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
-    logging.basicConfig(level=level, format=FORMAT, handlers=handlers, force=True)
+    for handler in handlers:  # control characters from outside (a server's path) never start a line of their own
+        handler.setFormatter(EscapingFormatter(FORMAT))
+    logging.basicConfig(level=level, handlers=handlers, force=True)
     for name in QUIET:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))

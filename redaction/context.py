@@ -1,5 +1,6 @@
-"""Secrets known only by their surroundings: URLs with a password, HTTP authorization, assignments to
-credential-like names, and high-entropy strings just after a credential word.
+"""Secrets known only by their surroundings: URLs (or a bare `user:password@host`) with a password, HTTP
+authorization, assignments to credential-like names (a passphrase of several words on its own line too), and
+high-entropy strings just after a credential word.
 
 Only the secret is replaced; the name, the separator, the quotes and the rest of the line stay, so
 `password = "x"` becomes `password = "[redacted:password]"`. No context window crosses a line break or a
@@ -46,7 +47,11 @@ _VALUE = (
     r"|`(?P<bq>[^`\\\r\n]{0,4096}+)`"
     rf"|(?P<uq>{_UNQUOTED}{{1,4096}}+)(?!{_UNQUOTED}))"
 )
-_SEPARATOR = r"(?P<kq>\\?[\"'])?+(?P<sp1>[ \t]{0,8}+)(?P<sep>:=|=>|=(?!=)|:(?=[ \t\"'`\\]))(?P<sp2>[ \t]{0,8}+)"
+# A name may be quoted (a JSON key) or set in markdown bold or italics (`**password**: …`, common in notes).
+_SEPARATOR = (
+    r"(?P<kq>\\?[\"'])?+\*{0,2}+(?P<sp1>[ \t]{0,8}+)"
+    r"(?P<sep>:=|=>|=(?!=)|:(?=[ \t\"'`\\]))(?P<sp2>[ \t]{0,8}+)"
+)
 _NAME_END = r"(?![a-z0-9_.-])"
 # After a value at the end of a line (or before a comment, a closing quote or bracket). A comma is not an end:
 # `private_key: PKCS7PrivateKeyTypes,` is a parameter list, `password: see above, …` a sentence.
@@ -76,7 +81,21 @@ def _compound_key(match: re.Match[str]) -> bool:
     return bool(_KEY_COMPOUND.search(match.string, max(0, start - 13), start))
 
 
-def _assignment(test: Callable[[Assignment], bool], *, flag: bool = False) -> Judge:
+# After an unquoted password stopped at `&`, `|`, `;`, `<` or `>`: the rest of the word is the password too
+# (`password=Tr0ub4dor&3xyz!`). Taking a little too much (`pass=x&user=y`) hides no code worth reading.
+_PASSWORD_TAIL = re.compile(r"[&|;<>][^\s\"'`\\,(){}\[\]]{0,256}+")
+# The shell's working directory, not a password: `PWD=/home/me`, `pwd: ~/src`.
+_PATH_LIKE = re.compile(r"[/~.]|[A-Za-z]:[\\/]")
+
+
+def _bare_pwd_is_not_a_password(match: re.Match[str], text: str, start: int) -> bool:
+    """`pwd` alone names a password only in `pwd=value` form with a value that is not a path."""
+    if match.start("name") > 0 and text[match.start("name") - 1] in "_.-":
+        return False  # DB_PWD, mysql.pwd: a compound, judged like any password
+    return match.group("sep") != "=" or _PATH_LIKE.match(text, start) is not None
+
+
+def _assignment(test: Callable[[Assignment], bool], *, flag: bool = False, greedy: bool = False) -> Judge:
     """A judge that reads the matched name and value into an `Assignment` and lets `test` decide."""
 
     def judge(match: re.Match[str], text: str) -> Span | None:
@@ -88,6 +107,10 @@ def _assignment(test: Callable[[Assignment], bool], *, flag: bool = False) -> Ju
         if quote == "uq":  # a sentence's full stop or colon is not part of the password
             while end > start and text[end - 1] in ".:":
                 end -= 1
+            if greedy and match.group("name").lower() == "pwd" and _bare_pwd_is_not_a_password(match, text, start):
+                return None
+            if greedy and (tail := _PASSWORD_TAIL.match(text, end)) is not None:
+                end = tail.end()
         item = Assignment(
             name=text[match.start("name") : match.end("name")],
             value=text[start:end],
@@ -106,10 +129,46 @@ def _assignment(test: Callable[[Assignment], bool], *, flag: bool = False) -> Ju
     return judge
 
 
-def _assigned(kind: str, name: str, test: Callable[[Assignment], bool]) -> Rule:
+def _assigned(kind: str, name: str, test: Callable[[Assignment], bool], *, greedy: bool = False) -> Rule:
     """`<…name> = value`, `"…name": "value"`, `…NAME: value` and the like, for one name pattern."""
     pattern = re.compile(rf"(?P<name>{name}){_NAME_END}{_SEPARATOR}{_VALUE}")
-    return Rule(kind, pattern, _assignment(test), folded=True)
+    return Rule(kind, pattern, _assignment(test, greedy=greedy), folded=True)
+
+
+_USER = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+
+
+def _bare_user_password(match: re.Match[str], text: str) -> Span | None:
+    """The password of `user:password@host` when a plain user name (after a space, a quote or the line start)
+    comes before the colon, so `scheme://…`, `a:b:c@…` and `sha256:…@` are left to other rules."""
+    colon = match.start()
+    low = colon
+    while low > max(0, colon - 64) and _USER.fullmatch(text[low - 1]):
+        low -= 1
+    if low == colon or (low > 0 and text[low - 1] not in " \t\r\n\"'`(<=,;"):
+        return None
+    start, end = match.span("secret")
+    value = text[start:end]
+    return (start, end) if _opaque(value) and not value.isdigit() else None
+
+
+# --- a passphrase of several words ------------------------------------------------------------------------------
+
+# `password: correct horse battery staple` on a line of its own: two to eight words and nothing else. A sentence
+# has punctuation or more words; a placeholder (`password: your password here`) names itself.
+_PASSPHRASE = re.compile(
+    r"(?P<name>pass(?:word|phrase)|passwd)(?![a-z0-9_.-])\*{0,2}+[ \t]{0,8}+[:=][ \t]{1,8}+"
+    r"(?P<secret>[^\s\"'`,;()\[\]{}<>]{1,64}+(?:[ \t][^\s\"'`,;()\[\]{}<>]{1,64}+){1,7}+)[ \t]{0,8}+(?=\r?$)",
+    re.MULTILINE,
+)
+
+
+def _passphrase(match: re.Match[str], text: str) -> Span | None:
+    start, end = match.span("secret")
+    words = text[start:end].split()
+    if any(has_marker(w) or is_placeholder(w.strip(".")) or is_reference(w) for w in words):
+        return None
+    return start, end
 
 
 # --- high-entropy strings after a credential word -------------------------------------------------------------
@@ -161,6 +220,16 @@ CONTEXT_RULES: tuple[Rule, ...] = (
         re.compile(r"://[^\s:/?#@\[\]\"'`<>\\]{0,128}+:(?P<secret>[^\s/?#\"'`<>\\]{1,256})@(?=[A-Za-z0-9\[._-])"),
         when(_opaque),
     ),
+    # user:password@host.name without a scheme (`admin:s3cret@db.example.com`, a DSN pasted bare). The host
+    # must have a dot, so `image:tag@sha256:…` and `a:b@c` in prose stay.
+    Rule(
+        "url-password",
+        re.compile(
+            r":(?P<secret>[^\s:/?#@\"'`<>\\\[\]]{1,256}+)@"
+            r"(?=[A-Za-z0-9-]{1,63}+(?:\.[A-Za-z0-9-]{1,63}+){1,8}+(?![A-Za-z0-9-]))"
+        ),
+        _bare_user_password,
+    ),
     Rule(
         "basic-auth",
         re.compile(
@@ -182,7 +251,9 @@ CONTEXT_RULES: tuple[Rule, ...] = (
     ),
     # A bare `pass` or `pwd` is a word ("First pass: …") or the shell's working directory (`PWD=/home/…`): only
     # compounds (`DB_PASS`, `MYSQL_PWD`, `smtp.pass`) count.
-    _assigned("password", r"pass(?:word|wd|phrase|(?<=[_.-]pass))|pwd(?<=[_.-]pwd)", is_password),
+    Rule("password", _PASSPHRASE, _passphrase, folded=True),
+    # A bare `pwd` counts too, unless its value is a path (the shell's `PWD=/home/…`).
+    _assigned("password", r"pass(?:word|wd|phrase|(?<=[_.-]pass))|pwd", is_password, greedy=True),
     Rule(
         "password",
         re.compile(

@@ -24,6 +24,7 @@ KINDS: tuple[str, ...] = (
     "sendgrid-key",
     "voyage-key",
     "aws-key",
+    "api-token",
     "aws-secret",
     "url-password",
     "basic-auth",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from redaction.context import CONTEXT_RULES
 from redaction.formats import FORMAT_RULES
+from redaction.issuer_formats import ISSUER_RULES
 from redaction.rule import Rule
 
-RULES: tuple[Rule, ...] = FORMAT_RULES + CONTEXT_RULES
+RULES: tuple[Rule, ...] = FORMAT_RULES + ISSUER_RULES + CONTEXT_RULES

@@ -107,7 +107,7 @@ def create_app(
     """The whole server: `create_inner_app` behind the channel, `/healthz` its only plain path.
 
     With `data_dir`, handshake timestamps are kept there, so a recorded handshake stays dead after a restart.
-    `handshake_rate` overrides the channel's per-address handshake limit (benchmarks open many at once).
+    `handshake_rate` overrides the channel's per-device-key handshake limit (benchmarks open many at once).
     """
     sessions = None
     if data_dir is not None:

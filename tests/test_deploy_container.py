@@ -196,7 +196,9 @@ class Deployment:
         for name, source in service.secrets.items():
             target = self.secrets / name
             target.write_text(Path(source).read_text() if source else "")  # unused secrets mount /dev/null
-            target.chmod(0o444)
+            if source:  # docs/deploy.md: chmod 600 and chown 10001 (a read-only mount keeps both); 0644 is refused
+                os.chown(target, self.uid, self.gid)
+            target.chmod(0o400 if source else 0o444)
         env = {**self.image.env, **service.env}
         for key, value in env.items():
             for inside, outside in (("/data", self.data), ("/keys", self.keys), ("/run/secrets", self.secrets)):

@@ -16,6 +16,7 @@ import httpx2
 from channel.errors import ChannelError
 from client_proxy.errors import ProxyError
 from client_proxy.forward.upstream import describe
+from client_proxy.sync.pull_limits import CEILING_ANSWER_BYTES, announced, over_size
 from syncproto.errors import MessageRefused
 from syncproto.messages import Change, Changes, PushChange, PushResult, answer_list, parse_push_answer, push_body
 from syncproto.wire import CHANGES_PATH, PUSH_BATCH_BYTES, PUSH_PATH, SESSIONS_PATH
@@ -74,12 +75,26 @@ class SyncApi:
     async def changes(self, since: int, wait: int) -> Changes:
         """Changes after revision `since`, long-polling up to `wait` seconds for one."""
         timeout = httpx2.Timeout(30.0, read=wait + 30.0)
-        response = await self._client.get(CHANGES_PATH, params={"since": since, "wait": wait}, timeout=timeout)
-        document = _answer(response)
+        params = {"since": since, "wait": wait}
+        async with self._client.stream("GET", CHANGES_PATH, params=params, timeout=timeout) as response:
+            body = b""
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > CEILING_ANSWER_BYTES:
+                    raise SyncProtocolError(f"the server's changes answer is larger than {CEILING_ANSWER_BYTES} bytes")
+        document = _answer(httpx2.Response(response.status_code, headers=response.headers, content=body))
         try:
-            return Changes.from_json(document)
+            limits = announced(document)
+            count = len(answer_list(document, "changes"))
+            if count > limits.max_changes:
+                raise SyncProtocolError(
+                    f"the server sent {count} changes in one answer; at most {limits.max_changes} are accepted"
+                )
+            changes = Changes.from_json(document)
         except MessageRefused as exc:
             raise SyncProtocolError(f"malformed changes answer from the server ({exc})") from None
+        changes.changes = [c for c in changes.changes if not over_size(c.path, c.content, limits)]
+        return changes
 
     async def push(self, batch: Sequence[PushChange]) -> tuple[int, list[PushResult]]:
         """Send `batch`: the index's revision after it, and one result per change, in order."""

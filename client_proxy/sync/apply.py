@@ -9,14 +9,16 @@ so the next push lets the server merge. Blocking code: the syncer runs it in a w
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Literal
 
 from client_proxy.sync.api import Change, PushChange, PushResult
 from client_proxy.sync.local_files import LocalFile, LocalFiles, Scan, UnsyncableError
 from client_proxy.sync.plan import Pending
-from client_proxy.sync.scope import UnsafePathError
+from client_proxy.sync.scope import UnsafePathError, name_problem
 from client_proxy.sync.state import Base, SyncState
+from syncproto.names import find_collision
 from syncproto.wire import MAX_PUSH_CHANGES, PUSH_BATCH_BYTES, sha256_hex
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,9 @@ class Reconciler:
         entry = self.state.files.get(path)
         if not reset and entry is not None and entry.revision >= change.revision:
             return "skipped"  # we already have it (our own push, or a change pulled before)
+        if entry is None and (other := find_collision(path, [*self.state.files, *self._on_disk_beside(path)])):
+            self._warn(path, f"not written: on macOS and Windows it is the same file as {other}")
+            return "skipped"
         if change.content is not None and sha256_hex(change.content.encode("utf-8")) != change.hash:
             self._warn(path, "the server sent content that does not match its hash; not applied")
             return "skipped"
@@ -115,6 +120,19 @@ class Reconciler:
         log.debug("sync: wrote %s (revision %d)", path, change.revision)
         return "written"
 
+    def _on_disk_beside(self, path: str) -> list[str]:
+        """The names on disk that could be `path` or one of its folders under another spelling (each folder's
+        entries along the way), so a file not synced yet counts too."""
+        parts, found = path.split("/"), []
+        for depth in range(len(parts)):
+            prefix = "/".join(parts[:depth])
+            try:
+                names = os.listdir(self.files.project / prefix) if prefix else os.listdir(self.files.project)
+            except OSError:
+                break
+            found += ["/".join([*parts[:depth], name, *parts[depth + 1 :]]) for name in names]
+        return found
+
     def forget_unlisted(self, listed: set[str]) -> int:
         """After a reset listing: bases of paths the server no longer knows are dropped, so their files are pushed
         again as new (the server was restored from a backup that predates them)."""
@@ -148,6 +166,9 @@ class Reconciler:
 
     def _conflict(self, sent: PushChange, result: PushResult, still: bool) -> None:
         copy = result.conflict_path
+        if copy is not None and (problem := name_problem(copy)) is not None:  # the server's names obey our rules
+            self._warn(sent.path, f"the server named a conflict copy that breaks the name rules ({problem}); ignored")
+            return
         log.warning("sync: conflict on %s: the server kept its version; yours is saved as %s", sent.path, copy)
         if copy is None or sent.content is None or result.conflict_revision is None:
             return

@@ -21,6 +21,14 @@ from channel.keys import PrivateKey, read_private_key
 from server.callers.config import CALLERS_FILE, CallersFileError
 from server.callers.file import CallersFile, prepare_keys_dir
 from server.cli import admin as admin_cli
+from server.cli.http_guard import (
+    ACCEPT_BATCH,
+    HEADER_TIMEOUT,
+    KEEP_ALIVE_TIMEOUT,
+    MAX_CONNECTIONS,
+    FdLimitError,
+    check_fd_limit,
+)
 from server.errors import InvalidArgumentError
 from server.settings import Settings, is_loopback
 
@@ -68,6 +76,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     data_dir: Path = args.data_dir
     keys_dir: Path = args.keys_dir
+    try:
+        check_fd_limit(MAX_CONNECTIONS)
+    except FdLimitError as exc:
+        raise InvalidArgumentError(str(exc)) from None
     prepare_data_dir(data_dir)
     key = ensure_server_key(keys_dir, out=_stdout())
     callers = CallersFile(keys_dir / CALLERS_FILE)
@@ -108,16 +120,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def uvicorn_config(app: Any, *, graceful: int = GRACEFUL_SHUTDOWN) -> uvicorn.Config:
-    """How uvicorn runs the app: our logging, no access log or banners, the lifespan required."""
+def uvicorn_config(
+    app: Any,
+    *,
+    graceful: int = GRACEFUL_SHUTDOWN,
+    max_connections: int = MAX_CONNECTIONS,
+    header_timeout: float = HEADER_TIMEOUT,
+) -> uvicorn.Config:
+    """How uvicorn runs the app: our logging, no access log or banners, the lifespan required, and the limits of
+    `server.cli.http_guard` (a deadline per request head, a connection cap that sheds idle sockets first)."""
     import uvicorn
+
+    from server.cli.http_guard import guarded_h11
 
     return uvicorn.Config(
         app,
         log_config=None,  # our logging, configured by the CLI: stderr, MEMORY_LOG_LEVEL
         access_log=False,  # the channel logs each request with its caller; uvicorn would see only /v1/tunnel
         lifespan="on",
-        http="h11",
+        http=guarded_h11(max_connections=max_connections, header_timeout=header_timeout),
+        timeout_keep_alive=KEEP_ALIVE_TIMEOUT,
+        backlog=ACCEPT_BATCH,  # asyncio accepts this many at once before any is shed: it bounds the overshoot
         ws="none",
         proxy_headers=False,
         server_header=False,

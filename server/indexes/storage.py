@@ -35,6 +35,10 @@ class FileStore(Protocol):
     def max_file_bytes(self) -> int: ...
 
     @property
+    def unreadable(self) -> dict[str, str]:
+        """Files held but unreadable (no permission, over the cap, not text): path -> why. Never sent as deleted."""
+
+    @property
     def files_dir(self) -> Path:
         """Where the search index reads the files from."""
 

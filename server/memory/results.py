@@ -120,6 +120,10 @@ class StatusOutput(BaseModel):
     notice: str | None
     revision: int = Field(description="the index's change counter (file sync)")
     sync: list[CallerSyncEntry] = Field(description="each caller's last file sync with this index")
+    unreadable: dict[str, str] = Field(
+        default_factory=dict,
+        description="files the server holds but cannot read or send, and why: kept as they are on every laptop",
+    )
 
 
 class SyncOutput(BaseModel):

@@ -376,6 +376,7 @@ class MemoryService:
                 notice=status.notice,
                 revision=handle.mirror.revision(),
                 sync=[CallerSyncEntry(**dataclasses.asdict(entry)) for entry in handle.mirror.sync_callers()],
+                unreadable=dict(sorted(handle.mirror.unreadable.items())),
             )
 
     def sync(
@@ -391,11 +392,9 @@ class MemoryService:
         """Index what changed (everything with `force`; only `source`'s files and those under `path` when given),
         calling `progress(done, total, path)` per file and stopping after the current one once `cancelled()`."""
         with self._call():
-            name, _access = authorise(caller)
             if not isinstance(force, bool):
                 raise InvalidArgumentError("force must be true or false")
+            name, _access = authorise(caller, write=force)  # re-embedding everything costs minutes: writers only
             handle = self.indexes.get(name)
-            return sync_index(
-                self.indexes, handle, self.clock, force=force, progress=progress, cancelled=cancelled, source=source,
-                path=path,
-            )  # fmt: skip
+            return sync_index(self.indexes, handle, self.clock, force=force, progress=progress,
+                              cancelled=cancelled, source=source, path=path)  # fmt: skip

@@ -15,10 +15,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Literal
 
-from redaction import redact
 from server.errors import InvalidArgumentError
 from server.index.scan import day_of
 from server.indexes.registry import OpenIndex
+from server.memory.intake import redacted
 from server.memory.results import WriteOutput
 from server.memory.text import clean_topic, compose_append, count_lines, entry_heading
 from server.mirror.mirror import ABSENT, IdempotencyRecord, check_expected
@@ -83,8 +83,5 @@ def write_locked(handle: OpenIndex, req: WriteRequest) -> tuple[WriteOutput, Ide
 
 
 def redact_into(text: str, counts: dict[str, int]) -> str:
-    """`text` with its secrets replaced; adds what was replaced, per kind, to `counts`."""
-    result = redact(text)
-    for kind, count in result.counts.items():
-        counts[kind] = counts.get(kind, 0) + count
-    return result.text
+    """`text` with its secrets replaced; adds what was replaced, per kind, to `counts` (see `server.memory.intake`)."""
+    return redacted(text, counts)

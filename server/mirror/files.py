@@ -204,3 +204,15 @@ def encoded(text: str) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgumentError("content is not valid Unicode text (lone surrogates)") from None
+
+
+def decoded_text(path: str, data: bytes | None, max_bytes: int) -> str:
+    """The text of a snapshot's bytes; InvalidArgumentError when it is over the cap (`data` None), or not text."""
+    if data is None:
+        raise InvalidArgumentError(f"{path} is larger than {max_bytes} bytes and cannot be read here")
+    if b"\x00" in data:
+        raise InvalidArgumentError(f"{path} is not text (it contains NUL bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(f"{path} is not UTF-8 text") from None

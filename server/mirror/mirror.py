@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -27,9 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-import apsw
-
-from server.errors import EngineError, InvalidArgumentError
+from server.errors import InvalidArgumentError, UnsafePathError
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, day_of
 from server.memory.text import count_lines_of_bytes
 from server.mirror import queries as q
@@ -37,6 +36,7 @@ from server.mirror.feed import ChangeNotices
 from server.mirror.files import (
     _NEW_FILE_FLAGS,
     Snapshot,
+    decoded_text,
     encoded,
     folder,
     lstat_file,
@@ -45,7 +45,7 @@ from server.mirror.files import (
     walk,
     write_all,
 )
-from server.mirror.paths import normalise_mirror_path
+from server.mirror.paths import normalise_mirror_path, refuse_collision
 from server.mirror.state import (
     ABSENT,
     STATE_SCHEMA_VERSION,
@@ -54,9 +54,10 @@ from server.mirror.state import (
     IdempotencyRecord,
     MirrorFile,
     check_expected,
+    idempotency_key_digest,
     iso,
     load_version,
-    migrate_state,
+    open_state,
     prune_versions,
     record_sync,
     state_of,
@@ -85,7 +86,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DISK = "(disk)"  # `updated_by` of changes found on disk rather than made through the service
-BUSY_TIMEOUT_MS = 10_000
 IDEMPOTENCY_DAYS = 7
 PRUNE_SECONDS = 3600.0  # versions are pruned at most this often per mirror
 
@@ -109,21 +109,11 @@ class Mirror:
         self.clock = clock
         self.max_file_bytes = max_file_bytes
         self.lock = threading.RLock()  # held across read-modify-write sequences by the service
+        # Files the server holds but cannot read or send (no permission, over the size cap, not UTF-8): path -> why.
+        # Kept as they are everywhere, and listed by memory_status until fixed.
+        self.unreadable: dict[str, str] = {}
         self.files_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = apsw.Connection(str(directory / "state.sqlite3"))
-        except apsw.Error as exc:
-            raise EngineError(f"the mirror state of {directory.name!r} cannot be opened") from exc
-        try:
-            self._db.set_busy_timeout(BUSY_TIMEOUT_MS)
-            self._db.execute("PRAGMA journal_mode=WAL").fetchall()
-            self._db.execute("PRAGMA synchronous=FULL")  # the state is not rebuildable: durable commits
-            migrate_state(self._db)
-        except BaseException as exc:
-            self._db.close()
-            if isinstance(exc, apsw.Error):
-                raise EngineError(f"the mirror state of {directory.name!r} cannot be opened") from exc
-            raise
+        self._db = open_state(directory)
 
     def close(self) -> None:
         with self.lock:
@@ -139,16 +129,14 @@ class Mirror:
             snapshot = take_snapshot(self.files_dir, path, self.max_file_bytes)
             state = self._reconcile(path, snapshot)
         if snapshot is None or state is None or state.hash is None:
+            self.unreadable.pop(path, None)
             return None
-        data = snapshot.data
-        if data is None:
-            raise InvalidArgumentError(f"{path} is larger than {self.max_file_bytes} bytes and cannot be read here")
-        if b"\x00" in data:
-            raise InvalidArgumentError(f"{path} is not text (it contains NUL bytes)")
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidArgumentError(f"{path} is not UTF-8 text") from None
+            text = decoded_text(path, snapshot.data, self.max_file_bytes)
+        except InvalidArgumentError as exc:
+            self.unreadable[path] = str(exc)
+            raise
+        self.unreadable.pop(path, None)
         return MirrorFile(
             path, text, state.hash, state.lines, state.size, state.revision, state.updated_by, state.updated_at
         )
@@ -192,9 +180,9 @@ class Mirror:
                 old = known.get(path)
                 if old is not None and (old[1], old[2]) == (info.st_size, info.st_mtime_ns):
                     continue
-                self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes, quiet=True))
+                self._reconcile_readable(path)
             for path in sorted(set(known) - seen):
-                self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes, quiet=True))
+                self._reconcile_readable(path)
             rows = self._db.execute(*q.live_states()).fetchall()
         return [state_of(r) for r in rows]
 
@@ -256,6 +244,8 @@ class Mirror:
         with self.lock:
             current = self._current(path)
             check_expected(path, current.hash if current else None, expected_hash)
+            if current is None:
+                refuse_collision(path, (str(row[0]) for row in self._db.execute(*q.live_paths())))
             digest = sha256_hex(data)
             if current is not None and current.hash == digest:
                 with self._db:
@@ -318,7 +308,7 @@ class Mirror:
 
     def recall(self, caller: str, key: str) -> IdempotencyRecord | None:
         with self.lock:
-            rows = self._db.execute(*q.recall(caller, key)).fetchall()
+            rows = self._db.execute(*q.recall(caller, idempotency_key_digest(key))).fetchall()
         return IdempotencyRecord(caller, key, str(rows[0][0]), str(rows[0][1])) if rows else None
 
     def remember(self, record: IdempotencyRecord) -> None:
@@ -330,11 +320,24 @@ class Mirror:
         if record is None:
             return
         now = self.clock()
-        self._db.execute(*q.remember(record, iso(now)))
+        self._db.execute(*q.remember(dataclasses.replace(record, key=idempotency_key_digest(record.key)), iso(now)))
         cutoff = iso(datetime.fromtimestamp(now.timestamp() - IDEMPOTENCY_DAYS * 86400, UTC))
         self._db.execute(*q.forget_records_before(cutoff))
 
     # internals -----------------------------------------------------------------------------------------
+
+    def _reconcile_readable(self, path: str) -> None:
+        """Record what is on disk at `path`; a file (or folder) that is there but cannot be read keeps its recorded
+        state and is listed in `unreadable`: "cannot read" must never become "deleted" on every laptop."""
+        try:
+            snapshot = take_snapshot(self.files_dir, path, self.max_file_bytes)
+        except UnsafePathError as exc:
+            if path not in self.unreadable:
+                log.warning("mirror: %s cannot be read (%s); kept as it was everywhere", path, exc)
+            self.unreadable[path] = str(exc)
+            return
+        self.unreadable.pop(path, None)
+        self._reconcile(path, snapshot)
 
     def _current(self, path: str) -> FileState | None:
         state = self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes))

@@ -7,10 +7,12 @@ Every path a caller names passes here before it reaches the mirror or the index;
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 
 from server.errors import InvalidArgumentError
 from syncproto import paths
 from syncproto.errors import PathRefused
+from syncproto.names import find_collision
 
 
 def normalise_memory_path(raw: str, *, argument: str = "path") -> str:
@@ -43,3 +45,13 @@ def session_file_path(caller: str, day: dt.date, session: str, part: int) -> str
         return paths.session_file_path(caller, day, session, part)
     except PathRefused as exc:
         raise InvalidArgumentError(str(exc)) from None
+
+
+def refuse_collision(path: str, live: Iterable[str]) -> None:
+    """InvalidArgumentError when a live file is the same file as `path` on a case-insensitive laptop disk."""
+    other = find_collision(path, live)
+    if other is not None:
+        raise InvalidArgumentError(
+            f"{path} would be the same file as {other} on macOS and Windows laptops (names differing only in "
+            f"case or Unicode form); use {other}, or another name"
+        )

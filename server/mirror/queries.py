@@ -23,6 +23,10 @@ def known_files() -> Query:
     return "SELECT path, hash, size, mtime_ns FROM files WHERE hash IS NOT NULL", ()
 
 
+def live_paths() -> Query:
+    return "SELECT path FROM files WHERE hash IS NOT NULL", ()
+
+
 def live_states() -> Query:
     return f"SELECT {STATE_COLUMNS} FROM files WHERE hash IS NOT NULL ORDER BY path", ()
 

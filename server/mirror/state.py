@@ -12,15 +12,18 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Literal, cast
 
 import apsw
 
 from server.errors import ConflictError, EngineError
+from syncproto.wire import sha256_hex
 
-STATE_SCHEMA_VERSION = 2
+STATE_SCHEMA_VERSION = 3
 ABSENT = "absent"  # `expected_hash` meaning "the file must not exist yet"
 VERSION_DAYS = 30
+BUSY_TIMEOUT_MS = 10_000
 
 
 def utc_now() -> datetime:
@@ -131,7 +134,23 @@ def _m002_sync(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: tuple[Callable[[apsw.Connection], None], ...] = (_m001_initial, _m002_sync)
+def _m003_hashed_idempotency_keys(db: apsw.Connection) -> None:
+    """Idempotency keys are kept as their SHA-256 (`idempotency_key_digest`), never as sent: a caller may put
+    anything in one. Keys stored before are hashed in place."""
+    rows = db.execute("SELECT caller, key FROM idempotency").fetchall()
+    for caller, key in rows:
+        db.execute(
+            "UPDATE idempotency SET key = ? WHERE caller = ? AND key = ?",
+            (idempotency_key_digest(str(key)), caller, key),
+        )
+
+
+def idempotency_key_digest(key: str) -> str:
+    """How an idempotency key is stored and looked up."""
+    return "sha256:" + sha256_hex(key.encode("utf-8", "surrogatepass"))
+
+
+MIGRATIONS: tuple[Callable[[apsw.Connection], None], ...] = (_m001_initial, _m002_sync, _m003_hashed_idempotency_keys)
 
 
 def migrate_state(db: apsw.Connection) -> None:
@@ -243,3 +262,23 @@ def count_live_files(db: apsw.Connection) -> int:
     value = db.execute("SELECT count(*) FROM files WHERE hash IS NOT NULL").fetchall()[0][0]
     assert isinstance(value, int), "count(*) is an integer"
     return value
+
+
+def open_state(directory: Path) -> apsw.Connection:
+    """A mirror's `state.sqlite3`, opened durable (WAL, synchronous FULL: it is not rebuildable) and migrated."""
+    where = f"the mirror state of {directory.name!r} cannot be opened"
+    try:
+        db = apsw.Connection(str(directory / "state.sqlite3"))
+    except apsw.Error as exc:
+        raise EngineError(where) from exc
+    try:
+        db.set_busy_timeout(BUSY_TIMEOUT_MS)
+        db.execute("PRAGMA journal_mode=WAL").fetchall()
+        db.execute("PRAGMA synchronous=FULL")
+        migrate_state(db)
+    except BaseException as exc:
+        db.close()
+        if isinstance(exc, apsw.Error):
+            raise EngineError(where) from exc
+        raise
+    return db

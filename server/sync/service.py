@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from server.errors import InvalidArgumentError
 from server.indexes.storage import FileStore
+from server.memory.intake import refuse_secrets
 from server.memory.service import CallerContext, MemoryService
 from server.mirror.mirror import ABSENT, FileState, MirrorFile
 from server.mirror.paths import normalise_memory_path
@@ -33,9 +34,11 @@ class ChangesAnswer:
     more: bool
     reset: bool
     changes: list[dict[str, object]] = field(default_factory=list)
+    # The caps this answer keeps, announced so the proxy can hold a server to them (client_proxy.sync.pull_limits).
+    limits: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, object]:
-        return changes_json(self.revision, self.next, self.more, self.reset, self.changes)
+        return {**changes_json(self.revision, self.next, self.more, self.reset, self.changes), "limits": self.limits}
 
 
 class SyncService:
@@ -52,12 +55,16 @@ class SyncService:
             start = 0 if reset else since
             rows = mirror.changes_since(start, limit=limit + 1)
             answer = ChangesAnswer(revision=revision, next=start, more=len(rows) > limit, reset=reset)
+            answer.limits = {"max_file_bytes": mirror.max_file_bytes, "max_changes": limit}
             budget = MAX_CHANGE_BYTES
             for row in rows[:limit]:
                 if is_session_file(row.path):  # transcripts stay on the server: searchable, never pulled
                     answer.next = row.revision
                     continue
                 entry = _change(mirror, row)
+                if entry is None:  # on the server's disk but unreadable: laptops keep their copy
+                    answer.next = row.revision
+                    continue
                 size = len(str(entry.get("content", "")).encode("utf-8"))
                 if answer.changes and size > budget:
                     answer.more = True
@@ -103,6 +110,8 @@ class SyncService:
     def _apply(self, mirror: FileStore, caller: str, change: PushChange) -> PushResult:
         try:
             path = normalise_memory_path(change.path)
+            if change.content is not None and self.service.redact_writes:
+                refuse_secrets(path, change.content)  # the one rule for text entering the server: server.memory.intake
             current = mirror.read(path)
             if change.content is None:
                 return _delete(mirror, caller, path, change.base, current)
@@ -111,14 +120,17 @@ class SyncService:
             return PushResult(change.path, "rejected", None, 0, message=str(exc))
 
 
-def _change(mirror: FileStore, row: FileState) -> dict[str, object]:
-    """One entry of a changes answer: the path's state now (it may be newer than `row`), content included."""
+def _change(mirror: FileStore, row: FileState) -> dict[str, object] | None:
+    """One entry of a changes answer: the path's state now (it may be newer than `row`), content included. None
+    for a file the server has but cannot read or send (too large, not text, no permission): it is not a deletion,
+    so laptops keep their copy, and memory_status lists it."""
     current: MirrorFile | None = None
     if row.hash is not None:
         try:
             current = mirror.read(row.path)
-        except InvalidArgumentError:  # too large or not text on the server's disk: laptops never get it
-            log.warning("sync: %s cannot be sent (not UTF-8 text or over the size cap)", row.path)
+        except InvalidArgumentError as exc:  # UnsafePathError too: the file is there, only unreadable
+            log.warning("sync: %s cannot be sent (%s); laptops keep their copy", row.path, exc)
+            return None
     if current is None:
         gone = mirror.state(row.path) if row.hash is not None else row
         gone = gone if gone is not None else row

@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 
 from server.errors import InvalidArgumentError
+from server.memory.intake import redacted
 from server.memory.service import CallerContext, MemoryService
 from server.mirror.paths import session_file_path
 from syncproto.wire import MAX_PARTS_PER_UPLOAD, MAX_SESSION_PARTS, SESSION_ID
@@ -93,6 +94,8 @@ class SessionUploads:
                 with mirror.lock:
                     for number, content in upload.parts:
                         path = session_file_path(caller.name, upload.day, upload.session, number)
+                        if self.service.redact_writes:  # the proxy redacted already; an old or altered one may not
+                            content = redacted(content)
                         state = mirror.write(path, content, caller=caller.name)
                         results.append({"path": path, "hash": state.hash})
                     # Parts run 1..n without gaps: the ones past the count are count+1, count+2, ... while they exist.

@@ -23,6 +23,7 @@ import uvicorn
 
 from channel.asgi import ASGIApp
 from channel.authz import CallerDirectory, CallerTable, Identity
+from channel.caller_load import CallerLimits
 from channel.keys import PrivateKey, PublicKey
 from channel.middleware import ChannelMiddleware
 from channel.ratelimit import Rate
@@ -41,6 +42,7 @@ LOW_ORDER = [
     "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
 ]
 GENEROUS = Rate(burst=10_000, per_second=10_000)  # tests handshake far more often than any laptop
+UNLIMITED = CallerLimits(max_requests=10_000, max_bytes=2**40, rate=GENEROUS)  # replay tests send 64 copies at once
 
 
 @dataclass
@@ -77,6 +79,8 @@ def serve_channel(
     """Serve `app` behind the channel on 127.0.0.1 (`port` 0: a free one) until the block ends."""
     key = server_key or PrivateKey.generate("test server")
     options.setdefault("handshake_rate", GENEROUS)
+    options.setdefault("failure_rate", GENEROUS)
+    options.setdefault("caller_limits", UNLIMITED)
     middleware = ChannelMiddleware(app, server_key=key, callers=callers, **options)
     config = uvicorn.Config(
         middleware, log_config=None, lifespan="auto", http="h11", ws="none", timeout_graceful_shutdown=2

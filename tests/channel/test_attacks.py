@@ -89,7 +89,7 @@ async def test_a_revoked_caller_is_refused_and_its_live_sessions_end_at_once(ser
     assert len(server.middleware.sessions) == 0 and state.count == 2
 
 
-async def test_the_handshake_rate_limit_applies_per_address(serve, state, directory):
+async def test_the_handshake_rate_limit_applies_per_device_key(serve, state, directory):
     server = serve(inner_app(state), directory, handshake_rate=Rate(burst=2, per_second=0.001))
     for _ in range(2):
         async with server.client(DEVICE) as client:
@@ -266,6 +266,7 @@ async def test_a_request_whose_answer_was_lost_is_not_run_again_when_the_client_
         with pytest.raises(TunnelRefused) as raised:
             await client.post("/count")
     assert raised.value.status == 400 and state.count == 1 and dropped[0].status == 200
+    assert "an earlier attempt of it may have run" in str(raised.value)  # never "not executed": it ran once
 
 
 # -- response streams --------------------------------------------------------------------------------------------

@@ -193,8 +193,9 @@ async def test_concurrent_requests_share_one_handshake(make_relay, server, state
     assert relay.paths().count(HANDSHAKE_PATH) == 1
 
 
-async def test_the_client_handshakes_again_shortly_before_its_session_expires(make_relay, server, state):
+async def test_the_client_handshakes_again_shortly_before_its_session_expires(make_relay, serve, state, directory):
     clock, relay = Clock(), make_relay()
+    server = serve(inner_app(state), directory, clock_window=4 * SESSION_LIFETIME)  # only the client's clock runs
     async with server.client(DEVICE, transport=relay, clock=clock) as client:
         await client.post("/count")
         clock.now += SESSION_LIFETIME - REHANDSHAKE_MARGIN + 1
@@ -210,7 +211,7 @@ async def test_a_session_the_server_expired_is_renewed_and_the_mutating_call_run
     make_relay, serve, state, directory, elapsed
 ):
     clock, relay = Clock(), make_relay()
-    server = serve(inner_app(state), directory, clock=clock)
+    server = serve(inner_app(state), directory, clock=clock, clock_window=2 * SESSION_LIFETIME)
     async with server.client(DEVICE, transport=relay) as client:
         assert (await client.post("/count")).json() == {"count": 1}
         clock.now += elapsed  # the server's clock only: the client still believes in its session

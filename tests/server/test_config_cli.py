@@ -22,6 +22,7 @@ def origins_of(shown: str) -> dict[str, str]:
 def test_the_effective_configuration_masks_every_secret(tmp_path, monkeypatch, capsys):
     secret = tmp_path / "voyage_key"
     secret.write_text(VOYAGE_KEY + "\n")
+    secret.chmod(0o600)
     monkeypatch.setenv("VOYAGE_API_KEY_FILE", str(secret))
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
     monkeypatch.setenv("MEMORY_EMBEDDING_PROVIDERS", "voyage,local")
@@ -57,6 +58,7 @@ def test_each_value_says_whether_it_came_from_the_default_the_environment_the_fi
         monkeypatch.delenv(variable, raising=False)
     secret = tmp_path / "openai_key"
     secret.write_text(OPENAI_KEY)
+    secret.chmod(0o600)
     config = tmp_path / "memory-server.toml"
     config.write_text(f'port = 9000\nlog_format = "json"\nweight_vector = 0.5\nopenai_api_key_file = "{secret}"\n')
     monkeypatch.setenv("MEMORY_PORT", "9100")

@@ -70,6 +70,7 @@ def caller(name: str) -> CallerContext:
 
 
 LOG = "memory/2026-11-23.md"
+LIMITS = {"max_file_bytes": 2 * 1024 * 1024, "max_changes": 500}
 BASE = "# 2026-11-23\n\n## 09:00 — start\nkick-off\n"
 
 
@@ -292,7 +293,7 @@ async def test_a_long_poll_answers_at_once_when_the_server_starts_stopping(lapto
         service.stopping()  # what the server's uvicorn calls as its shutdown begins
 
     answer = await long_poll_while(laptops["bob"], stopping)
-    assert answer == {"revision": 0, "next": 0, "more": False, "reset": False, "changes": []}
+    assert answer == {"revision": 0, "next": 0, "more": False, "reset": False, "changes": [], "limits": LIMITS}
     started = anyio.current_time()
     await pull(laptops["bob"], since=0, wait=WAIT)  # and every later one, until the process is gone
     assert anyio.current_time() - started < 1.0

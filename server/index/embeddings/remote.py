@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER = 60.0
-MAX_ERROR_TEXT = 200
 
 
 @dataclass(frozen=True)
@@ -105,17 +104,15 @@ class HttpEmbedder:
             else:
                 if response.status_code == 200:
                     return self._parse(response, len(texts), check_dimensions)
-                failure = f"HTTP {response.status_code}: {self._error_text(response)}"
+                failure = provider_failure(response.status_code)  # never the provider's body: it may echo the key
                 if response.status_code not in RETRY_STATUSES:
                     raise EmbeddingError(f"{self.provider} embeddings failed: {failure}")
                 retry_after = _retry_after(response.headers.get("retry-after"))
             if attempt >= self.options.max_retries:
-                raise EmbeddingError(
-                    f"{self.provider} embeddings failed after {attempt + 1} attempts: {self._scrub(failure)}"
-                )
+                raise EmbeddingError(f"{self.provider} embeddings failed after {attempt + 1} attempts: {failure}")
             delay = retry_after if retry_after is not None else self.options.backoff * 2**attempt
             delay = min(delay * random.uniform(1.0, 1.25), MAX_RETRY_AFTER)
-            log.warning("%s embeddings: %s; retrying in %.1f s", self.provider, self._scrub(failure), delay)
+            log.warning("%s embeddings: %s; retrying in %.1f s", self.provider, failure, delay)
             self._sleep(delay)
             attempt += 1
 
@@ -132,8 +129,8 @@ class HttpEmbedder:
                     raise ValueError("embedding indexes are not a permutation of the inputs")
                 ordered[index] = row["embedding"]
             vectors = np.asarray(ordered, dtype=np.float32)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise EmbeddingError(f"{self.provider} returned a malformed response: {self._scrub(str(exc))}") from None
+        except (ValueError, KeyError, TypeError):
+            raise EmbeddingError(f"{self.provider} returned a malformed response (HTTP 200)") from None
         if vectors.ndim != 2 or (check_dimensions and vectors.shape[1] != self.dimensions):
             got = vectors.shape[1] if vectors.ndim == 2 else "ragged"
             raise EmbeddingError(f"{self.provider} returned vectors of {got} dimensions, expected {self.dimensions}")
@@ -141,25 +138,24 @@ class HttpEmbedder:
             raise EmbeddingError(f"{self.provider} returned non-finite numbers")
         return vectors
 
-    def _error_text(self, response: httpx2.Response) -> str:
-        """The API's own error message when it has one, shortened and without the key."""
-        try:
-            document = response.json()
-            error = document.get("error") if isinstance(document, dict) else None
-            text = (error.get("message") if isinstance(error, dict) else error) or document.get("detail")
-        except (ValueError, AttributeError):
-            text = None
-        text = str(text) if text else response.reason_phrase or "error"
-        return self._scrub(text)[:MAX_ERROR_TEXT]
 
-    def _scrub(self, text: str) -> str:
-        text = text.replace(self._api_key, "[redacted]")
-        # Providers echo a prefix of a wrong key ("sk-abc***"); drop anything that looks like one.
-        return " ".join("[redacted]" if _looks_like_key(word) else word for word in text.split(" "))
+# What a status means, in our words: a provider's error body may quote the key (upper-cased, URL-encoded,
+# base64, split over fields), so none of it ever reaches a caller or a log. The status code is enough to act on.
+_MEANINGS = {
+    400: "the provider refused the request",
+    401: "the API key was refused",
+    403: "the API key may not use this model",
+    404: "unknown model or endpoint",
+    408: "the provider timed out",
+    413: "the batch is too large for the provider",
+    429: "rate-limited by the provider",
+}
 
 
-def _looks_like_key(word: str) -> bool:
-    return len(word) >= 12 and word.startswith(("sk-", "pa-", "sk_", "pa_"))
+def provider_failure(status: int) -> str:
+    """The one message a provider's error answer becomes: its status code and a fixed meaning."""
+    meaning = _MEANINGS.get(status) or ("the provider failed" if status >= 500 else "unexpected answer")
+    return f"HTTP {status} ({meaning})"
 
 
 def _retry_after(value: str | None) -> float | None:

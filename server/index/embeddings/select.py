@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -132,11 +134,22 @@ def read_secret(env: Mapping[str, str], name: str) -> str | None:
 
 
 def read_secret_file(name: str, path: str) -> str | None:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_SECRET_BYTES + 1)
+    """The key in the file at `path`. Refused at once: a FIFO, socket or other special file (only /dev/null, which
+    compose mounts for an unused secret, reads as "no key"), and a key that group or others may read."""
+    try:  # O_NONBLOCK: a FIFO must not hang the start; fstat below refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise InvalidArgumentError(f"{name}_FILE {path}: cannot read ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if _is_dev_null(info):
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidArgumentError(f"{name}_FILE {path}: not a regular file")
+        try:
+            data = handle.read(MAX_SECRET_BYTES + 1)
+        except OSError as exc:
+            raise InvalidArgumentError(f"{name}_FILE {path}: cannot read ({exc.strerror})") from None
     if len(data) > MAX_SECRET_BYTES:
         raise InvalidArgumentError(f"{name}_FILE {path}: too large to be an API key")
     try:
@@ -145,7 +158,20 @@ def read_secret_file(name: str, path: str) -> str | None:
         raise InvalidArgumentError(f"{name}_FILE {path}: not UTF-8 text") from None
     if any(c.isspace() for c in secret):
         raise InvalidArgumentError(f"{name}_FILE {path}: must hold exactly one key on one line")
+    mode = stat.S_IMODE(info.st_mode)
+    if secret and mode & 0o077:  # an empty file holds no key, whoever may read it
+        raise InvalidArgumentError(
+            f"refusing {name}_FILE {path}: mode {mode:04o} lets other users read the key; run: chmod 600 {path}"
+        )
     return secret or None
+
+
+def _is_dev_null(info: os.stat_result) -> bool:
+    try:
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return stat.S_ISCHR(info.st_mode) and info.st_rdev == null.st_rdev
 
 
 def select_embedder(settings: EmbeddingSettings, env: Mapping[str, str]) -> tuple[Embedder | None, list[str]]:

@@ -1,0 +1,62 @@
+"""The one redaction rule for text entering the server, whichever way it comes: `memory_write`, a sync push, a
+session transcript. No secret the rules of `redaction` recognise reaches the mirror, the index, search results
+or another laptop.
+
+What happens to the writer's original differs by way in, so that nothing is silently destroyed:
+
+- `memory_write` and transcripts are redacted and stored. The original of a `memory_write` is the agent's own
+  argument (it stays in its context; the tool result counts what was replaced, per kind); a transcript's original
+  is Claude Code's session file, which stays on the laptop (the proxy redacts before sending; the server redacts
+  again, so an old or modified proxy cannot slip one in).
+- A synced file is the user's own file: redacting it on the server would come back to the laptop as an edit and
+  overwrite the original. So the push is refused instead, with a message naming the kinds and lines (never the
+  secret): the file stays as it is, only on that laptop, the proxy logs the refusal and `memory-proxy status`
+  lists it, and the file is offered again once the user changes it.
+
+Turning `redact_writes` off (MEMORY_REDACT_WRITES=0) turns the rule off for every way in at once.
+"""
+
+from __future__ import annotations
+
+from redaction import Redaction, redact
+from server.errors import InvalidArgumentError
+
+MAX_LINES_NAMED = 5
+
+
+class SecretsRefused(InvalidArgumentError):
+    """A synced file holds secrets: not stored, so that the user's original is neither leaked nor overwritten."""
+
+
+def redacted(text: str, counts: dict[str, int] | None = None) -> str:
+    """`text` with every recognised secret replaced by its marker; adds the replacements per kind to `counts`."""
+    result = redact(text)
+    if counts is not None:
+        for kind, count in result.counts.items():
+            counts[kind] = counts.get(kind, 0) + count
+    return result.text
+
+
+def refuse_secrets(path: str, text: str) -> None:
+    """Raise `SecretsRefused` when `text` (a synced file's content) holds a secret the rules recognise."""
+    found = redact(text)
+    if not found.total:
+        return
+    raise SecretsRefused(f"{path} was not synced: {describe(found, text)}")
+
+
+def describe(found: Redaction, original: str) -> str:
+    """Which kinds of secret and on which lines, for the user to find them; never any of the secret."""
+    kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(found.counts.items()))
+    lines = _changed_lines(original, found.text)
+    where = ", ".join(str(n) for n in lines[:MAX_LINES_NAMED]) + (", …" if len(lines) > MAX_LINES_NAMED else "")
+    return (
+        f"it holds {found.total} secret(s) ({kinds}) on line(s) {where}. It stays only on this laptop: remove the "
+        "secret or refer to where it is kept (an environment variable, a vault), and save the file again"
+    )
+
+
+def _changed_lines(original: str, redacted_text: str) -> list[int]:
+    """1-based numbers of the lines redaction changed (markers never add or remove a line break)."""
+    before, after = original.splitlines(), redacted_text.splitlines()
+    return [n for n, (a, b) in enumerate(zip(before, after, strict=False), start=1) if a != b]
