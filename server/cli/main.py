@@ -13,9 +13,9 @@ from typing import Any, TextIO
 
 from server.cli import config as config_cli
 from server.cli import selfcheck, serve
+from server.errors import EngineError, InvalidArgumentError
 from server.index.embeddings.base import Embedder
 from server.index.engine import IndexStatus, MemoryIndex
-from server.index.errors import EngineError, InvalidArgumentError
 from server.index.search import MAX_LIMIT, SearchResult, build_options
 from server.observe import logs
 from server.settings import Settings

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 
-from server.index.errors import InvalidArgumentError
+from server.errors import InvalidArgumentError
 from server.index.scan import ScanConfig
 from server.index.search import SOURCES, normalise_prefix
 from server.indexes.registry import IndexRegistry, OpenIndex
