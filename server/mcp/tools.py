@@ -163,7 +163,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
                 " An append goes at the end of its own text, before its subsections; a missing heading is created"
                 " one level below its parent (## under a file's # title). In a daily log, or with a topic, the text"
                 " goes under a new '### HH:MM — topic' after its subsections. replace keeps the heading line"
-                " unless content starts with a heading, and takes the section_hash as expected_hash"
+                " unless content starts with a heading. expected_hash is then the section's section_hash"
             ),
         ] = None,
         expected_hash: Hash = None,

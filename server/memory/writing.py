@@ -124,15 +124,16 @@ def _whole_file(current: MirrorFile | None, req: WriteRequest) -> tuple[str, int
 
 
 def _section(current: MirrorFile | None, req: WriteRequest, parts: tuple[str, ...]) -> sections.Edit:
-    """The file after a write to the section named `parts`."""
+    """The file after a write to the section named `parts` (`expected_hash`, when given, is that section's)."""
     existing = current.text if current else ""
     day = day_of(req.target)
     title = f"# {day}" if day else None
-    if req.mode == "replace":
-        lines = sections.plain(sections.raw_lines(existing))
-        span = sections.locate(lines, parts, req.target)
+    lines = sections.plain(sections.raw_lines(existing))
+    span = sections.locate(lines, parts, req.target)
+    if req.expected is not None:
         actual = sections.section_hash(lines, span) if span is not None else None
         check_section_expected(req.target, sections.SEPARATOR.join(parts), actual, req.expected, current)
+    if req.mode == "replace":
         if span is not None:
             return sections.replace(existing, span, req.content)
         return sections.append(existing, parts, req.content, where=req.target, title=title)

@@ -183,3 +183,18 @@ async def test_a_retried_section_write_with_the_same_key_writes_once(service):
         after = await whole(client)
     assert after.count("- uv.") == 1 and again["replayed"] is True and again["hash"] == first["hash"]
     assert "idempotency_key was already used for a different write" in other
+
+
+async def test_an_append_under_a_heading_with_expected_hash_is_guarded_by_the_sections_hash(service):
+    async with connect(service, ALICE) as client:
+        file_hash = (await put(client))["hash"]
+        decisions = await get(client, "Decisions")
+        append = {"path": "MEMORY.md", "heading": "Decisions", "content": "- uv."}
+        refused = error(await client.call_tool("memory_write", {**append, "expected_hash": file_hash}))
+        written = structured(
+            await client.call_tool("memory_write", {**append, "expected_hash": decisions["section_hash"]})
+        )
+        stale = error(await client.call_tool("memory_write", {**append, "expected_hash": decisions["section_hash"]}))
+        after = await whole(client)
+    assert "that is the whole file's hash" in refused and "has changed" in stale
+    assert after.count("- uv.") == 1 and written["heading"] == "Project memory > Decisions"
