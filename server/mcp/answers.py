@@ -61,8 +61,10 @@ def render_get(output: GetOutput) -> str:
     """memory_get as text an agent reads easily: one header line, the lines themselves, where to continue."""
     if not output.exists:
         return f"{output.path} does not exist (empty)."
+    where = output.path if output.heading is None else f"{output.path} section {output.heading!r}"
+    hashes = f"hash {output.hash}" if output.heading is None else f"section_hash {output.section_hash}"
     head = (
-        f"{output.path} lines {output.start_line}-{output.end_line} of {output.total_lines} (hash {output.hash})"
+        f"{where} lines {output.start_line}-{output.end_line} of {output.total_lines} ({hashes})"
         if output.total_lines
         else f"{output.path} is empty (hash {output.hash})"
     )

@@ -1,9 +1,10 @@
 """Strict tool arguments: a tool refuses an argument it does not know, naming it and the ones it takes.
 
 MCPServer validates arguments with pydantic models that ignore unknown fields, so a client newer or older than the
-server could ask for something narrower (`heading=Deploy` on memory_write's replace) and silently get something
-wider (the whole file replaced). Here every `tools/call` is checked against the tool's input schema before the
-tool runs, and every listed input schema says `additionalProperties: false`, so clients know up front.
+server could ask for something narrower (`heading=Deploy` on memory_write's replace, before headings were an
+argument) and silently get something wider (the whole file replaced). Here every `tools/call` is checked against
+the tool's input schema before the tool runs, and every listed input schema says `additionalProperties: false`,
+so clients know up front.
 Public (if provisional) SDK surface only: `MCPServer.middleware` and `MCPServer.list_tools()`.
 """
 

@@ -63,6 +63,14 @@ INSTRUCTIONS = (
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 FilePath = Annotated[str, Field(description="file path inside memory: MEMORY.md or memory/<folders>/<name>.md")]
+Heading = Annotated[
+    str | None,
+    Field(
+        description="a section by its heading text without the #s, e.g. 'Decisions', or a path 'Project > Decisions'"
+        " (as search hits name them); matched exactly, then ignoring case. A section runs to the next heading of its"
+        " level or higher, subsections included"
+    ),
+]
 Hash = Annotated[
     str | None,
     Field(description="sha256 of the file's current content (from memory_get or memory_list); 'absent' for none"),
@@ -116,13 +124,16 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         path: FilePath,
         start_line: Annotated[int | None, Field(description="first line to return, 1-based")] = None,
         end_line: Annotated[int | None, Field(description="last line to return, inclusive")] = None,
+        heading: Heading = None,
     ) -> Annotated[CallToolResult, GetOutput]:
-        """Read a memory file, or lines start_line-end_line of it. Long answers stop early and say where to
-        continue (next_start_line). A missing file is an empty answer with exists=false. The hash is what
-        memory_write needs to replace the file."""
+        """Read a memory file, lines start_line-end_line of it, or one section by heading (with its line range
+        and section_hash). Long answers stop early and say where to continue (next_start_line). A missing file is
+        exists=false. hash (or section_hash) is what memory_write needs to replace the file (or section)."""
         caller = _caller(ctx)
         return get_answer(
-            await in_thread("memory_get", service.get, caller, path, start_line=start_line, end_line=end_line)
+            await in_thread(
+                "memory_get", service.get, caller, path, start_line=start_line, end_line=end_line, heading=heading
+            )
         )
 
     @mcp.tool(
@@ -139,17 +150,30 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         ] = None,
         mode: Annotated[
             Literal["append", "replace"],
-            Field(description="'append' adds to the end; 'replace' overwrites the file and needs expected_hash"),
+            Field(
+                description="'append' adds to the end (of the section, with heading); 'replace' overwrites the file"
+                " (the section, with heading) and needs expected_hash"
+            ),
         ] = "append",
         topic: Annotated[str | None, Field(description="short title: appends go under '## HH:MM — topic'")] = None,
+        heading: Annotated[
+            str | None,
+            Field(
+                description="write to this section only (named as in memory_get; with no path, in today's daily log)."
+                " An append goes at the end of its own text, before its subsections; a missing heading is created"
+                " one level below its parent (## under a file's # title). In a daily log, or with a topic, the text"
+                " goes under a new '### HH:MM — topic' after its subsections. replace keeps the heading line"
+                " unless content starts with a heading. expected_hash is then the section's section_hash"
+            ),
+        ] = None,
         expected_hash: Hash = None,
         idempotency_key: Annotated[
             str | None, Field(description="any unique string: a retried call with the same key writes only once")
         ] = None,
     ) -> Annotated[CallToolResult, WriteOutput]:
         """Store a note in memory. By default appends to today's daily log under a '## HH:MM — topic' heading;
-        'replace' rewrites a whole file and is refused (with the current hash) if it changed since you read it.
-        The text is searchable as soon as this returns."""
+        with heading, under that section. 'replace' rewrites a whole file (or one section) and is refused (with
+        the current hash) if it changed since you read it. Searchable as soon as this returns."""
         caller = _caller(ctx)
         written = await in_thread(
             "memory_write",
@@ -159,6 +183,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             path=path,
             mode=mode,
             topic=topic,
+            heading=heading,
             expected_hash=expected_hash,
             idempotency_key=idempotency_key,
             timezone=_header(ctx, TIMEZONE_HEADER),

@@ -13,12 +13,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from server.errors import InvalidArgumentError
 from server.index.engine import validate_name
+from server.index.markdown import MAX_HEADING_CHARS
+from server.memory.sections import parse_name
 from server.mirror.mirror import ABSENT
 from server.mirror.paths import normalise_memory_path
 from syncproto.wire import is_content_hash
 
 MAX_WRITE_BYTES = 256 * 1024
 MAX_KEY_CHARS = 128
+MAX_HEADING_ARGUMENT_CHARS = 500
 _TIMEZONE = re.compile(r"^[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+){0,2}$")
 
 
@@ -54,6 +57,22 @@ def check_expected_hash(value: object) -> str | None:
     if lowered == ABSENT or is_content_hash(lowered):
         return lowered
     raise InvalidArgumentError(f"expected_hash must be a sha256 hex digest (64 characters) or {ABSENT!r}")
+
+
+def check_heading(value: object) -> tuple[str, ...] | None:
+    """The titles of a `heading` argument (`Decisions`, `Project > Decisions`), or None when there is none."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_HEADING_ARGUMENT_CHARS:
+        raise InvalidArgumentError(f"heading must be a string of at most {MAX_HEADING_ARGUMENT_CHARS} characters")
+    if not value.isprintable():
+        raise InvalidArgumentError("heading must be one line of text (no line breaks or control characters)")
+    parts = parse_name(value)
+    if not all(parts):
+        raise InvalidArgumentError("heading must name a heading by its text, e.g. 'Decisions' or 'Project > Decisions'")
+    if any(len(part) > MAX_HEADING_CHARS for part in parts):
+        raise InvalidArgumentError(f"each heading in heading must be at most {MAX_HEADING_CHARS} characters")
+    return parts
 
 
 def check_idempotency_key(value: object) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from server.indexes.registry import OpenIndex
+from server.memory import sections
 from server.memory.arguments import encode_cursor
 from server.memory.results import FileEntry, GetOutput, ListOutput
 from server.memory.text import page
@@ -10,9 +11,17 @@ from server.mirror.state import FileState
 from syncproto.paths import is_session_file
 
 
-def read_lines(handle: OpenIndex, path: str, start_line: int | None, end_line: int | None, max_chars: int) -> GetOutput:
+def read_lines(
+    handle: OpenIndex,
+    path: str,
+    start_line: int | None,
+    end_line: int | None,
+    max_chars: int,
+    heading: tuple[str, ...] | None = None,
+) -> GetOutput:
     """Lines `start_line` to `end_line` of the file at the canonical `path`, at most `max_chars` characters; a
-    missing file is `exists=False` (with who deleted it when, if anyone did)."""
+    missing file is `exists=False` (with who deleted it when, if anyone did). With `heading`, of that section
+    only: the lines are clamped to it, and the answer names it and its hash (a missing heading is an error)."""
     current = handle.mirror.read(path)
     if current is None:
         gone = handle.mirror.state(path)
@@ -29,6 +38,15 @@ def read_lines(handle: OpenIndex, path: str, start_line: int | None, end_line: i
             updated_by=gone.updated_by if gone else None,
             updated_at=gone.updated_at if gone else None,
         )
+    name = hashed = None
+    if heading is not None:
+        lines = sections.plain(sections.raw_lines(current.text))
+        span = sections.locate(lines, heading, path)
+        if span is None:
+            raise sections.not_found(lines, heading, path)
+        name, hashed = span.name, sections.section_hash(lines, span)
+        start_line = max(start_line or 0, span.start + 1)
+        end_line = min(end_line or span.end, span.end)
     part = page(current.text, start_line, end_line, max_chars)
     return GetOutput(
         path=path,
@@ -42,6 +60,8 @@ def read_lines(handle: OpenIndex, path: str, start_line: int | None, end_line: i
         next_start_line=part.next_start_line,
         updated_by=current.updated_by,
         updated_at=current.updated_at,
+        heading=name,
+        section_hash=hashed,
     )
 
 

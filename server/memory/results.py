@@ -54,6 +54,10 @@ class GetOutput(BaseModel):
     next_start_line: int | None = Field(description="where to continue reading when truncated")
     updated_by: str | None
     updated_at: str | None
+    heading: str | None = Field(default=None, description="the section read, as a ' > ' path (with heading)")
+    section_hash: str | None = Field(
+        default=None, description="sha256 of the whole section: expected_hash to replace it with this heading"
+    )
 
 
 class WriteOutput(BaseModel):
@@ -67,6 +71,10 @@ class WriteOutput(BaseModel):
     replayed: bool = Field(description="an earlier call with the same idempotency key already did this")
     redacted: dict[str, int] = Field(
         default_factory=dict, description="secrets replaced by [redacted:<kind>] markers before storing, per kind"
+    )
+    heading: str | None = Field(default=None, description="the section written to, as a ' > ' path (with heading)")
+    section_hash: str | None = Field(
+        default=None, description="sha256 of that section after the write: expected_hash for its next replace"
     )
 
 

@@ -33,13 +33,10 @@ from server.indexes.registry import RESCAN_SECONDS, IndexRegistry, OpenIndex
 from server.indexes.storage import Backend, SqliteBackend
 from server.memory.arguments import (
     MAX_WRITE_BYTES,
-    check_content,
     check_day,
     check_expected_hash,
-    check_idempotency_key,
+    check_heading,
     decode_cursor,
-    request_digest,
-    time_zone,
     valid_index_name,
 )
 from server.memory.caller import CallerContext, authorise
@@ -56,11 +53,10 @@ from server.memory.results import (
 )
 from server.memory.searching import search_indexes
 from server.memory.upkeep import sync_index
-from server.memory.writing import WriteRequest, redact_into, write_locked
+from server.memory.writing import check_write, write_locked
 from server.mirror.mirror import ABSENT, IdempotencyRecord, utc_now
 from server.mirror.paths import normalise_memory_path, normalise_memory_prefix, normalise_mirror_path
 from server.mirror.state import iso_epoch
-from syncproto.paths import daily_log_path
 
 __all__ = [
     "ABSENT",
@@ -207,9 +203,16 @@ class MemoryService:
     # get -----------------------------------------------------------------------------------------------
 
     def get(
-        self, caller: CallerContext, path: str, *, start_line: int | None = None, end_line: int | None = None
+        self,
+        caller: CallerContext,
+        path: str,
+        *,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        heading: str | None = None,
     ) -> GetOutput:
-        """Lines of one file (all by default), at most MAX_GET_CHARS characters; a missing file is exists=False."""
+        """Lines of one file (all by default; with `heading`, of that section), at most MAX_GET_CHARS characters;
+        a missing file is exists=False."""
         with self._call():
             name, _access = authorise(caller)
             path = normalise_mirror_path(path)
@@ -218,8 +221,9 @@ class MemoryService:
                     raise InvalidArgumentError(f"{argument} must be a whole number from 1")
             if start_line is not None and end_line is not None and start_line > end_line:
                 raise InvalidArgumentError("start_line is after end_line")
+            parts = check_heading(heading)
             handle = self.indexes.get(name)
-            return read_lines(handle, path, start_line, end_line, MAX_GET_CHARS)
+            return read_lines(handle, path, start_line, end_line, MAX_GET_CHARS, parts)
 
     # write ---------------------------------------------------------------------------------------------
 
@@ -234,51 +238,24 @@ class MemoryService:
         expected_hash: str | None = None,
         idempotency_key: str | None = None,
         timezone: str | None = None,
+        heading: str | None = None,
     ) -> WriteOutput:
         """Append to a file (default: today's daily log in `timezone`) or replace one whose current hash the
-        caller names (`expected_hash`, or "absent" for a new file). Indexed before it returns."""
+        caller names (`expected_hash`, or "absent" for a new file); with `heading`, only under or of that section
+        (its hash then). Indexed before it returns."""
         with self._call():
             name, _access = authorise(caller, write=True)
-            check_content(content)
-            redacted: dict[str, int] = {}
-            if self.redact_writes:
-                content = redact_into(content, redacted)
-                topic = redact_into(topic, redacted) if isinstance(topic, str) else topic
-            if mode not in ("append", "replace"):
-                raise InvalidArgumentError("mode must be 'append' or 'replace'")
-            if topic is not None and not isinstance(topic, str):
-                raise InvalidArgumentError("topic must be a string")
-            expected = check_expected_hash(expected_hash)
-            key = check_idempotency_key(idempotency_key)
-            zone = time_zone(timezone)
-            if mode == "replace":
-                if path is None:
-                    raise InvalidArgumentError("replace needs a path")
-                if expected is None:
-                    raise InvalidArgumentError(
-                        "replace needs expected_hash: the file's current hash (from memory_get or memory_list),"
-                        f" or {ABSENT!r} to create a new file"
-                    )
-            request = request_digest(
-                {
-                    "content": content,
-                    "path": path,
-                    "mode": mode,
-                    "topic": topic,
-                    "expected_hash": expected,
-                    "timezone": timezone,
-                }
-            )
-            local = self.clock().astimezone(zone)
-            target = normalise_memory_path(path) if path is not None else daily_log_path(local.date())
+            change = check_write(
+                caller.name, content, path=path, mode=mode, topic=topic, heading=heading,
+                expected_hash=expected_hash, idempotency_key=idempotency_key, timezone=timezone,
+                now=self.clock(), redact_writes=self.redact_writes,
+            )  # fmt: skip
+            key, request = change.key, change.request
             handle = self.indexes.get(name)
             with handle.mirror.holding_changes():  # readers hear of the write once it is indexed
                 with handle.mirror.lock:
                     earlier = handle.mirror.recall(caller.name, key) if key is not None else None
                     if earlier is None:
-                        change = WriteRequest(
-                            caller.name, content, target, mode, topic, expected, local, key, request, redacted
-                        )
                         output, record = write_locked(handle, change)
                 if earlier is not None:
                     if earlier.request != request:

@@ -7,6 +7,10 @@ time zone; a new daily log starts with `# YYYY-MM-DD`; an entry in a daily log g
 entries are separated by one blank line. `replace` needs `expected_hash`: the file's current sha256, or the
 literal "absent" for a file that must not exist yet. Either way the mirror and the index are updated before
 the call returns, and an `idempotency_key` makes a retry return the first answer without writing again.
+
+With a `heading` (`server.memory.sections`), an append goes under that section, created when missing; in a daily
+log, or with a topic, as a timed entry one level below it (`### HH:MM — topic`). A replace with a heading replaces
+only that section, guarded by the section's hash ("absent": the section must not exist yet, and is created).
 """
 
 from __future__ import annotations
@@ -15,13 +19,24 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Literal
 
-from server.errors import InvalidArgumentError
+from server.errors import ConflictError, InvalidArgumentError
 from server.index.scan import day_of
 from server.indexes.registry import OpenIndex
+from server.memory import sections
+from server.memory.arguments import (
+    check_content,
+    check_expected_hash,
+    check_heading,
+    check_idempotency_key,
+    request_digest,
+    time_zone,
+)
 from server.memory.intake import redacted
 from server.memory.results import WriteOutput
 from server.memory.text import clean_topic, compose_append, count_lines, entry_heading
-from server.mirror.mirror import ABSENT, IdempotencyRecord, check_expected
+from server.mirror.mirror import ABSENT, IdempotencyRecord, MirrorFile, check_expected
+from server.mirror.paths import normalise_memory_path
+from syncproto.paths import daily_log_path
 from syncproto.wire import sha256_hex
 
 
@@ -39,22 +54,123 @@ class WriteRequest:
     key: str | None
     request: str
     redacted: dict[str, int]
+    heading: tuple[str, ...] | None = None  # the section's titles, when the write is to one section
+
+
+def check_write(
+    caller: str,
+    content: str,
+    *,
+    path: str | None,
+    mode: str,
+    topic: str | None,
+    heading: str | None,
+    expected_hash: str | None,
+    idempotency_key: str | None,
+    timezone: str | None,
+    now: dt.datetime,
+    redact_writes: bool,
+) -> WriteRequest:
+    """The checked (and, with `redact_writes`, redacted) request of one `memory_write` call, at time `now`."""
+    check_content(content)
+    redacted: dict[str, int] = {}
+    if redact_writes:
+        content = redact_into(content, redacted)
+        topic = redact_into(topic, redacted) if isinstance(topic, str) else topic
+        heading = redact_into(heading, redacted) if isinstance(heading, str) else heading
+    if mode not in ("append", "replace"):
+        raise InvalidArgumentError("mode must be 'append' or 'replace'")
+    if topic is not None and not isinstance(topic, str):
+        raise InvalidArgumentError("topic must be a string")
+    parts = check_heading(heading)
+    expected = check_expected_hash(expected_hash)
+    key = check_idempotency_key(idempotency_key)
+    zone = time_zone(timezone)
+    if mode == "replace":
+        if path is None:
+            raise InvalidArgumentError("replace needs a path")
+        if expected is None:
+            what = (
+                "the section's hash (section_hash from memory_get with heading)"
+                if parts
+                else ("the file's current hash (from memory_get or memory_list)")
+            )
+            raise InvalidArgumentError(f"replace needs expected_hash: {what}, or {ABSENT!r} to create it")
+    arguments: dict[str, object] = {
+        "content": content, "path": path, "mode": mode, "topic": topic, "expected_hash": expected, "timezone": timezone
+    }  # fmt: skip
+    if heading is not None:  # only then: the digests of earlier writes stay what they were
+        arguments["heading"] = heading
+    local = now.astimezone(zone)
+    target = normalise_memory_path(path) if path is not None else daily_log_path(local.date())
+    mode_: Literal["append", "replace"] = "replace" if mode == "replace" else "append"
+    return WriteRequest(
+        caller, content, target, mode_, topic, expected, local, key, request_digest(arguments), redacted, parts
+    )
+
+
+def _whole_file(current: MirrorFile | None, req: WriteRequest) -> tuple[str, int, int]:
+    """The file after a write without a heading, and the first and last line written."""
+    check_expected(req.target, current.hash if current else None, req.expected)
+    if req.mode == "replace":
+        return req.content, 1, count_lines(req.content)
+    title = f"# {day}" if current is None and (day := day_of(req.target)) else None
+    heading = None
+    clean = clean_topic(req.topic)
+    if clean is not None or day_of(req.target) is not None:
+        heading = entry_heading(req.local.strftime("%H:%M"), clean)
+    added = compose_append(current.text if current else "", req.content, title=title, heading=heading)
+    return added.text, added.start_line, added.end_line
+
+
+def _section(current: MirrorFile | None, req: WriteRequest, parts: tuple[str, ...]) -> sections.Edit:
+    """The file after a write to the section named `parts` (`expected_hash`, when given, is that section's)."""
+    existing = current.text if current else ""
+    day = day_of(req.target)
+    title = f"# {day}" if day else None
+    lines = sections.plain(sections.raw_lines(existing))
+    span = sections.locate(lines, parts, req.target)
+    if req.expected is not None:
+        actual = sections.section_hash(lines, span) if span is not None else None
+        check_section_expected(req.target, sections.SEPARATOR.join(parts), actual, req.expected, current)
+    if req.mode == "replace":
+        if span is not None:
+            return sections.replace(existing, span, req.content)
+        return sections.append(existing, parts, req.content, where=req.target, title=title)
+    clean = clean_topic(req.topic)
+    entry = None
+    if clean is not None or day is not None:
+        entry = entry_heading(req.local.strftime("%H:%M"), clean).removeprefix("## ")
+    return sections.append(existing, parts, req.content, where=req.target, entry=entry, title=title)
+
+
+def check_section_expected(
+    path: str, name: str, actual: str | None, expected: str | None, current: MirrorFile | None
+) -> None:
+    """ConflictError unless `expected` (ABSENT: no such section, or a hash) matches the section's hash `actual`."""
+    if expected == ABSENT:
+        if actual is not None:
+            raise ConflictError(
+                f"{path} already has a section {name!r} (its hash is {actual}); pass that hash to replace it", actual
+            )
+        return
+    if actual is None:
+        raise ConflictError(f"{path} has no section {name!r}; pass {ABSENT!r} as expected_hash to create it", None)
+    if actual != expected:
+        hint = ""
+        if current is not None and expected == current.hash:
+            hint = " (that is the whole file's hash: a section replace takes the section_hash from memory_get)"
+        raise ConflictError(
+            f"section {name!r} of {path} has changed: expected_hash does not match{hint}; its current hash is {actual}",
+            actual,
+        )
 
 
 def write_locked(handle: OpenIndex, req: WriteRequest) -> tuple[WriteOutput, IdempotencyRecord | None]:
     """The read-modify-write of `write`, under the mirror's lock."""
     current = handle.mirror.read(req.target)
-    check_expected(req.target, current.hash if current else None, req.expected)
-    if req.mode == "append":
-        title = f"# {day}" if current is None and (day := day_of(req.target)) else None
-        heading = None
-        clean = clean_topic(req.topic)
-        if clean is not None or day_of(req.target) is not None:
-            heading = entry_heading(req.local.strftime("%H:%M"), clean)
-        added = compose_append(current.text if current else "", req.content, title=title, heading=heading)
-        text, first, last = added.text, added.start_line, added.end_line
-    else:
-        text, first, last = req.content, 1, count_lines(req.content)
+    edit = _section(current, req, req.heading) if req.heading is not None else None
+    text, first, last = (edit.text, edit.start_line, edit.end_line) if edit else _whole_file(current, req)
     data = text.encode("utf-8")
     if len(data) > handle.mirror.max_file_bytes:
         raise InvalidArgumentError(
@@ -70,6 +186,8 @@ def write_locked(handle: OpenIndex, req: WriteRequest) -> tuple[WriteOutput, Ide
         indexed=False,
         replayed=False,
         redacted=req.redacted,
+        heading=edit.heading if edit else None,
+        section_hash=edit.section_hash if edit else None,
     )
     record = IdempotencyRecord(req.caller, req.key, req.request, output.model_dump_json()) if req.key else None
     handle.mirror.write(

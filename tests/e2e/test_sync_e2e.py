@@ -96,6 +96,36 @@ async def test_conflicting_replaces_end_with_a_conflict_copy_holding_the_other_t
             assert alice.read(path) == "We use Postgres.\n"
 
 
+async def test_a_section_replaced_on_one_laptop_and_an_append_to_another_section_merge_without_a_conflict_copy(
+    laptops, server
+):
+    alice, bob = laptops["alice"], laptops["bob"]
+    path = "MEMORY.md"
+    start = "# Project memory\n\n## Deploy\nBlue-green behind HAProxy.\n\n## Decisions\n- SQLite with WAL.\n"
+    async with alice.running(), bob.running():
+        alice.write(path, start)
+        await eventually(lambda: bob.read(path) == start, "bob's copy")
+    # Bob's proxy is stopped: his editor's append under Decisions reaches the server after alice's replace.
+    bob.write(path, start + "- uv for tooling.\n")
+    async with alice.running() as client:
+        deploy = structured(await client.call_tool("memory_get", {"path": path, "heading": "Deploy"}))
+        replace = {"path": path, "heading": "Deploy", "mode": "replace", "content": "Rolling deploys."}
+        structured(await client.call_tool("memory_write", {**replace, "expected_hash": deploy["section_hash"]}))
+        first = start.replace("Blue-green behind HAProxy.", "Rolling deploys.") + "- uv for tooling.\n"
+        async with bob.running():
+            await eventually(lambda: alice.read(path) == bob.read(path) == first, "both edits on both laptops")
+        # The other way round: bob's editor rewrites Deploy (offline) while alice's agent appends under Decisions.
+        bob.write(path, first.replace("Rolling deploys.", "Canary, then rolling."))
+        structured(await client.call_tool("memory_write", {"path": path, "heading": "Decisions", "content": "- ruff."}))
+        second = first.replace("Rolling deploys.", "Canary, then rolling.") + "- ruff.\n"
+        async with bob.running():
+            await eventually(lambda: alice.read(path) == bob.read(path) == second, "both edits again on both laptops")
+    assert server.text(TEAM, path) == second
+    assert (bob.read_log() or "").count("pushed MEMORY.md: merged") == 2  # both were three-way merges
+    for laptop in (alice, bob):
+        assert not [p.name for p in laptop.project.rglob("*conflict*")]
+
+
 async def test_a_delete_on_one_laptop_removes_the_file_on_the_other(laptops):
     alice, bob = laptops["alice"], laptops["bob"]
     async with alice.running(), bob.running():

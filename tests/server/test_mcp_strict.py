@@ -29,26 +29,42 @@ def service(tmp_path: Path) -> Iterator[MemoryService]:
     running.close()
 
 
-async def test_a_replace_with_an_unknown_heading_argument_is_refused_and_the_file_keeps_both_sections(service):
+async def test_a_replace_with_an_unknown_argument_is_refused_and_the_file_keeps_both_sections(service):
     async with connect(service, ALICE) as client:
         first = {"path": "MEMORY.md", "content": TWO_SECTIONS, "mode": "replace", "expected_hash": "absent"}
         written = structured(await client.call_tool("memory_write", first))
-        narrower = {**first, "content": "Rolling deploys now.", "expected_hash": written["hash"], "heading": "Deploy"}
+        narrower = {**first, "content": "Rolling deploys now.", "expected_hash": written["hash"], "section": "Deploy"}
         with pytest.raises(MCPError) as refused:
             await client.call_tool("memory_write", narrower)
         kept = structured(await client.call_tool("memory_get", {"path": "MEMORY.md"}))
     assert refused.value.error.code == INVALID_PARAMS
-    assert "memory_write does not take the argument 'heading'" in refused.value.error.message
-    assert "content" in refused.value.error.message and "expected_hash" in refused.value.error.message
+    assert "memory_write does not take the argument 'section'" in refused.value.error.message
+    assert "heading" in refused.value.error.message and "expected_hash" in refused.value.error.message
     assert kept["content"] == TWO_SECTIONS.rstrip("\n")
+
+
+async def test_the_issues_replace_of_one_section_by_heading_now_replaces_only_that_section(service):
+    async with connect(service, ALICE) as client:
+        first = {"path": "MEMORY.md", "content": TWO_SECTIONS, "mode": "replace", "expected_hash": "absent"}
+        structured(await client.call_tool("memory_write", first))
+        deploy = structured(await client.call_tool("memory_get", {"path": "MEMORY.md", "heading": "Deploy"}))
+        narrower = {
+            **first,
+            "content": "Rolling deploys now.",
+            "expected_hash": deploy["section_hash"],
+            "heading": "Deploy",
+        }
+        structured(await client.call_tool("memory_write", narrower))
+        kept = structured(await client.call_tool("memory_get", {"path": "MEMORY.md"}))
+    assert kept["content"] == TWO_SECTIONS.replace("Blue-green behind HAProxy.", "Rolling deploys now.").rstrip("\n")
 
 
 async def test_a_read_with_an_unknown_argument_is_refused_naming_the_arguments_it_takes(service):
     async with connect(service, ALICE) as client:
         with pytest.raises(MCPError) as refused:
-            await client.call_tool("memory_get", {"path": "MEMORY.md", "heading": "Deploy", "verbose": True})
+            await client.call_tool("memory_get", {"path": "MEMORY.md", "section": "Deploy", "verbose": True})
     assert refused.value.error.message == (
-        "memory_get does not take the arguments 'heading', 'verbose'; it takes: path, start_line, end_line"
+        "memory_get does not take the arguments 'section', 'verbose'; it takes: path, start_line, end_line, heading"
     )
 
 

@@ -1,0 +1,259 @@
+"""Sections of a markdown memory file, pure: finding one by its heading, its line range and hash, replacing it,
+appending under it. No I/O.
+
+A section is a heading line and everything after it up to the next heading of the same or a higher level (its
+subsections included), less the blank lines that end it: those separate it from what follows and stay put. Its
+own text is the part before its first subsection. Headings inside code fences are not headings (the chunker's
+parser, `server.index.markdown`, decides).
+
+A heading is named by its title, without the `#`s: `Decisions`, or a path from an enclosing heading down,
+`Project memory > Decisions` (the ` > ` form a search hit's `heading` uses, so a hit's heading can be passed back).
+A name matches every section whose heading path ends with it, compared exactly first and then case-insensitively;
+more than one match is an error that lists them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from server.errors import InvalidArgumentError
+from server.index.markdown import heading_title, parse_sections
+
+SEPARATOR = " > "
+MAX_LEVEL = 6
+MAX_LISTED = 12  # headings named in an error
+_RAW_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+_LIST_ITEM = re.compile(r"^[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]")
+_PATH_SPLIT = re.compile(r"(?:^|\s+)>(?:\s+|$)")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One section: lines `start` (its heading) to `end` (exclusive), 0-based; `own_end` ends its own text."""
+
+    path: tuple[str, ...]  # heading titles from the top level down to this one
+    level: int
+    start: int
+    own_end: int
+    end: int
+
+    @property
+    def name(self) -> str:
+        return SEPARATOR.join(self.path)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A file after a section write: the whole text, the written lines (1-based) and the section written to."""
+
+    text: str
+    start_line: int
+    end_line: int
+    heading: str
+    section_hash: str
+
+
+def parse_name(name: str) -> tuple[str, ...]:
+    """The titles of a heading argument (`Project > Decisions`); leading `#`s are forgiven."""
+    parts = tuple(part.strip() for part in _PATH_SPLIT.split(name.strip().lstrip("#").strip()))
+    return tuple(part.lstrip("#").strip() for part in parts)
+
+
+def raw_lines(text: str) -> list[str]:
+    """The lines of `text` with their terminators (`\\r\\n`, `\\r` or `\\n`), numbered as `server.memory.text`."""
+    return _RAW_LINE.findall(text)
+
+
+def plain(raw: list[str]) -> list[str]:
+    return [line.rstrip("\r\n") for line in raw]
+
+
+def spans(lines: list[str]) -> list[Span]:
+    """Every section of the file whose lines (without terminators) are `lines`, in file order."""
+    found: list[tuple[int, int, tuple[str, ...]]] = []
+    for section in parse_sections(lines):
+        first = section.units[0]
+        parsed = heading_title(lines[first.start]) if first.kind == "heading" else None
+        if parsed is not None:
+            level, title = parsed
+            found.append((first.start, level, section.path if title else (*section.path, "")))
+    result = []
+    for number, (start, level, path) in enumerate(found):
+        later = found[number + 1 :]
+        own_end = later[0][0] if later else len(lines)
+        end = next((line for line, other, _ in later if other <= level), len(lines))
+        result.append(Span(path, level, start, _trimmed(lines, start, own_end), _trimmed(lines, start, end)))
+    return result
+
+
+def _trimmed(lines: list[str], start: int, end: int) -> int:
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    return end
+
+
+def matches(all_spans: list[Span], parts: tuple[str, ...]) -> list[Span]:
+    """The sections named by `parts`: exact matches if any, else case-insensitive ones."""
+    size = len(parts)
+    exact = [s for s in all_spans if s.path[-size:] == parts and len(s.path) >= size]
+    if exact:
+        return exact
+    folded = tuple(part.casefold() for part in parts)
+    return [s for s in all_spans if len(s.path) >= size and tuple(p.casefold() for p in s.path[-size:]) == folded]
+
+
+def locate(lines: list[str], parts: tuple[str, ...], where: str) -> Span | None:
+    """The one section named by `parts`, or None; an ambiguous name is an InvalidArgumentError listing candidates."""
+    found = matches(spans(lines), parts)
+    if len(found) > 1:
+        listed = ", ".join(f"{s.name!r} (line {s.start + 1})" for s in found[:MAX_LISTED])
+        raise InvalidArgumentError(
+            f"heading {SEPARATOR.join(parts)!r} is ambiguous in {where}: it matches {listed}; name one by its path,"
+            f" e.g. {found[0].name!r}"
+        )
+    return found[0] if found else None
+
+
+def not_found(lines: list[str], parts: tuple[str, ...], where: str) -> InvalidArgumentError:
+    """The error for a heading that is not in the file, listing the headings that are."""
+    names = [s.name for s in spans(lines) if s.path[-1]]
+    listed = ", ".join(repr(name) for name in names[:MAX_LISTED]) + (", ..." if len(names) > MAX_LISTED else "")
+    return InvalidArgumentError(
+        f"no heading {SEPARATOR.join(parts)!r} in {where}; "
+        + (f"its headings are: {listed}" if names else "it has no headings")
+    )
+
+
+def section_hash(lines: list[str], span: Span) -> str:
+    """sha256 of the section's lines joined with `\\n` (what memory_get with this heading returns, uncut)."""
+    return hashlib.sha256("\n".join(lines[span.start : span.end]).encode("utf-8")).hexdigest()
+
+
+def replace(text: str, span: Span, content: str) -> Edit:
+    """The file with the section `span` replaced; every line outside it is kept byte for byte. `content` is the
+    section's new text under its heading; when it begins with a heading of the section's level or higher, that
+    heading replaces the old one (a rename)."""
+    raw = raw_lines(text)
+    eol = _eol(raw)
+    new = _content_lines(content)
+    parsed = heading_title(new[0])
+    if parsed is not None and parsed[0] <= span.level:
+        middle = [line + eol for line in new]
+    else:
+        gap = [eol] if span.start + 1 < span.end and not raw[span.start + 1].strip() else []
+        middle = [_terminated(raw[span.start], eol), *gap, *(line + eol for line in new)]
+    if not raw[span.end - 1].endswith(("\n", "\r")):  # the section ended the file without a final newline
+        middle[-1] = middle[-1].rstrip("\r\n")
+    result = "".join(raw[: span.start]) + "".join(middle) + "".join(raw[span.end :])
+    return _edit(result, span.start, span.start + 1, span.start + len(middle))
+
+
+def append(
+    text: str,
+    parts: tuple[str, ...],
+    content: str,
+    *,
+    where: str,
+    entry: str | None = None,
+    title: str | None = None,
+) -> Edit:
+    """The file with `content` added under the section named `parts` (created when missing: see `new_level`).
+
+    Plain text goes at the end of the section's own text, before its first subsection (after it, the text would
+    belong to that subsection). With `entry` (a title such as `09:30 — deploy`) the text goes under a new heading
+    one level below the section, after its subsections. `title` starts an empty file (`# 2024-05-01`)."""
+    raw = raw_lines(text)
+    if not "".join(raw).strip() and title is not None:
+        raw = [f"{title}\n"]
+    eol = _eol(raw)
+    lines = plain(raw)
+    target = locate(lines, parts, where)
+    created: list[str] = []
+    if target is not None:
+        level, at, heading_line = target.level, (target.end if entry else target.own_end), target.start
+    else:
+        parent, missing = _deepest(lines, parts, where)
+        level = parent.level if parent is not None else new_level(lines) - 1
+        at = parent.end if parent is not None else _content_end(lines)
+        for name in missing:
+            level = _deeper(level, name)
+            created.append(f"{'#' * level} {name}")
+        heading_line = -1
+    if entry is not None:
+        created.append(f"{'#' * _deeper(level, entry)} {entry}")
+    block = [*_spaced(created), *_content_lines(content)]
+    before, after = raw[:at], raw[at:]
+    if before:
+        before[-1] = _terminated(before[-1], eol)
+    # One blank line apart, except a list item added right after a list item: the list goes on.
+    lead = (
+        [""] if before and not (not created and _LIST_ITEM.match(block[0]) and _LIST_ITEM.match(lines[at - 1])) else []
+    )
+    tail = [""] if after and after[0].strip() else []
+    result = "".join(before) + "".join(line + eol for line in [*lead, *block, *tail]) + "".join(after)
+    first = at + len(lead)
+    if heading_line < 0:  # the named section is the deepest heading created, two lines each
+        heading_line = first + 2 * (len(created) - 1 - (entry is not None))
+    return _edit(result, heading_line, first + 1, first + len(block))
+
+
+def new_level(lines: list[str]) -> int:
+    """The level of a new top-level section: `##` under a file's lone `#` title, else the level of the file's
+    shallowest headings (siblings of its top sections), `##` in a file without headings."""
+    levels = [span.level for span in spans(lines)]
+    if not levels:
+        return 2
+    if levels.count(1) == 1:
+        return 2
+    return min(levels)
+
+
+def _deepest(lines: list[str], parts: tuple[str, ...], where: str) -> tuple[Span | None, tuple[str, ...]]:
+    """The deepest existing section on the path `parts` (None: none is), and the titles still missing below it."""
+    for size in range(len(parts) - 1, 0, -1):
+        found = locate(lines, parts[:size], where)
+        if found is not None:
+            return found, parts[size:]
+    return None, parts
+
+
+def _deeper(level: int, name: str) -> int:
+    if level >= MAX_LEVEL:
+        raise InvalidArgumentError(f"no heading can go below a level-{MAX_LEVEL} heading (for {name!r})")
+    return level + 1
+
+
+def _spaced(headings: list[str]) -> list[str]:
+    return [line for heading in headings for line in (heading, "")]
+
+
+def _content_lines(content: str) -> list[str]:
+    return plain(raw_lines(content.strip("\r\n"))) or [""]
+
+
+def _content_end(lines: list[str]) -> int:
+    end = len(lines)
+    while end > 0 and not lines[end - 1].strip():
+        end -= 1
+    return end
+
+
+def _eol(raw: list[str]) -> str:
+    for line in raw:
+        if line.endswith("\r\n"):
+            return "\r\n"
+        if line.endswith(("\n", "\r")):
+            return line[-1]
+    return "\n"
+
+
+def _terminated(line: str, eol: str) -> str:
+    return line if line.endswith(("\n", "\r")) else line + eol
+
+
+def _edit(text: str, heading_line: int, start_line: int, end_line: int) -> Edit:
+    lines = plain(raw_lines(text))
+    span = next(s for s in spans(lines) if s.start == heading_line)
+    return Edit(text, start_line, end_line, span.name, section_hash(lines, span))
