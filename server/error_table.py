@@ -20,6 +20,7 @@ from server.errors import (
     InvalidArgumentError,
     MemoryServerError,
     PermissionDeniedError,
+    SecretsRefusedError,
     ServiceClosedError,
     TooLargeError,
     UnknownIndexError,
@@ -48,6 +49,7 @@ _INTERNAL = ErrorAnswer(500, "internal", shown=False)
 ERROR_TABLE: dict[type[Exception], ErrorAnswer] = {
     PermissionDeniedError: ErrorAnswer(403, "forbidden"),
     UnsafePathError: ErrorAnswer(400, "bad_request"),
+    SecretsRefusedError: ErrorAnswer(400, "bad_request"),
     InvalidArgumentError: ErrorAnswer(400, "bad_request"),
     PathRefused: ErrorAnswer(400, "bad_request"),
     MessageRefused: ErrorAnswer(400, "bad_request"),

@@ -30,6 +30,7 @@ __all__ = [
     "InvalidArgumentError",
     "MemoryServerError",
     "PermissionDeniedError",
+    "SecretsRefusedError",
     "ServiceClosedError",
     "TooLargeError",
     "UnknownIndexError",
@@ -52,6 +53,11 @@ class ConflictError(EngineError):
 class UnsafePathError(InvalidArgumentError):
     """The path exists in the mirror as something other than a plain file in plain folders (a symbolic link,
     a folder where a file should be); it is refused rather than followed."""
+
+
+class SecretsRefusedError(InvalidArgumentError):
+    """A synced file holds secrets: it is not stored, so the laptop's original is neither leaked nor overwritten
+    (`server.memory.intake`); the message names the kinds and lines, never the secret."""
 
 
 class ServiceClosedError(EngineError):

@@ -19,13 +19,9 @@ Turning `redact_writes` off (MEMORY_REDACT_WRITES=0) turns the rule off for ever
 from __future__ import annotations
 
 from redaction import Redaction, redact
-from server.errors import InvalidArgumentError
+from server.errors import SecretsRefusedError
 
 MAX_LINES_NAMED = 5
-
-
-class SecretsRefused(InvalidArgumentError):
-    """A synced file holds secrets: not stored, so that the user's original is neither leaked nor overwritten."""
 
 
 def redacted(text: str, counts: dict[str, int] | None = None) -> str:
@@ -38,11 +34,11 @@ def redacted(text: str, counts: dict[str, int] | None = None) -> str:
 
 
 def refuse_secrets(path: str, text: str) -> None:
-    """Raise `SecretsRefused` when `text` (a synced file's content) holds a secret the rules recognise."""
+    """Raise `SecretsRefusedError` when `text` (a synced file's content) holds a secret the rules recognise."""
     found = redact(text)
     if not found.total:
         return
-    raise SecretsRefused(f"{path} was not synced: {describe(found, text)}")
+    raise SecretsRefusedError(f"{path} was not synced: {describe(found, text)}")
 
 
 def describe(found: Redaction, original: str) -> str:
