@@ -23,6 +23,16 @@ def _opaque(text: str) -> bool:
     return bool(text) and not (has_marker(text) or is_placeholder(text) or is_reference(text))
 
 
+# In a URL only a template or an environment variable stands for a password; `*` and `&` are its characters (in
+# YAML they would be an alias or an anchor, which a URL's password cannot be).
+_URL_REFERENCE = re.compile(r"^[$%{<]|\$\{|\{\{")
+
+
+def _url_password(text: str) -> bool:
+    """A password written out in a URL: not a stand-in, a `${VAR}`-like reference or something already redacted."""
+    return bool(text) and not (has_marker(text) or is_placeholder(text) or _URL_REFERENCE.search(text))
+
+
 def _generated(text: str) -> bool:
     """Opaque and mixing two of lower case, upper case and digits, as generated credentials do."""
     return char_classes(text) >= 2 and _opaque(text)
@@ -149,7 +159,7 @@ def _bare_user_password(match: re.Match[str], text: str) -> Span | None:
         return None
     start, end = match.span("secret")
     value = text[start:end]
-    return (start, end) if _opaque(value) and not value.isdigit() else None
+    return (start, end) if _url_password(value) and not value.isdigit() else None
 
 
 # --- a passphrase of several words ------------------------------------------------------------------------------
@@ -218,7 +228,7 @@ CONTEXT_RULES: tuple[Rule, ...] = (
     Rule(
         "url-password",
         re.compile(r"://[^\s:/?#@\[\]\"'`<>\\]{0,128}+:(?P<secret>[^\s/?#\"'`<>\\]{1,256})@(?=[A-Za-z0-9\[._-])"),
-        when(_opaque),
+        when(_url_password),
     ),
     # user:password@host.name without a scheme (`admin:s3cret@db.example.com`, a DSN pasted bare). The host
     # must have a dot, so `image:tag@sha256:…` and `a:b@c` in prose stay.

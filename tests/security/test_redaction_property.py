@@ -60,7 +60,7 @@ def redacted_kinds() -> str:
 
 
 @pytest.mark.parametrize("entry", FORMATS, ids=[entry["id"] for entry in FORMATS])
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_no_run_of_a_secrets_value_survives_beyond_its_documented_prefix(entry, data):
     fixed = len(literal_prefix(entry["value"]))
