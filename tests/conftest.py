@@ -29,6 +29,11 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/test_deploy_container.py",
     "tests/test_deploy_files.py",
     "tests/test_laptop_install.py",
+    "tests/security/test_slow_and_idle.py",
+    "tests/security/test_unreadable_files.py",
+    "tests/security/test_malicious_server.py",
+    "tests/security/test_one_redaction_rule.py",
+    "tests/security/test_special_files.py",
     "tests/test_deploy_docs.py::test_the_compose_snippet_is_valid_beside_compose_yaml",
     "tests/server/test_admin_cli.py::test_the_console_script_inits_adds_and_lists_without_loading_torch",
     "tests/client_proxy/test_proxy_init.py::test_the_console_script_inits_and_shows_without_importing_the_server",
@@ -52,6 +57,9 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/server/index/test_chunker.py::test_pathological_markdown_is_chunked_quickly",
     "tests/client_proxy/test_transcripts.py::test_any_json_objects_read_and_render_without_raising",
     "tests/server/test_paths.py::test_any_input_is_an_error_or_a_canonical_path_inside_the_root",
+    "tests/security/test_handshake_flood.py",
+    "tests/security/test_redaction_property.py",
+    "tests/server/test_sessions_server.py::test_a_long_poll_is_not_answered_by_transcript_uploads_alone",
 )
 
 
