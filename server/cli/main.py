@@ -16,8 +16,10 @@ from server.cli import selfcheck, serve
 from server.errors import EngineError, InvalidArgumentError
 from server.index.embeddings.base import Embedder
 from server.index.engine import IndexStatus, MemoryIndex
+from server.index.indexer import count_memory_files
 from server.index.search import MAX_LIMIT, SearchResult, build_options
 from server.observe import logs
+from server.observe.progress import Progress
 from server.settings import Settings
 
 
@@ -136,7 +138,8 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> MemoryIndex:
 def cmd_index(args: argparse.Namespace) -> int:
     index = _open(args, create=True)
     try:
-        report = index.index(args.folder)
+        progress = Progress(count_memory_files(args.folder), "indexing")
+        report = index.index(args.folder, on_seen=progress.step)
     finally:
         index.close()
     if args.json:

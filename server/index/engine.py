@@ -259,10 +259,11 @@ class MemoryIndex:
         rebuild_now: bool = True,
         on_file: Callable[[str], None] | None = None,
         paths: Collection[str] | None = None,
+        on_seen: Callable[[str], None] | None = None,
     ) -> IndexReport:
         """Index the folder `root` (remembered for next time); rebuild vectors first if the model changed.
         `on_file(path)` runs after each file is written (an exception from it stops the run there; every file
-        written so far stays consistent, each in its own transaction)."""
+        written so far stays consistent, each in its own transaction); `on_seen(path)` as each file is looked at."""
         with self._write_lock:
             if root is not None:
                 root = root.resolve()
@@ -273,7 +274,9 @@ class MemoryIndex:
             target = root or self.root
             if target is None:
                 raise InvalidArgumentError(f"index {self.name!r} has no folder yet; pass one")
-            report = self._guard(lambda: self._indexer().run(target, force=force, on_file=on_file, only=paths))
+            report = self._guard(
+                lambda: self._indexer().run(target, force=force, on_file=on_file, only=paths, on_seen=on_seen)
+            )
             self._guard(lambda: prune_cache(self.store, self._live()))
             if rebuild_now and self.needs_rebuild:
                 self.rebuild_vectors()

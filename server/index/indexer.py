@@ -50,6 +50,11 @@ class _Prepared:
     chunks: list[Chunk]
 
 
+def count_memory_files(root: Path, config: ScanConfig | None = None) -> int:
+    """How many files a run over `root` looks at (0 when it is not a folder): the total for progress reports."""
+    return sum(1 for _ in scan_folder(root, config or ScanConfig())) if root.is_dir() else 0
+
+
 def scan_folder(root: Path, config: ScanConfig) -> Iterator[tuple[str, str, os.stat_result]]:
     """(relative path, source, lstat) of every regular file the rules take; symlinks are never followed."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -112,6 +117,7 @@ class Indexer:
         force: bool = False,
         on_file: Callable[[str], None] | None = None,
         only: Collection[str] | None = None,
+        on_seen: Callable[[str], None] | None = None,
     ) -> IndexReport:
         """Bring the index up to date with `root`; with `only`, look at just those relative paths (a file that is
         gone, or no longer a memory file, leaves the index) instead of walking the whole folder."""
@@ -130,6 +136,8 @@ class Indexer:
         for relpath, source, info in files:
             report.files_seen += 1
             seen.add(relpath)
+            if on_seen:
+                on_seen(relpath)
             old = known.get(relpath)
             if old and not force and (old[2], old[3]) == (info.st_size, info.st_mtime_ns):
                 report.files_unchanged += 1
