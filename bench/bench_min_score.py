@@ -49,11 +49,9 @@ def main() -> None:
         for conversation in conversations:
             folder = write_folder(conversation, work / "folders")
             cli(data_dir, "index", str(folder), "--index", conversation.name, "--json")
-    scifact = [json.loads(line)["text"] for line in (SCIFACT / "queries.jsonl").open()]
-    qrels = {line.split("\t")[0] for line in list((SCIFACT / "qrels" / "test.tsv").open())[1:]}
-    scifact_test = [json.loads(line)["text"] for line in (SCIFACT / "queries.jsonl").open()
-                    if json.loads(line)["_id"] in qrels]  # fmt: skip
-    del scifact
+    tested = {line.split("\t")[0] for line in list((SCIFACT / "qrels" / "test.tsv").open())[1:]}
+    queries = [json.loads(line) for line in (SCIFACT / "queries.jsonl").open()]
+    scifact_test = [query["text"] for query in queries if query["_id"] in tested]
 
     evidence_scores: list[float] = []  # the score of the first hit holding evidence (0 when none in 40)
     off_topic: list[float] = []  # top-1 score, 0 for an empty answer

@@ -67,12 +67,11 @@ def check_model() -> str:
 
 def check_sqlite() -> str:
     import apsw
-    import sqlite_vec
+
+    from server.index.store import load_vec
 
     db = apsw.Connection(":memory:")
-    db.enable_load_extension(True)
-    db.load_extension(sqlite_vec.loadable_path())
-    db.enable_load_extension(False)
+    load_vec(db)
     db.execute("CREATE VIRTUAL TABLE v USING vec0(embedding float[2] distance_metric=cosine)")
     db.execute("INSERT INTO v(rowid, embedding) VALUES (1, '[1, 0]'), (2, '[0, 1]')")
     nearest = db.execute("SELECT rowid FROM v WHERE embedding MATCH '[0.9, 0.1]' AND k = 1").fetchall()

@@ -30,6 +30,15 @@ def vec_available() -> bool:
     return True
 
 
+def load_vec(db: apsw.Connection) -> None:
+    """Load sqlite-vec into `db`; extension loading is switched off again right after."""
+    import sqlite_vec
+
+    db.enable_load_extension(True)
+    db.load_extension(sqlite_vec.loadable_path())
+    db.enable_load_extension(False)
+
+
 def is_corruption(exc: BaseException) -> bool:
     return isinstance(exc, _CORRUPTION)
 
@@ -69,11 +78,7 @@ class Store:
             raise EngineError(f"cannot open the index database at {self.path}") from exc
         db.set_busy_timeout(BUSY_TIMEOUT_MS)
         if self.vec_loaded:
-            import sqlite_vec
-
-            db.enable_load_extension(True)
-            db.load_extension(sqlite_vec.loadable_path())
-            db.enable_load_extension(False)
+            load_vec(db)
         db.execute("PRAGMA journal_mode=WAL").fetchall()
         db.execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY")
         # Reads through mmap skip a copy per page: a vec0 KNN scans every vector (measured 92 -> 80 ms at 100k

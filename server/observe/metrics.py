@@ -27,6 +27,7 @@ from pathlib import Path
 
 import apsw
 
+from server.index import store as index_store
 from server.index.stats import index_counts
 from server.index.store import vec_available
 from server.mirror.state import count_live_files
@@ -254,11 +255,7 @@ def _read_only(path: Path, *, load_vec: bool) -> Iterator[apsw.Connection]:
     try:
         db.set_busy_timeout(BUSY_TIMEOUT_MS)
         if load_vec:
-            import sqlite_vec
-
-            db.enable_load_extension(True)
-            db.load_extension(sqlite_vec.loadable_path())
-            db.enable_load_extension(False)
+            index_store.load_vec(db)
         yield db
     finally:
         db.close()
