@@ -36,9 +36,10 @@ _PLACEHOLDERS = frozenset(
     "credentials example sample placeholder dummy fake test testing todo tbd fixme redacted hidden masked "
     "empty default value text".split()
 )
-_PLACEHOLDER_PARTS = re.compile(
-    r"(?i)your|example|placeholder|replace[_-]?me|insert[_-]|change[_-]?me|xxxx|\*\*\*|…|\.\.\."
-)
+_PLACEHOLDER_PARTS = re.compile(r"(?i)your|example|placeholder|replace[_-]?me|insert[_-]|change[_-]?me")
+# Masking (`sk-****`, `xxxx`, `abc…`) makes a stand-in only when little else is left: `0001A***` is a password.
+_MASKS = re.compile(r"(?i)x{4,}|\*{3,}|…+|\.{3,}")
+_MASKED_REST = 4  # fewer characters than this besides the masks: a stand-in
 # Forms that point at a secret kept elsewhere: $VAR, ${VAR}, %VAR%, %(name)s, {name}, <name>, YAML *alias and
 # &anchor, and the tags of Ansible Vault, Home Assistant and CloudFormation.
 _REFERENCE = re.compile(r"^(?:[$%*&{<]|!(?:vault|secret|env|Ref|Sub|GetAtt|ImportValue)\b)|\$\{|\{\{")
@@ -77,6 +78,7 @@ def is_placeholder(value: str) -> bool:
         lowered in _PLACEHOLDERS
         or lowered in _KEYWORDS
         or bool(_PLACEHOLDER_PARTS.search(value))
+        or bool(_MASKS.search(value) and len(_MASKS.sub("", value)) < _MASKED_REST)
         or len(set(value)) <= 2
         or bool(_NAME_LIKE.fullmatch(value) and _CREDENTIAL_WORD.search(value))
     )

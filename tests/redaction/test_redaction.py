@@ -132,3 +132,12 @@ def test_redacting_twice_changes_nothing_the_second_time(parts: list[tuple[str, 
     assert (twice.text, twice.counts) == (once.text, {})
     if "private-key" not in once.counts:
         assert once.text.count("\n") == text.count("\n")
+
+
+def test_masking_marks_a_stand_in_only_when_little_else_is_left():
+    from redaction.values import is_placeholder
+
+    assert is_placeholder("sk-****") and is_placeholder("xxxx") and is_placeholder("ab…")
+    assert not is_placeholder("0001A***") and not is_placeholder("Zq8Xw...V3mT7kLp")
+    redacted = redact("DATABASE_URL=postgres://app:0001A***@db.example.com:5432/app").text
+    assert "0001A" not in redacted and "[redacted:" in redacted

@@ -37,11 +37,12 @@ def literal_prefix(pattern: str) -> str:
 
 def generated(value: str) -> bool:
     """A value as an issuer makes it, random over its alphabet: mixing two of lower case, upper case and digits,
-    no character filling more than a third of it or repeating five times in a row. (`sk-0000…` or a body of digits
+    no character filling more than a third of it or repeating four times in a row (in either case: `XXXx` is a
+    mask). (`sk-0000…` or a body of digits
     only is what hypothesis tries first and what no issuer hands out; the rules leave such stand-ins alone.)"""
     classes = sum(any(test(c) for c in value) for test in (str.islower, str.isupper, str.isdigit))
     most = max(Counter(value).values())
-    return classes >= 2 and most <= max(3, len(value) // 3) and re.search(r"(.)\1{4}", value) is None
+    return classes >= 2 and most <= max(3, len(value) // 3) and re.search(r"(?i)(.)\1{3}", value) is None
 
 
 def leaked(value: str, keep: str, template: str, redacted: str) -> list[str]:
