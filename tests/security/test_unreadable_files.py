@@ -28,7 +28,10 @@ async def test_a_file_the_server_cannot_send_is_kept_on_every_laptop_and_listed_
             await eventually(lambda: server.text("team", "memory/notes.md") is not None, "the first push")
             files = server.data_dir / "indexes" / "team" / "files"
             broken = b"\xff\xfe not text\n" if damage == "not utf-8" else b"x" * (2 * 1024 * 1024 + 1)
-            (files / "memory" / "notes.md").write_bytes(broken)
+            # in one step, as a rename: a file written in place can be read empty halfway, which is a real edit
+            staged = files / "memory" / ".notes.md.staged"
+            staged.write_bytes(broken)
+            os.replace(staged, files / "memory" / "notes.md")
             (files / "memory" / "pulled.md").write_text("pulled after the damage\n")  # the pull's marker
             await eventually(lambda: bob.read("memory/pulled.md") is not None, "the pull after the damage")
         assert bob.read("memory/notes.md") == "the deploy runbook\n"  # the old server deleted it here
