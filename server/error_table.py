@@ -22,10 +22,12 @@ from server.errors import (
     PermissionDeniedError,
     SecretsRefusedError,
     ServiceClosedError,
+    StorageFullError,
     TooLargeError,
     UnknownIndexError,
     UnsafePathError,
 )
+from server.index.store import is_disk_full
 from syncproto.errors import MessageRefused, PathRefused, ProtocolError
 
 
@@ -56,6 +58,7 @@ ERROR_TABLE: dict[type[Exception], ErrorAnswer] = {
     ProtocolError: ErrorAnswer(400, "bad_request"),
     TooLargeError: ErrorAnswer(413, "too_large"),
     ServiceClosedError: ErrorAnswer(503, "unavailable"),
+    StorageFullError: ErrorAnswer(507, "insufficient_storage"),
     # A push writes under the mirror's lock with the hash it just read: a conflict there is the server's fault.
     ConflictError: _INTERNAL,
     CallersFileError: _INTERNAL,  # the operator's file; never a caller's doing
@@ -68,6 +71,17 @@ ERROR_TABLE: dict[type[Exception], ErrorAnswer] = {
 }
 
 KNOWN_ERRORS: tuple[type[Exception], ...] = (MemoryServerError, ProtocolError)
+
+
+STORAGE_FULL = "the server's disk is full: nothing was stored; the same request succeeds once space is freed"
+
+
+def recognised(exc: BaseException) -> BaseException | None:
+    """`exc` as an error raised on purpose: itself when it is one, a `StorageFullError` for a full disk (which
+    the OS or SQLite may raise anywhere under a write); None for anything else (a bug)."""
+    if isinstance(exc, KNOWN_ERRORS):
+        return exc
+    return StorageFullError(STORAGE_FULL) if is_disk_full(exc) else None
 
 
 def answer_for(exc: BaseException) -> ErrorAnswer | None:

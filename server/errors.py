@@ -32,6 +32,7 @@ __all__ = [
     "PermissionDeniedError",
     "SecretsRefusedError",
     "ServiceClosedError",
+    "StorageFullError",
     "TooLargeError",
     "UnknownIndexError",
     "UnsafePathError",
@@ -62,6 +63,12 @@ class SecretsRefusedError(InvalidArgumentError):
 
 class ServiceClosedError(EngineError):
     """The server is shutting down and takes no new calls."""
+
+
+class StorageFullError(MemoryServerError):
+    """The server's disk (or quota) is full: the change was not stored, nothing half-written stays behind, and the
+    same request succeeds once space is freed. Raised at the answering boundaries from the OS's or SQLite's own
+    error (`server.error_table.recognised`)."""
 
 
 class TooLargeError(MemoryServerError):

@@ -24,7 +24,8 @@ from typing import Literal
 
 from server.errors import InvalidArgumentError
 from server.index.embeddings.base import Embedder
-from server.index.embeddings.select import EmbeddingSettings, select_embedder
+from server.index.embeddings.chain import ProviderChain
+from server.index.embeddings.select import EmbeddingSettings, select_embedder, select_providers
 from server.index.engine import EngineSettings
 from server.index.fusion import FusionWeights
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, ScanConfig
@@ -53,6 +54,7 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_EMBEDDING_TIMEOUT": "number",
     "MEMORY_EMBEDDING_RETRIES": "integer",
     "MEMORY_EMBEDDING_BATCH": "integer",
+    "MEMORY_EMBEDDING_FAILOVER_AFTER": "number",
     "MEMORY_VOYAGE_MODEL": "text",
     "MEMORY_VOYAGE_BASE_URL": "text",
     "MEMORY_VOYAGE_DIMENSIONS": "integer",
@@ -169,6 +171,10 @@ class Settings:
         """Where provider keys are read from: `env`, plus the config file's key files for the providers whose
         key the environment does not configure. Only paths come from the file, never keys."""
         return {**env, **self.key_files}
+
+    def select_providers(self, env: Mapping[str, str]) -> tuple[ProviderChain, list[str]]:
+        """Every configured provider in fallback order, each behind a breaker: what a long-running server uses."""
+        return select_providers(self.embedding, self.key_sources(env))
 
     def select_embedder(self, env: Mapping[str, str]) -> tuple[Embedder | None, list[str]]:
         """The first usable provider in the configured order, and why the ones before it were skipped."""

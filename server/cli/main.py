@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -249,7 +250,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     finally:
         index.close()
     if args.json:
-        print(json.dumps(status.__dict__))
+        print(json.dumps(dataclasses.asdict(status)))
     else:
         _print_status(status)
     return 0

@@ -85,13 +85,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     callers = CallersFile(keys_dir / CALLERS_FILE)
     if not callers.config.callers:
         print_callers_hint(_keys_option(args), _stdout())
-    embedder, _reasons = settings.select_embedder(os.environ)
-    if embedder is not None:
-        warm_up = getattr(embedder, "warm_up", None)
-        if callable(warm_up):
-            print(f"loading the embedding model {embedder.model} ...", file=_stdout(), flush=True)
-            warm_up()
-    service = MemoryService(data_dir, embedder, settings.engine, redact_writes=settings.redact_writes)
+    providers, _reasons = settings.select_providers(os.environ)
+    first = providers.preferred()
+    if first is not None and first.provider == "local":  # the others load on first use, if they ever are
+        print(f"loading the embedding model {first.model} ...", file=_stdout(), flush=True)
+        first.warm_up()
+    service = MemoryService(data_dir, providers, settings.engine, redact_writes=settings.redact_writes)
     metrics = service_metrics(service)
     app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics)
     metrics.collectors.append(sessions_collector(lambda: len(app.sessions)))

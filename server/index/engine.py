@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -19,10 +18,12 @@ from typing import Any, TypeVar
 
 from server.index.chunker import ChunkerConfig
 from server.index.embeddings.base import Embedder, Tokenizer
+from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, ProviderState, as_chain
 from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentError, UnknownIndexError
 from server.index.fusion import FusionWeights
 from server.index.indexer import Indexer, IndexReport
 from server.index.migrations import SCHEMA_VERSION
+from server.index.naming import index_dir, validate_name
 from server.index.scan import ScanConfig
 from server.index.search import SearchOptions, SearchResult, search
 from server.index.store import Store, is_corruption, quarantine
@@ -38,7 +39,6 @@ from server.index.vectors import (
 
 log = logging.getLogger(__name__)
 
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 T = TypeVar("T")
 
 
@@ -65,31 +65,22 @@ class IndexStatus:
     last_change: float | None
     database_bytes: int
     schema_version: int
-
-
-def validate_name(name: str) -> str:
-    """Index names become folder names: lowercase letters, digits, `_.-`, starting with a letter or digit."""
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        raise InvalidArgumentError(
-            "index names are 1-64 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit"
-        )
-    return name
-
-
-def index_dir(data_dir: Path, name: str) -> Path:
-    return data_dir / "indexes" / validate_name(name)
+    providers: list[ProviderState] = field(default_factory=list)  # the fallback order, each one's health
 
 
 class MemoryIndex:
     """Opened with `open`; safe to search from several threads while one thread indexes."""
 
-    def __init__(self, name: str, directory: Path, embedder: Embedder | None, settings: EngineSettings) -> None:
+    def __init__(
+        self, name: str, directory: Path, embedder: Embedder | ProviderChain | None, settings: EngineSettings
+    ) -> None:
         self.name = validate_name(name)
         self.directory = directory
-        self.embedder = embedder
+        self.providers = as_chain(embedder)
         self.settings = settings
         self._write_lock = threading.RLock()  # re-entered by index_if_idle
         self._rebuild_thread: threading.Thread | None = None
+        self._rebuild_target: Embedder | None = None
         self._rebuild_stop = threading.Event()
         self.store = self._open_store()
 
@@ -98,7 +89,7 @@ class MemoryIndex:
         cls,
         data_dir: Path,
         name: str,
-        embedder: Embedder | None,
+        embedder: Embedder | ProviderChain | None,
         *,
         create: bool = False,
         settings: EngineSettings | None = None,
@@ -134,20 +125,21 @@ class MemoryIndex:
             store = Store(self.db_path)
         except CorruptIndexError:
             quarantine(self.db_path)
-            store = Store(self.db_path)
-            self.store = store
-            self._reindex_after_rebuild()
+            self.store = Store(self.db_path)
+            self._reindex_after_rebuild()  # the vectors' table comes with the background rebuild
+            return self.store
         if self.embedder is not None and store.vec_loaded:
             ensure_live_space(store, self.embedder)
         return store
 
     def _reindex_after_rebuild(self) -> None:
+        """Fill a fresh database from the files: text and keywords now (seconds), vectors in the background
+        (minutes for a large index), so searches answer by keyword meanwhile."""
         root = self.root
-        if self.embedder is not None and self.store.vec_loaded:
-            ensure_live_space(self.store, self.embedder)
         if root is not None and root.is_dir():
-            log.warning("rebuilding index %s from %s", self.name, root)
-            self._indexer().run(root)
+            log.warning("rebuilding index %s from %s; vectors follow in the background", self.name, root)
+            Indexer(self.store, None, None, self.tokenizer, self.settings.chunker, self.settings.scan).run(root)
+        self.keep_vectors_current()
 
     def _guard(self, operation: Callable[[], T]) -> T:
         """Run `operation`; if the database turns out damaged, rebuild it from the files and run it again."""
@@ -169,46 +161,85 @@ class MemoryIndex:
 
     # vectors ------------------------------------------------------------------------------------------
 
-    def _live(self) -> VectorSpace | None:
+    @property
+    def embedder(self) -> Embedder | None:
+        """The provider to build vectors for: the first in the fallback order that is not down for long."""
+        return self.providers.preferred()
+
+    def _serving(self) -> tuple[VectorSpace, GuardedEmbedder] | None:
+        """The live vectors and the provider that can embed queries for them now; None when there is none."""
         if not self.store.vec_loaded:
             return None
         space = live_space(self.store)
-        return space if space is not None and space.serves(self.embedder) else None
+        provider = self.providers.serving(space.provider, space.model, space.dimensions) if space else None
+        return (space, provider) if space is not None and provider is not None else None
+
+    def _live(self) -> VectorSpace | None:
+        served = self._serving()
+        return served[0] if served else None
 
     def vector_state(self) -> tuple[str, str | None]:
-        """("ready" | "rebuilding" | "off", why vectors are not used when they are not)."""
-        if self.embedder is None:
+        """("ready" | "rebuilding" | "unavailable" | "off", why vectors are not used when they are not).
+
+        Ready while the live vectors' provider answers, even when a rebuild for a preferred one runs beside them;
+        unavailable while that provider fails and no other is due to replace it (keyword search meanwhile)."""
+        if not self.providers:
             return "off", "no embedding model is available; keyword search only"
         if not self.store.vec_loaded:
             return "off", "sqlite-vec is not available; keyword search only"
-        if self._live() is None:
-            return (
-                "rebuilding",
-                f"vectors are being rebuilt for {self.embedder.model}; keyword search meanwhile",
-            )
-        return "ready", None
+        if self._serving() is not None:
+            return "ready", None
+        target, failing = self.embedder, self.providers.failures()
+        live = live_space(self.store)
+        if target is None or (live is not None and live.serves(target)):
+            return "unavailable", f"vector search is unavailable ({failing}); keyword search meanwhile"
+        why = f"vectors are being rebuilt for {target.model}; keyword search meanwhile"
+        return "rebuilding", f"{why} ({failing})" if failing else why
 
     @property
     def needs_rebuild(self) -> bool:
-        return self.vector_state()[0] == "rebuilding"
+        """A provider is due whose vectors are not the live ones, and it answers (or is on trial)."""
+        target = self.embedder
+        if (
+            target is None
+            or not self.store.vec_loaded
+            or not self.providers.serving(target.provider, target.model, target.dimensions)
+        ):
+            return False
+        live = live_space(self.store)
+        return live is None or not live.serves(target)
 
-    def rebuild_vectors(self, stop: threading.Event | None = None) -> bool:
-        """Embed everything for the current model beside the live vectors, then swap. Blocks."""
-        if self.embedder is None or not self.store.vec_loaded:
+    def rebuild_vectors(self, stop: threading.Event | None = None, target: Embedder | None = None) -> bool:
+        """Embed everything for the preferred provider beside the live vectors, then swap. Blocks."""
+        target = target or self.embedder
+        if target is None or not self.store.vec_loaded:
             raise EngineError("no embedding model to rebuild vectors with")
-        return self._guard(lambda: rebuild(self.store, self.embedder, stop=stop))  # type: ignore[arg-type]
+        return self._guard(lambda: rebuild(self.store, target, stop=stop))
 
-    def start_background_rebuild(self) -> threading.Thread:
-        """Rebuild in a thread while searches go on (keyword-only until the swap)."""
+    def start_background_rebuild(self) -> threading.Thread | None:
+        """Rebuild in a thread while searches go on (on the old vectors while their provider answers, else by
+        keyword, until the swap). A rebuild for a provider no longer preferred is told to stop; the next call
+        starts the one now due."""
+        target = self.embedder
         if self._rebuild_thread is not None and self._rebuild_thread.is_alive():
+            if self._rebuild_target is not target:
+                self._rebuild_stop.set()
             return self._rebuild_thread
+        if target is None:
+            return None
         self._rebuild_stop.clear()
+        self._rebuild_target = target
 
         def run() -> None:
             try:
-                self.rebuild_vectors(self._rebuild_stop)
+                self.rebuild_vectors(self._rebuild_stop, target)
             except EngineError as exc:
                 log.error("vector rebuild of %s failed: %s", self.name, exc)
+            except Exception:
+                if not self._rebuild_stop.is_set():
+                    raise
+                # Closed under it (a join that timed out on a slow batch): the next open takes the rebuild up.
+                log.info("vector rebuild of %s stopped with the index", self.name)
 
         self._rebuild_thread = threading.Thread(target=run, name=f"rebuild-{self.name}", daemon=True)
         self._rebuild_thread.start()
@@ -221,25 +252,30 @@ class MemoryIndex:
 
     def embed_pending(self) -> int:
         """Embed chunks that were written without vectors (an earlier model failure); returns how many."""
-        space = self._live()
-        if space is None or self.embedder is None:
+        served = self._serving()
+        if served is None:
             return 0
-        return self._guard(lambda: fill_space(self.store, space, self.embedder))  # type: ignore[arg-type]
+        return self._guard(lambda: fill_space(self.store, *served))
+
+    def keep_vectors_current(self) -> None:
+        """Start the background rebuild a provider's failure or recovery calls for; cheap when none is due."""
+        if self.needs_rebuild or (self._rebuild_thread is not None and self._rebuild_thread.is_alive()):
+            self.start_background_rebuild()
 
     # indexing and search -------------------------------------------------------------------------------
 
     @property
     def tokenizer(self) -> Tokenizer:
-        if self.embedder is not None:
-            return self.embedder.tokenizer
+        """The first provider's: chunks keep their boundaries whichever provider embeds them."""
+        if self.providers:
+            return self.providers.members[0].tokenizer
         from server.index.tokens import WordPieceTokenizer
 
         return WordPieceTokenizer.default()
 
     def _indexer(self) -> Indexer:
-        return Indexer(
-            self.store, self.embedder, self._live(), self.tokenizer, self.settings.chunker, self.settings.scan
-        )
+        space, provider = self._serving() or (None, None)
+        return Indexer(self.store, provider, space, self.tokenizer, self.settings.chunker, self.settings.scan)
 
     def index_if_idle(self, root: Path | None = None, **options: Any) -> IndexReport | None:
         """`index`, or None at once when another indexing run holds this index: a search that would like to pick
@@ -280,7 +316,9 @@ class MemoryIndex:
             self._guard(lambda: prune_cache(self.store, self._live()))
             if rebuild_now and self.needs_rebuild:
                 self.rebuild_vectors()
-            elif report.chunks_pending or self._pending_count():
+            else:
+                self.keep_vectors_current()
+            if report.chunks_pending or self._pending_count():
                 try:
                     report.chunks_embedded += self.embed_pending()
                     report.chunks_pending = self._pending_count()
@@ -289,23 +327,18 @@ class MemoryIndex:
             return report
 
     def _pending_count(self) -> int:
-        space = self._live()
+        space = live_space(self.store) if self.store.vec_loaded else None
         return count_missing(self.store, space) if space is not None else 0
 
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
-        options = options or SearchOptions()
+        result = self._guard(lambda: self._search(query, options or SearchOptions()))
+        self.keep_vectors_current()  # after: a provider that failed this search is bypassed from the next one
+        return result
+
+    def _search(self, query: str, options: SearchOptions) -> SearchResult:
         _state, why = self.vector_state()
-        return self._guard(
-            lambda: search(
-                self.store,
-                self.embedder,
-                self._live(),
-                query,
-                options,
-                self.settings.weights,
-                unavailable=why,
-            )
-        )
+        space, provider = self._serving() or (None, None)
+        return search(self.store, provider, space, query, options, self.settings.weights, unavailable=why)
 
     def status(self) -> IndexStatus:
         return self._guard(self._status)
@@ -348,6 +381,7 @@ class MemoryIndex:
             last_change=float(last) if last else None,
             database_bytes=self.store.size_bytes(),
             schema_version=SCHEMA_VERSION,
+            providers=self.providers.states(),
         )
 
 

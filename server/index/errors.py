@@ -25,7 +25,13 @@ class CorruptIndexError(EngineError):
 
 
 class EmbeddingError(EngineError):
-    """An embedding provider failed; the message never contains an API key."""
+    """An embedding provider failed; the message never contains an API key. `retry_after` is the provider's own
+    word on when to come back (seconds), `refused` that it refused the key: a circuit breaker reads both."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, refused: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.refused = refused
 
 
 class EmbeddingUnavailableError(EmbeddingError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -41,6 +42,11 @@ def load_vec(db: apsw.Connection) -> None:
 
 def is_corruption(exc: BaseException) -> bool:
     return isinstance(exc, _CORRUPTION)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """The disk or the quota is full, as the OS or SQLite says it."""
+    return isinstance(exc, apsw.FullError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))
 
 
 class Store:

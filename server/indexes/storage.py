@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from server.index.embeddings.base import Embedder
-from server.index.engine import EngineSettings, IndexStatus, MemoryIndex, index_dir
+from server.index.embeddings.chain import ProviderChain
+from server.index.engine import EngineSettings, IndexStatus, MemoryIndex
 from server.index.indexer import IndexReport
+from server.index.naming import index_dir
 from server.index.search import SearchOptions, SearchResult
 from server.mirror.mirror import Mirror, MirrorFile
 from server.mirror.state import CallerSync, FileState, IdempotencyRecord
@@ -114,7 +116,7 @@ class SqliteBackend:
     def __init__(
         self,
         data_dir: Path,
-        embedder: Embedder | None,
+        embedder: Embedder | ProviderChain | None,
         settings: EngineSettings,
         clock: Callable[[], dt.datetime],
     ) -> None:

@@ -22,7 +22,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from server.error_table import KNOWN_ERRORS
+from server.error_table import recognised
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,12 @@ def translated(what: str, kind: type[Exception]) -> Iterator[None]:
     with a generic message and logs the traceback."""
     try:
         yield
-    except KNOWN_ERRORS as exc:  # every one has a row in server.error_table.ERROR_TABLE: its message is for callers
-        log.info("%s refused: %s", what, type(exc).__name__)
-        raise kind(str(exc)) from None
+    except Exception as exc:
+        known = recognised(exc)  # every one has a row in server.error_table.ERROR_TABLE: its message is for callers
+        if known is None:
+            raise
+        log.info("%s refused: %s", what, type(known).__name__)
+        raise kind(str(known)) from None
 
 
 async def run_with_progress(ctx: Context, job: Callable[[Progress, Callable[[], bool]], T]) -> T:

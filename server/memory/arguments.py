@@ -12,8 +12,8 @@ import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from server.errors import InvalidArgumentError
-from server.index.engine import validate_name
 from server.index.markdown import MAX_HEADING_CHARS
+from server.index.naming import validate_name
 from server.memory.sections import parse_name
 from server.mirror.mirror import ABSENT
 from server.mirror.paths import normalise_memory_path

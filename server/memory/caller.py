@@ -8,7 +8,7 @@ from typing import Literal
 
 from channel.authz import ChannelUser
 from server.errors import PermissionDeniedError
-from server.index.engine import validate_name
+from server.index.naming import validate_name
 
 Access = Literal["r", "rw"]
 

@@ -110,6 +110,13 @@ class CallerSyncEntry(BaseModel):
     pushed_revision: int | None
 
 
+class ProviderHealth(BaseModel):
+    provider: str
+    model: str
+    state: Literal["ok", "failing"]
+    detail: str | None = Field(description="the last failure and when the provider is tried again")
+
+
 class StatusOutput(BaseModel):
     caller: str
     index: str
@@ -131,6 +138,9 @@ class StatusOutput(BaseModel):
     unreadable: dict[str, str] = Field(
         default_factory=dict,
         description="files the server holds but cannot read or send, and why: kept as they are on every laptop",
+    )
+    embedding_providers: list[ProviderHealth] = Field(
+        default_factory=list, description="the configured providers in fallback order, and how each one answers"
     )
 
 

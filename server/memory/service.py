@@ -27,6 +27,7 @@ from server.errors import (
     UnsafePathError,
 )
 from server.index.embeddings.base import Embedder
+from server.index.embeddings.chain import ProviderChain
 from server.index.engine import EngineSettings
 from server.index.search import build_options
 from server.indexes.registry import RESCAN_SECONDS, IndexRegistry, OpenIndex
@@ -46,6 +47,7 @@ from server.memory.results import (
     DeleteOutput,
     GetOutput,
     ListOutput,
+    ProviderHealth,
     SearchOutput,
     StatusOutput,
     SyncOutput,
@@ -92,7 +94,7 @@ class MemoryService:
     def __init__(
         self,
         data_dir: Path,
-        embedder: Embedder | None,
+        embedder: Embedder | ProviderChain | None,
         settings: EngineSettings | None = None,
         *,
         clock: Callable[[], dt.datetime] = utc_now,
@@ -354,6 +356,7 @@ class MemoryService:
                 revision=handle.mirror.revision(),
                 sync=[CallerSyncEntry(**dataclasses.asdict(entry)) for entry in handle.mirror.sync_callers()],
                 unreadable=dict(sorted(handle.mirror.unreadable.items())),
+                embedding_providers=[ProviderHealth(**dataclasses.asdict(p)) for p in status.providers],
             )
 
     def sync(

@@ -28,6 +28,7 @@ from starlette.responses import PlainTextResponse, Response
 from channel.asgi import ASGIApp, Message, Receive, Scope, Send
 from channel.authz import ChannelUser
 from server.errors import InvalidArgumentError
+from server.index.embeddings.chain import as_chain
 from server.memory.service import SERVER_VERSION, MemoryService
 from server.observe.metrics import CONTENT_TYPE, Metrics, index_collector, info_collector
 
@@ -41,7 +42,7 @@ POLL_SECONDS = 0.2  # how soon the listener notices it is asked to stop
 def service_metrics(service: MemoryService) -> Metrics:
     """Metrics for a server of `service`: its indexes' sizes, its version and embedding model."""
     metrics = Metrics()
-    embedder = service.embedder
+    embedder = as_chain(service.embedder).preferred()  # the provider preferred at start
     provider, model = (embedder.provider, embedder.model) if embedder is not None else ("none", "none")
     metrics.collectors.append(info_collector(SERVER_VERSION, provider, model))
     metrics.collectors.append(index_collector(service.data_dir))

@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from channel.authz import ChannelUser
-from server.error_table import KNOWN_ERRORS, answer_for
+from server.error_table import answer_for, recognised
 from server.errors import InvalidArgumentError, PermissionDeniedError, TooLargeError
 from server.memory.service import CallerContext, MemoryService
 from server.sync.service import SyncService
@@ -146,7 +146,10 @@ def _answering_errors(endpoint: Callable[[Request], Awaitable[Response]]) -> Cal
     async def answered(request: Request) -> Response:
         try:
             return await endpoint(request)
-        except KNOWN_ERRORS as exc:
+        except Exception as raised:
+            exc = recognised(raised)
+            if exc is None:
+                raise
             answer = answer_for(exc)
             assert answer is not None  # every known error has a row, at the latest its root's
             if answer.shown:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import anyio
 import httpx2
@@ -60,7 +61,11 @@ async def test_garbage_from_a_devices_address_does_not_lock_that_device_or_its_n
 
 async def test_a_flood_from_a_new_address_is_refused_before_the_cryptography_once_the_budget_is_spent():
     with serve_with_default_limits() as server, anyio.fail_after(60):
+        started = time.monotonic()
         refused = await flood(server.url, FLOOD, local_address="127.0.0.2")
-        assert refused.get(429, 0) >= FLOOD - FAILURE_RATE.burst - 100  # cheap refusals: the CPU stays bounded
+        # Cheap refusals, the CPU bounded: past the burst, only what the budget refilled during the flood (which
+        # a loaded machine makes longer) reaches the cryptography.
+        refilled = FAILURE_RATE.per_second * (time.monotonic() - started)
+        assert refused.get(429, 0) >= FLOOD - FAILURE_RATE.burst - refilled - 20
         async with server.client(ALICE) as client:  # the flood is over: a new address is served again
             assert (await client.post("/count")).status_code == 200

@@ -27,6 +27,7 @@ SAMPLES = {
     "embedding_timeout": "2.5",
     "embedding_retries": "0",
     "embedding_batch": "16",
+    "embedding_failover_after": "120",
     "voyage_model": '"voyage-3"',
     "voyage_base_url": '"http://gateway.internal/voyage"',
     "voyage_dimensions": "512",

@@ -93,6 +93,8 @@ class HttpEmbedder:
 
     def _embed_batch(self, texts: Sequence[str], kind: InputKind, *, check_dimensions: bool = True) -> Vectors:
         payload = json.dumps(self.body(texts, kind)).encode()
+        # A query waits for no retry: a search answers by keyword at once, and the breaker above us retries later.
+        retries = 0 if kind == "query" else self.options.max_retries
         attempt = 0
         while True:
             try:
@@ -106,10 +108,15 @@ class HttpEmbedder:
                     return self._parse(response, len(texts), check_dimensions)
                 failure = provider_failure(response.status_code)  # never the provider's body: it may echo the key
                 if response.status_code not in RETRY_STATUSES:
-                    raise EmbeddingError(f"{self.provider} embeddings failed: {failure}")
+                    raise EmbeddingError(
+                        f"{self.provider} embeddings failed: {failure}", refused=response.status_code in (401, 403)
+                    )
                 retry_after = _retry_after(response.headers.get("retry-after"))
-            if attempt >= self.options.max_retries:
-                raise EmbeddingError(f"{self.provider} embeddings failed after {attempt + 1} attempts: {failure}")
+            if attempt >= retries:
+                raise EmbeddingError(
+                    f"{self.provider} embeddings failed after {attempt + 1} attempts: {failure}",
+                    retry_after=retry_after,
+                )
             delay = retry_after if retry_after is not None else self.options.backoff * 2**attempt
             delay = min(delay * random.uniform(1.0, 1.25), MAX_RETRY_AFTER)
             log.warning("%s embeddings: %s; retrying in %.1f s", self.provider, failure, delay)

@@ -12,10 +12,12 @@ import logging
 import math
 import os
 import stat
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from server.index.embeddings.base import Embedder
+from server.index.embeddings.chain import FAILOVER_AFTER, ProviderChain
 from server.index.embeddings.remote import HttpEmbedder, HttpOptions, OpenAIEmbedder, VoyageEmbedder
 from server.index.errors import EmbeddingError, InvalidArgumentError
 
@@ -57,6 +59,7 @@ class EmbeddingSettings:
     )
     http: HttpOptions = field(default_factory=HttpOptions)
     probe: bool = True
+    failover_after: float = FAILOVER_AFTER  # seconds a provider fails before the next one's vectors are built
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> EmbeddingSettings:
@@ -87,6 +90,7 @@ class EmbeddingSettings:
             openai=_remote(env, "OPENAI", defaults.openai),
             http=http,
             probe=probe in ("1", "true", "yes"),
+            failover_after=_positive(env, "MEMORY_EMBEDDING_FAILOVER_AFTER", defaults.failover_after, float, zero=True),
         )
 
 
@@ -195,7 +199,46 @@ def select_embedder(settings: EmbeddingSettings, env: Mapping[str, str]) -> tupl
     return None, reasons
 
 
-def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str]) -> Embedder:
+def select_providers(
+    settings: EmbeddingSettings, env: Mapping[str, str], *, clock: Callable[[], float] = time.monotonic
+) -> tuple[ProviderChain, list[str]]:
+    """Every usable provider in `settings.providers`, in order, for a server that runs for days: one whose probe
+    fails now is kept with its breaker open (taken back when it answers), where `select_embedder` skips it. A
+    provider that is not configured (no key, no package) is skipped, and `none` ends the list."""
+    providers: list[Embedder] = []
+    failures: list[str | None] = []
+    reasons: list[str] = []
+    for name in settings.providers:
+        if name == "none":
+            break
+        try:
+            providers.append(_build(name, settings, env, probe=False))
+        except EmbeddingError as exc:
+            reasons.append(f"{name}: {exc}")
+            log.warning("embedding provider %s skipped: %s", name, exc)
+            continue
+        failures.append(_probe_failure(providers[-1], settings))
+        if failures[-1] is not None:
+            log.warning("embedding provider %s does not answer yet: %s", name, failures[-1])
+    if not providers:
+        log.warning("no embedding provider is usable; search is keyword-only")
+    chain = ProviderChain.of(providers, failover_after=settings.failover_after, failures=failures, clock=clock)
+    return chain, reasons
+
+
+def _probe_failure(embedder: Embedder, settings: EmbeddingSettings) -> str | None:
+    if not settings.probe or not isinstance(embedder, HttpEmbedder):
+        return None
+    try:
+        answered = embedder.probe()
+    except EmbeddingError as exc:
+        return str(exc)
+    if answered != embedder.dimensions:
+        return f"model {embedder.model} answered with {answered} dimensions, expected {embedder.dimensions}"
+    return None
+
+
+def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str], *, probe: bool = True) -> Embedder:
     if name == "local":
         try:
             from server.index.embeddings.local import LocalEmbedder
@@ -208,7 +251,7 @@ def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str]) -> Em
     if api_key is None:
         raise EmbeddingError(f"not configured (set {key_name} or {key_name}_FILE)")
     dimensions = remote.dimensions or KNOWN_DIMENSIONS.get(remote.model)
-    if dimensions is None and not settings.probe:
+    if dimensions is None and not (settings.probe and probe):
         raise EmbeddingError(f"unknown dimensions for model {remote.model}; set MEMORY_{name.upper()}_DIMENSIONS")
     from server.index.tokens import WordPieceTokenizer
 
@@ -222,7 +265,7 @@ def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str]) -> Em
         max_tokens=REMOTE_MAX_TOKENS[name],
         options=settings.http,
     )
-    if settings.probe:
+    if settings.probe and probe:
         answered = embedder.probe()
         if dimensions is not None and answered != dimensions:
             embedder.close()

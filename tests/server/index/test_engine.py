@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from server.index.embeddings.chain import ProviderChain
 from server.index.engine import MemoryIndex
 from server.index.errors import InvalidArgumentError, UnknownIndexError
 from server.index.search import build_options
@@ -233,6 +234,30 @@ def test_a_corrupt_database_is_detected_and_rebuilt_from_the_files(tmp_path, fol
         reopened.close()
 
 
+def test_a_database_corrupted_while_serving_is_rebuilt_with_keyword_search_meanwhile(tmp_path, folder):
+    index = MemoryIndex.open(tmp_path / "data", "live", HashingEmbedder(), create=True)
+    try:
+        index.index(folder)
+        assert index.search("webhook idempotent processed events").mode == "hybrid"
+        index.store.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with index.db_path.open("r+b") as handle:  # pages zeroed under the open server, as a failing disk does
+            handle.seek(4096)
+            handle.write(bytes(index.db_path.stat().st_size - 4096))
+
+        meanwhile = index.search("webhook idempotent processed events")
+        assert meanwhile.mode == "keyword" and "rebuilt" in (meanwhile.notice or "")
+        assert meanwhile.hits[0].path == "memory/2026-11-18.md"
+        assert list(index.db_path.parent.glob("index.sqlite3.corrupt-*")), "the damaged file is kept for inspection"
+        thread = index._rebuild_thread
+        assert thread is not None
+        thread.join(timeout=30)
+        after = index.search("webhook idempotent processed events")
+        assert after.mode == "hybrid" and after.hits[0].path == "memory/2026-11-18.md"
+        assert index.status().files == {"memory": 5} and index.status().pending_vectors == 0
+    finally:
+        index.close()
+
+
 CRASHING_INDEXER = """
 import os, sys
 from pathlib import Path
@@ -314,13 +339,18 @@ def test_without_sqlite_vec_search_falls_back_to_keywords_and_says_so(tmp_path, 
 def test_a_failing_model_leaves_chunks_pending_until_it_recovers(tmp_path, folder):
     embedder = HashingEmbedder()
     embedder.fail = True
-    index = MemoryIndex.open(tmp_path / "data", "flaky", embedder, create=True)
+    now = [0.0]
+    providers = ProviderChain.of([embedder], clock=lambda: now[0])
+    index = MemoryIndex.open(tmp_path / "data", "flaky", providers, create=True)
     try:
         report = index.index(folder)
         assert report.chunks_written > 0 and report.chunks_pending == report.chunks_written
         failing = index.search("webhook retries")
         assert failing.mode == "keyword" and "unavailable" in (failing.notice or "") and failing.hits
         embedder.fail = False
+        index.index(folder)
+        assert index.status().pending_vectors == report.chunks_written  # the breaker rests the provider a while
+        now[0] += 60
         index.index(folder)
         assert index.status().pending_vectors == 0
         assert index.search("webhook retries", build_options(mode="vector")).hits

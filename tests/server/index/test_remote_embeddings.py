@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
+from server.index.embeddings.chain import ProviderChain
 from server.index.embeddings.remote import HttpOptions, OpenAIEmbedder, VoyageEmbedder
 from server.index.embeddings.select import EmbeddingSettings, read_secret, select_embedder
 from server.index.engine import MemoryIndex
@@ -213,7 +214,11 @@ def test_an_index_built_on_a_remote_provider_searches_hybrid(api, tmp_path):
     shutil.copytree(EXAMPLE, folder)
     env = _env(api, MEMORY_EMBEDDING_PROVIDERS="voyage", VOYAGE_API_KEY=KEY, MEMORY_VOYAGE_DIMENSIONS="64")
     embedder, _ = select_embedder(EmbeddingSettings.from_env(env), env)
-    index = MemoryIndex.open(tmp_path / "data", "remote", embedder, create=True)
+    assert embedder is not None
+    now = [0.0]
+    index = MemoryIndex.open(
+        tmp_path / "data", "remote", ProviderChain.of([embedder], clock=lambda: now[0]), create=True
+    )
     try:
         report = index.index(folder)
         assert report.chunks_embedded == report.chunks_written > 0
@@ -227,6 +232,8 @@ def test_an_index_built_on_a_remote_provider_searches_hybrid(api, tmp_path):
         assert index.index(folder).chunks_pending == 1
         assert index.search("cron UTC").hits[0].path == "memory/2026-11-21.md"
         api.failures.clear()
+        assert index.embed_pending() == 0  # the breaker rests the provider before the next try
+        now[0] += 60
         assert index.embed_pending() == 1 and index.status().pending_vectors == 0
     finally:
         index.close()

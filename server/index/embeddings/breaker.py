@@ -1,0 +1,56 @@
+"""A circuit breaker for one embedding provider: pure state, the clock passed in.
+
+Closed, a provider is used. A failure opens it: no call for `delay` seconds, doubling with each failure in a row
+up to `cap` (longer when the provider said `Retry-After`, and at least `REFUSED_DELAY` when it refused the key).
+Once the delay is over it is half-open: the next call is the trial, and a success closes it. Callers therefore
+never wait on a provider known to be down, and a recovered one is taken back by the next call after its delay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FIRST_DELAY = 2.0  # seconds a provider rests after its first failure in a row
+MAX_DELAY = 300.0  # the longest rest between two trials
+REFUSED_DELAY = 60.0  # a refused key (401, 403) is not fixed in seconds: rest at least this long
+
+
+@dataclass
+class Breaker:
+    first_delay: float = FIRST_DELAY
+    max_delay: float = MAX_DELAY
+    failures: int = 0  # in a row
+    failing_since: float | None = None  # when the first of them happened
+    open_until: float = 0.0
+    reason: str | None = None  # the last failure, safe to show (no key, no provider body)
+
+    def available(self, now: float) -> bool:
+        """Closed, or open with its delay over (the next call is the trial)."""
+        return self.failures == 0 or now >= self.open_until
+
+    def failed(self, now: float, reason: str, *, retry_after: float | None = None, refused: bool = False) -> None:
+        self.failures += 1
+        if self.failing_since is None:
+            self.failing_since = now
+        delay = min(self.first_delay * 2 ** (self.failures - 1), self.max_delay)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.max_delay))
+        if refused:
+            delay = max(delay, min(REFUSED_DELAY, self.max_delay))
+        self.open_until = now + delay
+        self.reason = reason
+
+    def succeeded(self) -> None:
+        self.failures, self.failing_since, self.open_until, self.reason = 0, None, 0.0, None
+
+    def down_for(self, now: float) -> float:
+        """Seconds since the provider began failing (0 while it works)."""
+        return 0.0 if self.failing_since is None else now - self.failing_since
+
+    def describe(self, now: float) -> str | None:
+        """None while closed; else the last failure and when the next trial comes."""
+        if self.failures == 0:
+            return None
+        wait = self.open_until - now
+        when = f"next try in {wait:.0f} s" if wait > 0.5 else "next call is a trial"
+        return f"{self.reason}; {when}"
