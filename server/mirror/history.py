@@ -45,7 +45,7 @@ class Version:
     revision: int
     hash: str | None  # None: the change deleted the file
     size: int
-    change: str
+    change: ChangeKind
     updated_by: str
     updated_at: str
 
@@ -66,7 +66,8 @@ class HistorySize:
 def _version(row: tuple[object, ...]) -> Version:
     path, revision, digest, size, change, by, at = row
     number = cast(Callable[[object], int], int)
-    return Version(str(path), number(revision), None if digest is None else str(digest), number(size), str(change),
+    kind = cast(ChangeKind, str(change))
+    return Version(str(path), number(revision), None if digest is None else str(digest), number(size), kind,
                    str(by), str(at))  # fmt: skip
 
 
