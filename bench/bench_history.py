@@ -140,7 +140,7 @@ def main() -> None:
     ]  # fmt: skip
     body = (
         f"{VERSIONS} versions per kind of change through `Mirror.write` (WAL, synchronous=FULL: one fsync of the\n"
-        "file, its folder and the database per write). \"file bytes\": the file's average size when written;\n"
+        'file, its folder and the database per write). "file bytes": the file\'s average size when written;\n'
         '"stored": zlib-compressed contents plus the history row; "disk": growth of state.sqlite3 after a checkpoint.\n'
         "Without history the contents are stored too (merge bases); only the row and its index entries differ.\n\n"
         + table(headers, rows)
