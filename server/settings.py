@@ -29,6 +29,7 @@ from server.index.embeddings.select import EmbeddingSettings, select_embedder, s
 from server.index.engine import EngineSettings
 from server.index.fusion import FusionWeights
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, ScanConfig
+from server.mirror.history import Retention
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -65,6 +66,8 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_WEIGHT_KEYWORD": "number",
     "MEMORY_MAX_FILE_BYTES": "integer",
     "MEMORY_REDACT_WRITES": "boolean",
+    "MEMORY_HISTORY_DAYS": "integer",
+    "MEMORY_HISTORY_MAX_DAYS": "integer",
     "VOYAGE_API_KEY_FILE": "path",
     "OPENAI_API_KEY_FILE": "path",
 }
@@ -96,6 +99,7 @@ class Settings:
     redact_writes: bool = True  # secrets in memory_write content become [redacted:<kind>] markers
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
+    history: Retention = field(default_factory=Retention)  # how long versions of memory files are kept
     config_file: Path | None = None
     origins: Mapping[str, Origin] = field(default_factory=dict)  # file key -> where its value came from
     key_files: Mapping[str, str] = field(default_factory=dict)  # NAME_FILE -> path, from the config file
@@ -162,6 +166,10 @@ class Settings:
             redact_writes=redact_writes in ("1", "true", "yes"),
             embedding=EmbeddingSettings.from_env(env),
             engine=EngineSettings(scan=scan, weights=weights),
+            history=Retention(
+                all_days=int(_number(env, "MEMORY_HISTORY_DAYS", Retention.all_days)),
+                max_days=int(_number(env, "MEMORY_HISTORY_MAX_DAYS", Retention.max_days)),
+            ),
             config_file=named,
             origins=dict(origins),
             key_files=dict(key_files),

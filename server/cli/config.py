@@ -62,6 +62,8 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         "weight_keyword": engine.weights.keyword,
         "max_file_bytes": engine.scan.max_file_bytes,
         "redact_writes": settings.redact_writes,
+        "history_days": settings.history.all_days,
+        "history_max_days": settings.history.max_days,
     }
     values.update({key: (value, origin[key]) for key, value in plain.items()})
     sources = settings.key_sources(env)

@@ -60,7 +60,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The web stack and the MCP SDK take most of a second to import: only this command pays for them.
     from server.app import create_app
     from server.cli.graceful import GracefulServer
+    from server.indexes.storage import SqliteBackend
     from server.memory.service import SERVER_VERSION, MemoryService
+    from server.mirror.state import utc_now
     from server.observe.metrics import sessions_collector
     from server.observe.metrics_app import ChannelMetrics, MetricsListener, service_metrics
 
@@ -90,7 +92,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if first is not None and first.provider == "local":  # the others load on first use, if they ever are
         print(f"loading the embedding model {first.model} ...", file=_stdout(), flush=True)
         first.warm_up()
-    service = MemoryService(data_dir, providers, settings.engine, redact_writes=settings.redact_writes)
+    backend = SqliteBackend(data_dir, providers, settings.engine, utc_now, retention=settings.history)
+    service = MemoryService(data_dir, providers, settings.engine, redact_writes=settings.redact_writes, backend=backend)
     metrics = service_metrics(service)
     app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics)
     metrics.collectors.append(sessions_collector(lambda: len(app.sessions)))

@@ -1,10 +1,11 @@
 """The storage seam: what the memory operations and file sync need from the place files, revisions, chunks and
-search live. Two narrow protocols and a backend that opens both for one index.
+search live. Narrow protocols and a backend that opens both for one index.
 
-`FileStore` holds an index's files with their revisions, tombstones, idempotency records, merge bases and the
-change feed (`holding_changes`); `SearchIndex` holds its chunks, vectors and keyword index. SQLite is the one
-implementation (`server.mirror.Mirror`, `server.index.MemoryIndex`, opened by `SqliteBackend`); another backend
-(PostgreSQL, later) implements the same three protocols and is chosen where the service is built.
+`FileStore` holds an index's files with their revisions, tombstones, idempotency records, merge bases, the
+change feed (`holding_changes`) and the version history (`HistoryStore`, written in the transaction that records a
+file's new state: a backend must keep that promise); `SearchIndex` holds its chunks, vectors and keyword index.
+SQLite is the one implementation (`server.mirror.Mirror`, `server.index.MemoryIndex`, opened by `SqliteBackend`);
+another backend (PostgreSQL, later) implements the same protocols and is chosen where the service is built.
 """
 
 from __future__ import annotations
@@ -22,8 +23,21 @@ from server.index.engine import EngineSettings, IndexStatus, MemoryIndex
 from server.index.indexer import IndexReport
 from server.index.naming import index_dir
 from server.index.search import SearchOptions, SearchResult
+from server.mirror.history import ChangeKind, HistorySize, Retention, Version, VersionText
 from server.mirror.mirror import Mirror, MirrorFile
 from server.mirror.state import CallerSync, FileState, IdempotencyRecord
+
+
+class HistoryStore(Protocol):
+    """The versions of one index's memory files, newest first; a version is named by the revision of its change."""
+
+    def versions(
+        self, path: str | None = None, *, before: int | None = None, limit: int = 50
+    ) -> builtins.list[Version]: ...
+    def deleted(self, prefix: str = "", *, before: int | None = None, limit: int = 50) -> builtins.list[Version]: ...
+    def last_text(self, path: str, before: int) -> Version | None: ...
+    def get(self, path: str, revision: int) -> VersionText | None: ...
+    def size(self) -> HistorySize: ...
 
 
 class FileStore(Protocol):
@@ -47,6 +61,9 @@ class FileStore(Protocol):
     @property
     def clock(self) -> Callable[[], dt.datetime]: ...
 
+    @property
+    def history(self) -> HistoryStore: ...
+
     def read(self, path: str) -> MirrorFile | None: ...
     def state(self, path: str) -> FileState | None: ...
     def states(self, paths: builtins.list[str]) -> dict[str, FileState]: ...
@@ -65,8 +82,11 @@ class FileStore(Protocol):
         caller: str,
         expected_hash: str | None = None,
         record: IdempotencyRecord | None = None,
+        change: ChangeKind = "write",
     ) -> FileState: ...
-    def delete(self, path: str, *, caller: str, expected_hash: str | None = None) -> FileState | None: ...
+    def delete(
+        self, path: str, *, caller: str, expected_hash: str | None = None, change: ChangeKind = "delete"
+    ) -> FileState | None: ...
     def recall(self, caller: str, key: str) -> IdempotencyRecord | None: ...
     def remember(self, record: IdempotencyRecord) -> None: ...
     def record_sync(self, caller: str, kind: Literal["pull", "push"], revision: int) -> None: ...
@@ -119,8 +139,10 @@ class SqliteBackend:
         embedder: Embedder | ProviderChain | None,
         settings: EngineSettings,
         clock: Callable[[], dt.datetime],
+        retention: Retention | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.retention = retention
         self.embedder = embedder
         self.settings = settings
         self.clock = clock
@@ -136,6 +158,7 @@ class SqliteBackend:
                 clock=self.clock,
                 max_file_bytes=self.settings.scan.max_file_bytes,
                 on_change=on_change,
+                retention=self.retention,
             )
         except BaseException:
             index.close()

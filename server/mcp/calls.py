@@ -23,6 +23,8 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 from server.error_table import recognised
+from server.mcp.caller import channel_user
+from server.memory.caller import CallerContext
 
 log = logging.getLogger(__name__)
 
@@ -90,3 +92,15 @@ async def run_with_progress(ctx: Context, job: Callable[[Progress, Callable[[], 
                 result = await anyio.to_thread.run_sync(job, progress, stop.is_set)
         watching.cancel_scope.cancel()
     return result
+
+
+def tool_caller(
+    ctx: Context, refused: type[Exception] = ToolError, unknown: type[Exception] = ToolError
+) -> CallerContext:
+    """The caller of a tool call (or resource read), as the channel authenticated it: `refused` when there is
+    none, `unknown` when its grants do not make a caller."""
+    user = channel_user(ctx.request_context.request)
+    if user is None:
+        raise refused("not authenticated: this server is reached through memory-proxy")
+    with translated("caller", unknown):
+        return CallerContext.from_user(user)

@@ -1,4 +1,5 @@
-"""The MCP surface: seven memory tools, every memory file as a `memory://` resource, and two prompts.
+"""The MCP surface: the memory tools, every memory file as a `memory://` resource, and two prompts
+(`server.mcp.prompts`); the history tools are in `server.mcp.history_tools`.
 
 Each handler finds its caller in the HTTP request the channel authenticated (`scope["user"]`), runs the blocking
 service call in a worker thread (never abandoned, so a cancelled or interrupted write still finishes), and turns
@@ -32,7 +33,10 @@ from server.error_table import KNOWN_ERRORS, answer_for
 from server.mcp import strict
 from server.mcp.answers import compact, fit_list, fit_search, get_answer
 from server.mcp.caller import channel_user
-from server.mcp.calls import Progress, in_thread, run_with_progress, translated
+from server.mcp.calls import Progress, in_thread, run_with_progress, tool_caller, translated
+from server.mcp.history_tools import add_history_tools
+from server.mcp.prompts import add_prompts
+from server.memory.history import HistoryService
 from server.memory.results import (
     DeleteOutput,
     GetOutput,
@@ -102,7 +106,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     ) -> Annotated[CallToolResult, SearchOutput]:
         """Search memory (meaning and keywords) for notes, decisions and past work. Returns the best passages
         with a path#Lx-Ly citation, heading, snippet and score; read more around a hit with memory_get."""
-        caller = _caller(ctx)
+        caller = tool_caller(ctx)
         found = await in_thread(
             "memory_search",
             service.search,
@@ -125,16 +129,19 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         start_line: Annotated[int | None, Field(description="first line to return, 1-based")] = None,
         end_line: Annotated[int | None, Field(description="last line to return, inclusive")] = None,
         heading: Heading = None,
+        version: Annotated[int | None, Field(description="a past version, from memory_history", ge=1)] = None,
     ) -> Annotated[CallToolResult, GetOutput]:
         """Read a memory file, lines start_line-end_line of it, or one section by heading (with its line range
-        and section_hash). Long answers stop early and say where to continue (next_start_line). A missing file is
-        exists=false. hash (or section_hash) is what memory_write needs to replace the file (or section)."""
-        caller = _caller(ctx)
+        and section_hash); with version, a past version. Long answers stop early and say where to continue
+        (next_start_line). A missing file is exists=false. hash (or section_hash) is what memory_write needs to
+        replace the file (or section)."""
+        caller = tool_caller(ctx)
         return get_answer(
             await in_thread(
-                "memory_get", service.get, caller, path, start_line=start_line, end_line=end_line, heading=heading
+                "memory_get", service.get, caller, path, start_line=start_line, end_line=end_line, heading=heading,
+                version=version,
             )
-        )
+        )  # fmt: skip
 
     @mcp.tool(
         title="Write to memory",
@@ -174,7 +181,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         """Store a note in memory. By default appends to today's daily log under a '## HH:MM — topic' heading;
         with heading, under that section. 'replace' rewrites a whole file (or one section) and is refused (with
         the current hash) if it changed since you read it. Searchable as soon as this returns."""
-        caller = _caller(ctx)
+        caller = tool_caller(ctx)
         written = await in_thread(
             "memory_write",
             service.write,
@@ -200,7 +207,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         limit: Annotated[int, Field(description="files per page", ge=1, le=MAX_LIST_PAGE)] = 100,
     ) -> Annotated[CallToolResult, ListOutput]:
         """List memory files with size, lines, hash and who changed them when, sorted by path."""
-        caller = _caller(ctx)
+        caller = tool_caller(ctx)
         listed = await in_thread(
             "memory_list",
             service.list,
@@ -224,14 +231,14 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     ) -> Annotated[CallToolResult, DeleteOutput]:
         """Delete a memory file everywhere (every synced laptop loses it too). With expected_hash, only if the
         file is still that version."""
-        caller = _caller(ctx)
+        caller = tool_caller(ctx)
         return compact(await in_thread("memory_delete", service.delete, caller, path, expected_hash=expected_hash))
 
     @mcp.tool(title="Memory status", annotations=READ_ONLY)
     async def memory_status(ctx: Context) -> Annotated[CallToolResult, StatusOutput]:
         """Which memory you are using and what it holds: embedding model, files and chunks per source, pending
         indexing, last change, search modes available, your caller name and access."""
-        caller = _caller(ctx)
+        caller = tool_caller(ctx)
         return compact(await in_thread("memory_status", service.status, caller))
 
     @mcp.tool(
@@ -250,7 +257,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     ) -> Annotated[CallToolResult, SyncOutput]:
         """Re-index memory files changed outside memory_write now (usually automatic), optionally only one
         source or path. Reports progress and can be cancelled."""
-        caller = _caller(ctx)
+        caller = tool_caller(ctx)
 
         def sync(progress: Progress, cancelled: Callable[[], bool]) -> SyncOutput:
             return service.sync(caller, force=force, progress=progress, cancelled=cancelled, source=source, path=path)
@@ -259,7 +266,8 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             return compact(await run_with_progress(ctx, sync))
 
     _add_resources(mcp, service)
-    _add_prompts(mcp)
+    add_prompts(mcp)
+    add_history_tools(mcp, HistoryService(service))
     strict.install(mcp)
     return mcp
 
@@ -342,49 +350,11 @@ def _page_start(cursor: str | None) -> int:
     return int(cursor)
 
 
-# prompts --------------------------------------------------------------------------------------------------
-
-
-def _add_prompts(mcp: MCPServer) -> None:
-    @mcp.prompt(title="Remember", description="Store a note in today's memory log.")
-    def remember(
-        note: Annotated[str, Field(description="what to remember")],
-        topic: Annotated[str, Field(description="a short title for the entry")] = "",
-    ) -> str:
-        heading = f' with topic "{topic}"' if topic else " with a short topic you choose"
-        return (
-            f"Store the note below in memory with the memory_write tool (mode append, no path: today's daily "
-            f"log){heading}. Keep it as written; fix only obvious typos. Then confirm in one line where it went.\n\n"
-            f"{note}"
-        )
-
-    @mcp.prompt(title="Recall", description="Search memory and summarise what it says.")
-    def recall(question: Annotated[str, Field(description="what you want to know")]) -> str:
-        return (
-            "Search memory with the memory_search tool for the question below (try a second phrasing if the first "
-            "finds little; read around the best hits with memory_get). Then answer from what memory says, citing "
-            "each fact as path#Lx-Ly, and say plainly when memory holds nothing on it.\n\n"
-            f"Question: {question}"
-        )
-
-
 # running service calls ------------------------------------------------------------------------------------
 
 
-def _caller(ctx: Context) -> CallerContext:
-    user = channel_user(ctx.request_context.request)
-    if user is None:
-        raise ToolError("not authenticated: this server is reached through memory-proxy")
-    with translated("caller", ToolError):
-        return CallerContext.from_user(user)
-
-
 def _resource_caller(ctx: Context) -> CallerContext:
-    user = channel_user(ctx.request_context.request)
-    if user is None:
-        raise ResourceError("not authenticated: this server is reached through memory-proxy")
-    with translated("caller", ResourceNotFoundError):
-        return CallerContext.from_user(user)
+    return tool_caller(ctx, ResourceError, ResourceNotFoundError)
 
 
 def _header(ctx: Context, name: str) -> str | None:

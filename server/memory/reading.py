@@ -1,13 +1,17 @@
-"""Reading an index's files for the tools: a page of lines of one file, a page of the file listing."""
+"""Reading an index's files for the tools: a page of lines of one file (or of a past version), a page of the file
+listing."""
 
 from __future__ import annotations
 
+from server.errors import InvalidArgumentError
 from server.indexes.registry import OpenIndex
+from server.indexes.storage import FileStore
 from server.memory import sections
 from server.memory.arguments import encode_cursor
 from server.memory.results import FileEntry, GetOutput, ListOutput
-from server.memory.text import page
-from server.mirror.state import FileState
+from server.memory.text import count_lines, page
+from server.mirror.history import Version
+from server.mirror.state import FileState, MirrorFile
 from syncproto.paths import is_session_file
 
 
@@ -18,13 +22,19 @@ def read_lines(
     end_line: int | None,
     max_chars: int,
     heading: tuple[str, ...] | None = None,
+    version: int | None = None,
 ) -> GetOutput:
-    """Lines `start_line` to `end_line` of the file at the canonical `path`, at most `max_chars` characters; a
-    missing file is `exists=False` (with who deleted it when, if anyone did). With `heading`, of that section
-    only: the lines are clamped to it, and the answer names it and its hash (a missing heading is an error)."""
-    current = handle.mirror.read(path)
+    """Lines `start_line` to `end_line` of the file at the canonical `path` (of its past `version` when given), at
+    most `max_chars` characters; a missing file is `exists=False` (with who deleted it when, if anyone did). With
+    `heading`, of that section only: the lines are clamped to it, and the answer names it and its hash (a missing
+    heading is an error)."""
+    gone: FileState | Version | None
+    if version is None:
+        current = handle.mirror.read(path)
+        gone = handle.mirror.state(path) if current is None else None
+    else:
+        current, gone = version_file(handle.mirror, path, version)
     if current is None:
-        gone = handle.mirror.state(path)
         return GetOutput(
             path=path,
             exists=False,
@@ -37,6 +47,7 @@ def read_lines(
             next_start_line=None,
             updated_by=gone.updated_by if gone else None,
             updated_at=gone.updated_at if gone else None,
+            version=version,
         )
     name = hashed = None
     if heading is not None:
@@ -62,7 +73,26 @@ def read_lines(
         updated_at=current.updated_at,
         heading=name,
         section_hash=hashed,
+        version=version,
     )
+
+
+def check_version(version: object) -> int:
+    """A version number as the tools take it: a whole number from 1."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise InvalidArgumentError("version must be a whole number from 1 (a version listed by memory_history)")
+    return version
+
+
+def version_file(mirror: FileStore, path: str, version: int) -> tuple[MirrorFile | None, Version]:
+    """Version `version` of `path` as a file (None: the version is a deletion) and its entry in the history."""
+    found = mirror.history.get(path, check_version(version))
+    if found is None:
+        raise InvalidArgumentError(f"{path} has no version {version}: memory_history lists the versions kept")
+    v, text = found.version, found.text
+    if text is None or v.hash is None:
+        return None, v
+    return MirrorFile(path, text, v.hash, count_lines(text), v.size, v.revision, v.updated_by, v.updated_at), v
 
 
 def list_page(files: list[FileState], after: str | None, limit: int) -> ListOutput:

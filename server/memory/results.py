@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from server.mirror.history import ChangeKind
+
 Access = Literal["r", "rw"]
 SearchMode = Literal["hybrid", "vector", "keyword"]
 WriteMode = Literal["append", "replace"]
@@ -58,6 +60,7 @@ class GetOutput(BaseModel):
     section_hash: str | None = Field(
         default=None, description="sha256 of the whole section: expected_hash to replace it with this heading"
     )
+    version: int | None = Field(default=None, description="the past version read (from memory_history), if one was")
 
 
 class WriteOutput(BaseModel):
@@ -142,6 +145,8 @@ class StatusOutput(BaseModel):
     embedding_providers: list[ProviderHealth] = Field(
         default_factory=list, description="the configured providers in fallback order, and how each one answers"
     )
+    history_versions: int = Field(default=0, description="versions of memory files the history keeps")
+    history_bytes: int = Field(default=0, description="compressed bytes of the contents the history keeps")
 
 
 class SyncOutput(BaseModel):
@@ -151,3 +156,40 @@ class SyncOutput(BaseModel):
     chunks_embedded: int
     seconds: float
     cancelled: bool
+
+
+class VersionEntry(BaseModel):
+    """One version of one memory file: its content after a change, and how, by whom and when it changed."""
+
+    path: str
+    version: int = Field(
+        description="names this version (its change's revision); memory_get and memory_restore take it"
+    )
+    hash: str | None = Field(description="sha256 of the content after the change; null when the change deleted it")
+    size: int = Field(description="bytes after the change")
+    change: ChangeKind = Field(
+        description="write (memory_write), push (a laptop's edit), merge (two edits merged), conflict (a conflict "
+        "copy), delete, restore (memory_restore), disk (edited on the server's disk), before-history (as it was "
+        "when the history began)"
+    )
+    updated_by: str = Field(description="the caller that made the change ('(disk)' for edits on the server)")
+    updated_at: str = Field(description="when, ISO 8601 UTC")
+    restore_version: int | None = Field(
+        default=None, description="for a deletion: the last version with content, to pass to memory_restore"
+    )
+
+
+class HistoryOutput(BaseModel):
+    path: str | None = Field(description="the file whose versions these are; null: recent changes of every file")
+    deleted: bool = Field(description="true: the listing holds the deletions of files that are deleted now")
+    versions: list[VersionEntry] = Field(description="newest first")
+    next_before: int | None = Field(description="pass as before for older versions; null when there are none")
+
+
+class RestoreOutput(BaseModel):
+    path: str
+    restored_version: int = Field(description="the version brought back")
+    changed: bool = Field(description="false when the file already was that version")
+    version: int = Field(description="the new version the restore made (itself undoable with memory_restore)")
+    hash: str | None = Field(description="sha256 of the file now; null when the restored version is a deletion")
+    indexed: bool = Field(description="the index holds the restored text (search finds it)")

@@ -212,9 +212,10 @@ class MemoryService:
         start_line: int | None = None,
         end_line: int | None = None,
         heading: str | None = None,
+        version: int | None = None,
     ) -> GetOutput:
-        """Lines of one file (all by default; with `heading`, of that section), at most MAX_GET_CHARS characters;
-        a missing file is exists=False."""
+        """Lines of one file (all by default; with `heading`, of that section; with `version`, of that past
+        version from memory_history), at most MAX_GET_CHARS characters; a missing file is exists=False."""
         with self._call():
             name, _access = authorise(caller)
             path = normalise_mirror_path(path)
@@ -225,7 +226,7 @@ class MemoryService:
                 raise InvalidArgumentError("start_line is after end_line")
             parts = check_heading(heading)
             handle = self.indexes.get(name)
-            return read_lines(handle, path, start_line, end_line, MAX_GET_CHARS, parts)
+            return read_lines(handle, path, start_line, end_line, MAX_GET_CHARS, parts, version)
 
     # write ---------------------------------------------------------------------------------------------
 
@@ -337,6 +338,7 @@ class MemoryService:
             handle = self.indexes.get(name)
             pending = len(self.indexes.pending(handle, handle.mirror.reconcile_all()))
             status = handle.index.status()
+            history = handle.mirror.history.size()
             return StatusOutput(
                 caller=caller.name,
                 index=name,
@@ -357,6 +359,8 @@ class MemoryService:
                 sync=[CallerSyncEntry(**dataclasses.asdict(entry)) for entry in handle.mirror.sync_callers()],
                 unreadable=dict(sorted(handle.mirror.unreadable.items())),
                 embedding_providers=[ProviderHealth(**dataclasses.asdict(p)) for p in status.providers],
+                history_versions=history.versions,
+                history_bytes=history.bytes,
             )
 
     def sync(

@@ -12,6 +12,7 @@ import errno
 import hashlib
 import logging
 import os
+import secrets
 import stat
 import time
 from collections.abc import Iterator
@@ -184,6 +185,39 @@ def lstat_file(parent: int, name: str, path: str) -> os.stat_result | None:
     if not stat.S_ISREG(info.st_mode):
         raise UnsafePathError(f"{path} is a symbolic link or not a regular file in the mirror; refused")
     return info
+
+
+class Staged:
+    """A file's new bytes written beside it (fsynced, mtime later than the old file's), waiting to be renamed."""
+
+    def __init__(self, parent: int, name: str, path: str, data: bytes) -> None:
+        self.parent, self.name = parent, name
+        old = lstat_file(parent, name, path)
+        floor = old.st_mtime_ns + 1 if old is not None else 0
+        self.tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(self.tmp, _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
+        try:
+            try:
+                write_all(fd, data)
+                # A later mtime than the old file's even within one clock tick, so the engine's size+mtime
+                # check never mistakes a same-size rewrite for an unchanged file.
+                now = max(now_ns(), floor)
+                os.utime(fd, ns=(now, now))
+                os.fsync(fd)
+                self.mtime_ns = os.fstat(fd).st_mtime_ns
+            finally:
+                os.close(fd)
+        except BaseException:
+            self.discard()
+            raise
+
+    def publish(self) -> None:
+        """Rename the new bytes over the file (the caller fsyncs the folder)."""
+        os.rename(self.tmp, self.name, src_dir_fd=self.parent, dst_dir_fd=self.parent)
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp, dir_fd=self.parent)
 
 
 def write_all(fd: int, data: bytes) -> None:

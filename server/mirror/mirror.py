@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -33,18 +32,8 @@ from server.index.scan import DEFAULT_MAX_FILE_BYTES, day_of
 from server.memory.text import count_lines_of_bytes
 from server.mirror import queries as q
 from server.mirror.feed import ChangeNotices
-from server.mirror.files import (
-    _NEW_FILE_FLAGS,
-    Snapshot,
-    decoded_text,
-    encoded,
-    folder,
-    lstat_file,
-    now_ns,
-    take_snapshot,
-    walk,
-    write_all,
-)
+from server.mirror.files import Snapshot, Staged, decoded_text, encoded, folder, lstat_file, take_snapshot, walk
+from server.mirror.history import ChangeKind, MirrorHistory, Retention, Version, prune_history_sql, record_change
 from server.mirror.paths import normalise_mirror_path, refuse_collision
 from server.mirror.state import (
     ABSENT,
@@ -100,8 +89,11 @@ class Mirror:
         clock: Callable[[], datetime] = utc_now,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         on_change: Callable[[], None] | None = None,
+        retention: Retention | None = None,
     ) -> None:
-        """`on_change` is called (in whatever thread made it) after every recorded change, for long-polls."""
+        """`on_change` is called (in whatever thread made it) after every recorded change, for long-polls;
+        `retention`: how long the history keeps versions (`server.mirror.history`)."""
+        self.retention = retention or Retention()
         self.directory = directory
         self._notices = ChangeNotices(on_change)
         self._pruned_at = 0.0
@@ -114,6 +106,7 @@ class Mirror:
         self.unreadable: dict[str, str] = {}
         self.files_dir.mkdir(parents=True, exist_ok=True)
         self._db = open_state(directory)
+        self.history = MirrorHistory(self._db, self.lock, self.version_text)
 
     def close(self) -> None:
         with self.lock:
@@ -233,10 +226,12 @@ class Mirror:
         caller: str,
         expected_hash: str | None = None,
         record: IdempotencyRecord | None = None,
+        change: ChangeKind = "write",
     ) -> FileState:
         """Replace the file at `path` with `text` atomically. `expected_hash`: None writes whatever is there,
         ABSENT requires that no file exists, a hash requires the current file to have it (else ConflictError,
-        nothing changed). `record` is stored in the same transaction as the file's new state."""
+        nothing changed). `record` is stored in the same transaction as the file's new state, and so is the new
+        version in the history, marked as `change`."""
         path = normalise_mirror_path(path)
         data = encoded(text)
         if len(data) > self.max_file_bytes:
@@ -252,40 +247,28 @@ class Mirror:
                     self._remember(record)
                 return current
             with folder(self.files_dir, path, create=True) as parent:
-                name = path.rsplit("/", 1)[-1]
-                old = lstat_file(parent, name, path)
-                floor = old.st_mtime_ns + 1 if old is not None else 0
-                tmp = f".{name}.{secrets.token_hex(6)}.tmp"
-                fd = os.open(tmp, _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
+                staged = Staged(parent, path.rsplit("/", 1)[-1], path, data)
                 try:
-                    try:
-                        write_all(fd, data)
-                        # A later mtime than the old file's even within one clock tick, so the engine's
-                        # size+mtime check never mistakes a same-size rewrite for an unchanged file.
-                        now = max(now_ns(), floor)
-                        os.utime(fd, ns=(now, now))
-                        os.fsync(fd)
-                        mtime_ns = os.fstat(fd).st_mtime_ns
-                    finally:
-                        os.close(fd)
                     with self._db:
-                        state = self._record(path, digest, len(data), mtime_ns, count_lines_of_bytes(data), caller)
+                        lines = count_lines_of_bytes(data)
+                        state = self._record(path, digest, len(data), staged.mtime_ns, lines, caller, change)
                         if not is_session_file(path):  # transcripts are never merged: no merge bases
                             store_version(self._db, digest, data, state.updated_at)
                         self._remember(record)
                         self._prune_versions()
-                        os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+                        staged.publish()  # inside the transaction: a failed commit is a change on disk, seen later
                 except BaseException:
-                    with contextlib.suppress(OSError):
-                        os.unlink(tmp, dir_fd=parent)
+                    staged.discard()
                     raise
                 os.fsync(parent)
         self._changed()
         return state
 
-    def delete(self, path: str, *, caller: str, expected_hash: str | None = None) -> FileState | None:
-        """Remove the file at `path`, leaving a tombstone; returns the state it had (None when there was none).
-        A given `expected_hash` must match (ConflictError otherwise)."""
+    def delete(
+        self, path: str, *, caller: str, expected_hash: str | None = None, change: ChangeKind = "delete"
+    ) -> FileState | None:
+        """Remove the file at `path`, leaving a tombstone (and a version of the history marked as `change`);
+        returns the state it had (None when there was none). A given `expected_hash` must match (else ConflictError)."""
         path = normalise_mirror_path(path)
         with self.lock:
             current = self._current(path)
@@ -297,7 +280,7 @@ class Mirror:
             with folder(self.files_dir, path) as parent:
                 name = path.rsplit("/", 1)[-1]
                 with self._db:
-                    self._record(path, None, 0, 0, 0, caller)
+                    self._record(path, None, 0, 0, 0, caller, change)
                     lstat_file(parent, name, path)  # refuses a symbolic link
                     os.unlink(name, dir_fd=parent)
                 os.fsync(parent)
@@ -358,9 +341,9 @@ class Mirror:
         log.info("mirror: %s changed on disk", path)
         with self._db:
             if snapshot is None:
-                recorded = self._record(path, None, 0, 0, 0, DISK)
+                recorded = self._record(path, None, 0, 0, 0, DISK, "disk")
             else:
-                recorded = self._record(path, digest, snapshot.size, snapshot.mtime_ns, snapshot.lines, DISK)
+                recorded = self._record(path, digest, snapshot.size, snapshot.mtime_ns, snapshot.lines, DISK, "disk")
                 if snapshot.data is not None and not is_session_file(path):
                     store_version(self._db, snapshot.digest, snapshot.data, recorded.updated_at)
         self._changed()
@@ -382,14 +365,20 @@ class Mirror:
         if self._pruned_at and now - self._pruned_at < PRUNE_SECONDS:
             return
         self._pruned_at = now
+        self._db.execute(*prune_history_sql(self.retention, self.clock()))
+        versions = self._db.changes()
         gone = prune_versions(self._db, self.clock())
-        if gone:
-            log.info("mirror: forgot %d old versions", gone)
+        if gone or versions:
+            log.info("mirror: forgot %d old versions of files, %d contents", versions, gone)
 
-    def _record(self, path: str, digest: str | None, size: int, mtime_ns: int, lines: int, by: str) -> FileState:
-        """Bump the revision and store the new state of `path`; call inside a transaction."""
+    def _record(
+        self, path: str, digest: str | None, size: int, mtime_ns: int, lines: int, by: str, change: ChangeKind
+    ) -> FileState:
+        """Bump the revision, store the new state of `path` and its version; call inside a transaction."""
         revision = self._revision() + 1
         self._db.execute(*q.set_revision(revision))
         at = iso(self.clock())
         self._db.execute(*q.upsert_file(path, digest, size, mtime_ns, lines, revision, by, at))
+        if not is_session_file(path):
+            record_change(self._db, Version(path, revision, digest, size, change, by, at))
         return FileState(path, digest, size, lines, revision, by, at)

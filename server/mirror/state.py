@@ -20,7 +20,7 @@ import apsw
 from server.errors import ConflictError, EngineError
 from syncproto.wire import sha256_hex
 
-STATE_SCHEMA_VERSION = 3
+STATE_SCHEMA_VERSION = 4
 ABSENT = "absent"  # `expected_hash` meaning "the file must not exist yet"
 VERSION_DAYS = 30
 BUSY_TIMEOUT_MS = 10_000
@@ -145,12 +145,39 @@ def _m003_hashed_idempotency_keys(db: apsw.Connection) -> None:
         )
 
 
+def _m004_history(db: apsw.Connection) -> None:
+    """The history table, started with one row per path the state knows (its current version or tombstone)."""
+    db.execute(
+        """
+        CREATE TABLE history(
+            revision INTEGER PRIMARY KEY,   -- the change's revision: names the version
+            path TEXT NOT NULL,
+            hash TEXT,                      -- sha256 hex of the bytes after the change (in versions); NULL = deleted
+            size INTEGER NOT NULL,
+            change TEXT NOT NULL,           -- write, push, merge, conflict, delete, restore, disk, before-history
+            updated_by TEXT NOT NULL,
+            updated_at TEXT NOT NULL        -- ISO 8601 UTC
+        );
+        CREATE INDEX history_by_path ON history(path, revision);
+        CREATE INDEX history_by_hash ON history(hash);
+        INSERT INTO history(revision, path, hash, size, change, updated_by, updated_at)
+            SELECT revision, path, hash, size, 'before-history', updated_by, updated_at FROM files
+            WHERE path NOT LIKE 'sessions/%';
+        """
+    )
+
+
 def idempotency_key_digest(key: str) -> str:
     """How an idempotency key is stored and looked up."""
     return "sha256:" + sha256_hex(key.encode("utf-8", "surrogatepass"))
 
 
-MIGRATIONS: tuple[Callable[[apsw.Connection], None], ...] = (_m001_initial, _m002_sync, _m003_hashed_idempotency_keys)
+MIGRATIONS: tuple[Callable[[apsw.Connection], None], ...] = (
+    _m001_initial,
+    _m002_sync,
+    _m003_hashed_idempotency_keys,
+    _m004_history,
+)
 
 
 def migrate_state(db: apsw.Connection) -> None:
@@ -191,10 +218,12 @@ def load_version(db: apsw.Connection, digest: str) -> bytes | None:
 
 
 def prune_versions(db: apsw.Connection, now: datetime) -> int:
-    """Forget versions no live file has and that nobody wrote for `VERSION_DAYS`; how many went."""
+    """Forget contents that no live file has, no kept version of the history names, and nobody wrote for
+    `VERSION_DAYS` (merge bases); how many went."""
     cutoff = iso(now - timedelta(days=VERSION_DAYS))
     db.execute(
-        "DELETE FROM versions WHERE stored_at < ? AND hash NOT IN (SELECT hash FROM files WHERE hash IS NOT NULL)",
+        "DELETE FROM versions WHERE stored_at < ? AND hash NOT IN (SELECT hash FROM files WHERE hash IS NOT NULL)"
+        " AND hash NOT IN (SELECT hash FROM history WHERE hash IS NOT NULL)",
         (cutoff,),
     )
     return db.changes()

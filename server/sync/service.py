@@ -148,7 +148,8 @@ def _write(
     if current is not None and current.hash == digest:
         return PushResult(path, "unchanged", current.hash, current.revision)
     if current is None or base == current.hash:
-        state = mirror.write(path, content, caller=caller, expected_hash=current.hash if current else ABSENT)
+        expected = current.hash if current else ABSENT
+        state = mirror.write(path, content, caller=caller, expected_hash=expected, change="push")
         return PushResult(path, "applied", state.hash, state.revision)
     if base is None:
         merged = merge_unrelated(current.text, content)
@@ -157,13 +158,13 @@ def _write(
         merged = merge3(base_text, current.text, content) if base_text is not None else None
     if merged is not None:
         try:
-            state = mirror.write(path, merged, caller=caller, expected_hash=current.hash)
+            state = mirror.write(path, merged, caller=caller, expected_hash=current.hash, change="merge")
         except InvalidArgumentError:  # the merged text is over the size cap: keep both sides apart instead
             log.info("sync: merging %s would exceed the size cap; keeping a conflict copy", path)
         else:
             return PushResult(path, "merged", state.hash, state.revision, content=merged)
     copy = conflict_path(path, caller, mirror.clock(), lambda p: mirror.read(p) is not None)
-    kept = mirror.write(copy, content, caller=caller, expected_hash=ABSENT)
+    kept = mirror.write(copy, content, caller=caller, expected_hash=ABSENT, change="conflict")
     log.info("sync: conflicting edits of %s; %s kept the pushed text", path, copy)
     return PushResult(
         path,

@@ -56,7 +56,7 @@ async def test_every_tool_works_through_the_proxy_and_the_daily_log_is_dated_in_
     before = dt.datetime.now(ZoneInfo(ZONE)).date()
     with open(tmp_path / "stderr", "w") as errlog:
         async with Client(stdio_client(params, errlog=errlog), mode=mode) as client:
-            assert len((await client.list_tools()).tools) == 7
+            assert len((await client.list_tools()).tools) == 9
             written = structured(await client.call_tool("memory_write", {"content": "Deploys go out on Tuesdays"}))
             found = structured(await client.call_tool("memory_search", {"query": "deploys tuesdays"}))
             got = structured(await client.call_tool("memory_get", {"path": written["path"]}))

@@ -111,7 +111,7 @@ async def test_healthz_answers_without_authentication_and_says_nothing_else(depl
 @pytest.mark.parametrize("mode", MODES)
 async def test_every_tool_resource_and_prompt_works_through_the_channel(deployment, mode):
     async with deployment.mcp("alice", "alice-notes", mode=mode, timezone="Europe/Paris") as client:
-        assert len((await client.list_tools()).tools) == 7
+        assert len((await client.list_tools()).tools) == 9
         started = time.monotonic()
         written = structured(await client.call_tool("memory_write", {"content": "Deploys go out on Tuesdays"}))
         found = structured(await client.call_tool("memory_search", {"query": "deploys tuesdays"}))
@@ -131,6 +131,10 @@ async def test_every_tool_resource_and_prompt_works_through_the_channel(deployme
         bad = error(await client.call_tool("memory_get", {"path": "../../etc/passwd"}))
         deleted = structured(await client.call_tool("memory_delete", {"path": written["path"]}))
         gone = structured(await client.call_tool("memory_search", {"query": "deploys tuesdays"}))
+        history = structured(await client.call_tool("memory_history", {"deleted": True}))["versions"]
+        undo = {"path": written["path"], "version": history[0]["restore_version"]}
+        restored = structured(await client.call_tool("memory_restore", undo))
+        back = structured(await client.call_tool("memory_get", {"path": written["path"]}))
     assert written["indexed"] is True and searchable_after < 1.0
     assert found["hits"][0]["citation"].startswith(written["path"] + "#L")
     assert "Deploys go out on Tuesdays" in got["content"] and got["hash"] == written["hash"]
@@ -141,6 +145,7 @@ async def test_every_tool_resource_and_prompt_works_through_the_channel(deployme
     assert "when do we deploy?" in prompt.messages[0].content.text
     assert "'..'" in bad
     assert deleted["deleted"] is True and gone["hits"] == []
+    assert restored["hash"] == written["hash"] and back["hash"] == written["hash"]
 
 
 async def test_a_retried_write_and_a_stale_replace_through_the_channel(deployment):

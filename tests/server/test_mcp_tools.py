@@ -39,7 +39,10 @@ pytestmark = pytest.mark.anyio
 ALICE = channel_user("alice", {"alice-notes": "rw", "team": "r"}, "alice-notes")
 BOB = channel_user("bob", {"bob-notes": "rw"}, "bob-notes")
 READER = channel_user("reader", {"alice-notes": "r"}, "alice-notes")
-TOOLS = ["memory_search", "memory_get", "memory_write", "memory_list", "memory_delete", "memory_status", "memory_sync"]
+TOOLS = [
+    "memory_search", "memory_get", "memory_write", "memory_list", "memory_delete", "memory_status", "memory_sync",
+    "memory_history", "memory_restore",
+]  # fmt: skip
 
 
 @pytest.fixture
@@ -65,7 +68,7 @@ async def test_every_tool_has_a_title_a_description_typed_output_and_all_four_hi
             assert isinstance(getattr(hints, hint), bool), (tool.name, hint)
         assert hints.open_world_hint is False
     read_only = {name for name, tool in tools.items() if tool.annotations and tool.annotations.read_only_hint}
-    assert read_only == {"memory_search", "memory_get", "memory_list", "memory_status"}
+    assert read_only == {"memory_search", "memory_get", "memory_list", "memory_status", "memory_history"}
     assert tools["memory_delete"].annotations.destructive_hint is True
     assert tools["memory_write"].annotations.idempotent_hint is False
     assert set(tools["memory_search"].input_schema["properties"]["scope"]["enum"]) == {"index", "all"}

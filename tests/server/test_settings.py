@@ -37,6 +37,8 @@ SAMPLES = {
     "weight_vector": "0.6",
     "weight_keyword": "1",
     "max_file_bytes": "1000",
+    "history_days": "7",
+    "history_max_days": "365",
     "redact_writes": "false",
     "voyage_api_key_file": '"/run/secrets/voyage"',
     "openai_api_key_file": '"/run/secrets/openai"',
@@ -67,6 +69,7 @@ def test_every_setting_has_a_config_file_key_and_each_sample_is_read_from_the_fi
     assert embedding.voyage.dimensions == 512 and embedding.openai.model == "text-embedding-3-large"
     assert (settings.engine.weights.vector, settings.engine.weights.keyword) == (0.6, 1.0)
     assert settings.engine.scan.max_file_bytes == 1000
+    assert (settings.history.all_days, settings.history.max_days) == (7, 365)
     assert settings.key_files == {
         "VOYAGE_API_KEY_FILE": "/run/secrets/voyage",
         "OPENAI_API_KEY_FILE": "/run/secrets/openai",

@@ -1,0 +1,178 @@
+"""The version history of an index's memory files, in the mirror's `state.sqlite3`.
+
+Every recorded change of a memory file (a tool write, a laptop's push, a merge, a conflict copy, a delete, a
+restore, an edit found on the server's disk) adds one row to `history`: the path, the revision the change got
+(one counter per index, so a revision names one version of one file), the content hash after it (NULL: deleted),
+how it changed, who changed it and when. The bytes live once per distinct content in `versions` (zlib, keyed by
+sha256: the merge bases of sync), so a version costs a row plus its compressed bytes only when they are new. The
+row is written by `Mirror._record`, in the transaction that records the file's new state: the history cannot
+disagree with the mirror. Session transcripts have no history (they are appended logs, never merged or restored).
+
+Retention (`Retention`): every version for `all_days`, then the last version of each day, dropped after `max_days`
+(0: never). The newest row of a path and its newest version with content are always kept, so the current file
+and the last text of a deleted file can always be restored.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal, cast
+
+import apsw
+
+from server.mirror.state import iso
+
+ChangeKind = Literal["write", "push", "merge", "conflict", "delete", "restore", "disk", "before-history"]
+HISTORY_COLUMNS = "path, revision, hash, size, change, updated_by, updated_at"
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long versions are kept: all of them for `all_days`, then one a day until `max_days` (0: forever)."""
+
+    all_days: int = 30
+    max_days: int = 0
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of one file: its state after a change, and how, by whom and when it changed."""
+
+    path: str
+    revision: int
+    hash: str | None  # None: the change deleted the file
+    size: int
+    change: ChangeKind
+    updated_by: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class VersionText:
+    version: Version
+    text: str | None  # None for a deletion
+
+
+@dataclass(frozen=True)
+class HistorySize:
+    versions: int  # rows of history
+    contents: int  # distinct contents kept (versions of files and merge bases)
+    bytes: int  # their compressed bytes
+
+
+def _version(row: tuple[object, ...]) -> Version:
+    path, revision, digest, size, change, by, at = row
+    number = cast(Callable[[object], int], int)
+    kind = cast(ChangeKind, str(change))
+    return Version(str(path), number(revision), None if digest is None else str(digest), number(size), kind,
+                   str(by), str(at))  # fmt: skip
+
+
+def record_change(db: apsw.Connection, version: Version) -> None:
+    """Add `version` to the history (call inside the transaction that records the file's state)."""
+    db.execute(
+        f"INSERT INTO history({HISTORY_COLUMNS}) VALUES(?, ?, ?, ?, ?, ?, ?)",
+        (version.path, version.revision, version.hash, version.size, version.change, version.updated_by,
+         version.updated_at),
+    )  # fmt: skip
+
+
+def history_sql(path: str | None, before: int | None, limit: int) -> tuple[str, tuple[object, ...]]:
+    """Versions of `path` (of every path when None) below revision `before`, newest first."""
+    where, args = ["revision < ?"], list[object]([before if before is not None else 1 << 62])
+    if path is not None:
+        where.append("path = ?")
+        args.append(path)
+    text = f"SELECT {HISTORY_COLUMNS} FROM history WHERE {' AND '.join(where)} ORDER BY revision DESC LIMIT ?"
+    return text, (*args, limit)
+
+
+def deleted_sql(prefix: str, before: int | None, limit: int) -> tuple[str, tuple[object, ...]]:
+    """The deletions of files that are still deleted (their tombstone's revision), newest first."""
+    return (
+        f"SELECT {HISTORY_COLUMNS} FROM history WHERE revision IN"
+        " (SELECT revision FROM files WHERE hash IS NULL AND substr(path, 1, ?) = ?)"
+        " AND revision < ? ORDER BY revision DESC LIMIT ?",
+        (len(prefix), prefix, before if before is not None else 1 << 62, limit),
+    )
+
+
+def last_content_sql(path: str, before: int) -> tuple[str, tuple[object, ...]]:
+    """The newest version of `path` with content below revision `before`."""
+    return (
+        f"SELECT {HISTORY_COLUMNS} FROM history WHERE path = ? AND revision < ? AND hash IS NOT NULL"
+        " ORDER BY revision DESC LIMIT 1",
+        (path, before),
+    )
+
+
+def prune_history_sql(retention: Retention, now: datetime) -> tuple[str, tuple[object, ...]]:
+    """Delete the versions `retention` lets go. Plain window functions: the same text runs on PostgreSQL."""
+    keep_all = iso(now - timedelta(days=retention.all_days))
+    keep_any = iso(now - timedelta(days=retention.max_days)) if retention.max_days > 0 else ""
+    return (
+        """
+        DELETE FROM history WHERE revision IN (
+            SELECT revision FROM (
+                SELECT revision, updated_at,
+                    row_number() OVER (PARTITION BY path ORDER BY revision DESC) AS newest,
+                    row_number() OVER (PARTITION BY path, hash IS NULL ORDER BY revision DESC) AS newest_of_kind,
+                    row_number() OVER (PARTITION BY path, substr(updated_at, 1, 10) ORDER BY revision DESC) AS of_day,
+                    hash IS NOT NULL AS has_text
+                FROM history
+            ) WHERE updated_at < ? AND newest > 1 AND NOT (has_text AND newest_of_kind = 1)
+                AND (of_day > 1 OR updated_at < ?)
+        )
+        """,
+        (keep_all, keep_any),
+    )
+
+
+class MirrorHistory:
+    """Reads one mirror's history (`FileStore.history`); the mirror writes it. Thread-safe; every method blocks."""
+
+    def __init__(self, db: apsw.Connection, lock: threading.RLock, content: Callable[[str], str | None]) -> None:
+        """`content(digest)` is the text of a content hash the mirror has held (None when it is not kept)."""
+        self._db, self._lock, self._content = db, lock, content
+
+    def versions(self, path: str | None = None, *, before: int | None = None, limit: int = 50) -> list[Version]:
+        """Versions of `path` (every file's changes when None), newest first, below revision `before`."""
+        with self._lock:
+            return [_version(row) for row in self._db.execute(*history_sql(path, before, limit))]
+
+    def deleted(self, prefix: str = "", *, before: int | None = None, limit: int = 50) -> list[Version]:
+        """The deletions of files that are deleted now, newest first."""
+        with self._lock:
+            return [_version(row) for row in self._db.execute(*deleted_sql(prefix, before, limit))]
+
+    def last_text(self, path: str, before: int) -> Version | None:
+        """The newest version of `path` with content before revision `before` (what a deletion removed)."""
+        with self._lock:
+            rows = self._db.execute(*last_content_sql(path, before)).fetchall()
+        return _version(rows[0]) if rows else None
+
+    def get(self, path: str, revision: int) -> VersionText | None:
+        """Version `revision` of `path` with its text; None when there is no such version or its text is gone."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {HISTORY_COLUMNS} FROM history WHERE revision = ? AND path = ?", (revision, path)
+            ).fetchall()
+            if not rows:
+                return None
+            found = _version(rows[0])
+            if found.hash is None:
+                return VersionText(found, None)
+            text = self._content(found.hash)
+        return VersionText(found, text) if text is not None else None
+
+    def size(self) -> HistorySize:
+        with self._lock:
+            versions = self._db.execute("SELECT count(*) FROM history").fetchall()[0][0]
+            contents, stored = self._db.execute(
+                "SELECT count(*), coalesce(sum(length(data)), 0) FROM versions"
+            ).fetchall()[0]
+        number = cast(Callable[[object], int], int)
+        return HistorySize(number(versions), number(contents), number(stored))

@@ -1,0 +1,247 @@
+"""The version history: every change of a memory file keeps a version with who, when and how; memory_get reads a
+version, memory_restore brings one back as a new version, deleted files are listed and restored; retention; the
+history lives beside the files, not in the search index."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.errors import PermissionDeniedError
+from server.index.errors import InvalidArgumentError
+from server.memory.history import HistoryService
+from server.memory.service import CallerContext, MemoryService
+from server.mirror.history import Retention
+from server.mirror.mirror import Mirror
+from server.mirror.state import STATE_SCHEMA_VERSION, open_state
+from server.sync.service import SyncService
+from syncproto.messages import PushChange
+from syncproto.wire import sha256_hex
+from tests.fakes.embedder import HashingEmbedder
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = dt.datetime(2024, 5, 1, 9, 0, tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+
+def caller(name: str, access: str = "rw") -> CallerContext:
+    return CallerContext(name, f"SHA256:{name}", {"proj": access}, "proj", access)  # type: ignore[arg-type]
+
+
+ALICE, BOB, READER = caller("alice"), caller("bob"), caller("reader", "r")
+PATH = "memory/decisions.md"
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def service(tmp_path: Path, clock: Clock) -> Iterator[MemoryService]:
+    running = MemoryService(tmp_path / "data", HashingEmbedder(), clock=clock, rescan_interval=0.0)
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def history(service: MemoryService) -> HistoryService:
+    return HistoryService(service)
+
+
+def replace(service: MemoryService, who: CallerContext, text: str, path: str = PATH) -> str:
+    current = service.get(who, path)
+    return service.write(who, text, path=path, mode="replace", expected_hash=current.hash or "absent").hash
+
+
+def test_every_kind_of_change_keeps_a_version_with_who_when_and_how(service, history, clock):
+    sync = SyncService(service)
+    first = replace(service, ALICE, "# Decisions\n\nSQLite.\n")
+    clock.now += dt.timedelta(minutes=1)
+    pushed = "# Decisions\n\nSQLite.\n\nWAL mode.\n"
+    sync.push(BOB, [PushChange(PATH, first, pushed)])
+    merged_base = sha256_hex(pushed.encode())
+    sync.push(BOB, [PushChange(PATH, merged_base, pushed + "\nBackups nightly.\n")])
+    sync.push(ALICE, [PushChange(PATH, merged_base, "# Decisions\n\nFTS5 too.\n" + pushed[12:])])
+    sync.push(BOB, [PushChange(PATH, first, "Something else entirely.\n")])  # stale base, no clean merge
+    (service.data_dir / "indexes" / "proj" / "files" / "MEMORY.md").write_text("# On the server's disk\n")
+    service.list(ALICE)  # notices the edit on disk
+    service.delete(ALICE, PATH)
+
+    changes = [(v.path, v.change, v.updated_by) for v in reversed(history.history(ALICE).versions)]
+
+    conflict = next(path for path, change, _ in changes if change == "conflict")
+    assert changes == [
+        (PATH, "write", "alice"),
+        (PATH, "push", "bob"),
+        (PATH, "push", "bob"),
+        (PATH, "merge", "alice"),
+        (conflict, "conflict", "bob"),
+        ("MEMORY.md", "disk", "(disk)"),
+        (PATH, "delete", "alice"),
+    ]
+    assert conflict.startswith("memory/decisions.conflict-bob-")
+    first_version = history.history(ALICE, path=PATH).versions[-1]
+    assert (first_version.hash, first_version.updated_at) == (first, "2024-05-01T09:00:00Z")
+
+
+def test_memory_get_reads_a_past_version_and_refuses_one_that_does_not_exist(service, history):
+    replace(service, ALICE, "We use SQLite.\n")
+    replace(service, ALICE, "We use Postgres.\n")
+    old = history.history(ALICE, path=PATH).versions[-1]
+
+    got = service.get(ALICE, PATH, version=old.version)
+
+    assert (got.content, got.hash, got.version, got.exists) == ("We use SQLite.", old.hash, old.version, True)
+    assert service.get(ALICE, PATH).content == "We use Postgres."
+    with pytest.raises(InvalidArgumentError, match="has no version 999"):
+        service.get(ALICE, PATH, version=999)
+    with pytest.raises(InvalidArgumentError, match="version must be a whole number"):
+        service.get(ALICE, PATH, version=0)
+
+
+def test_an_overwrite_is_undone_by_a_restore_which_is_itself_undoable(service, history):
+    replace(service, ALICE, "The staging host is kestrel.\n")
+    replace(service, BOB, "oops\n")
+    good, bad = history.history(ALICE, path=PATH).versions[::-1]
+
+    restored = history.restore(ALICE, PATH, good.version)
+
+    assert service.get(ALICE, PATH).content == "The staging host is kestrel."
+    assert (restored.changed, restored.hash, restored.indexed) == (True, good.hash, True)
+    assert service.search(ALICE, "staging host kestrel").hits[0].path == PATH
+    newest = history.history(ALICE, path=PATH).versions[0]
+    assert (newest.version, newest.change, newest.updated_by) == (restored.version, "restore", "alice")
+    history.restore(ALICE, PATH, bad.version)  # undo the undo
+    assert service.get(ALICE, PATH).content == "oops"
+    again = history.restore(ALICE, PATH, bad.version)
+    assert again.changed is False
+
+
+def test_a_deleted_file_can_be_listed_and_restored(service, history):
+    replace(service, ALICE, "Keep this.\n")
+    replace(service, ALICE, "Keep this, edited.\n", path="memory/other.md")
+    service.delete(ALICE, PATH)
+
+    gone = history.history(ALICE, deleted=True)
+
+    assert [(v.path, v.change, v.hash) for v in gone.versions] == [(PATH, "delete", None)]
+    deleted = service.get(ALICE, PATH, version=gone.versions[0].version)
+    assert (deleted.exists, deleted.updated_by) == (False, "alice")
+    history.restore(ALICE, PATH, gone.versions[0].restore_version)
+    assert service.get(ALICE, PATH).content == "Keep this."
+    assert history.history(ALICE, deleted=True).versions == []
+
+
+def test_history_pages_with_before_and_a_reader_may_list_but_not_restore(service, history):
+    for n in range(5):
+        replace(service, ALICE, f"version {n}\n")
+
+    first = history.history(READER, path=PATH, limit=2)
+    second = history.history(READER, path=PATH, limit=2, before=first.next_before)
+    last = history.history(READER, path=PATH, limit=2, before=second.next_before)
+
+    shown = [v.version for page in (first, second, last) for v in page.versions]
+    assert shown == sorted(shown, reverse=True) and len(set(shown)) == 5
+    assert last.next_before is None
+    with pytest.raises(PermissionDeniedError):
+        history.restore(READER, PATH, shown[-1])
+    with pytest.raises(InvalidArgumentError, match="limit"):
+        history.history(READER, limit=1000)
+
+
+def test_status_shows_the_size_of_the_history(service):
+    before = service.status(ALICE)
+    replace(service, ALICE, "one\n" * 100)
+    replace(service, ALICE, "two\n" * 100)
+
+    after = service.status(ALICE)
+
+    assert after.history_versions == before.history_versions + 2
+    assert 0 < after.history_bytes < 2 * 400  # compressed
+
+
+def test_history_survives_a_forced_reindex_a_lost_index_and_a_model_change(tmp_path, clock):
+    data = tmp_path / "data"
+    first = MemoryService(data, HashingEmbedder(), clock=clock)
+    replace(first, ALICE, "alpha\n")
+    replace(first, ALICE, "beta\n")
+    first.sync(ALICE, force=True)
+    first.close()
+    (data / "indexes" / "proj" / "index.sqlite3").unlink()
+    second = MemoryService(data, HashingEmbedder(model="hashing-v2", dimensions=32), clock=clock)
+    try:
+        versions = HistoryService(second).history(ALICE, path=PATH).versions
+        assert [second.get(ALICE, PATH, version=v.version).content for v in versions] == ["beta", "alpha"]
+    finally:
+        second.close()
+
+
+def test_a_change_whose_transaction_fails_leaves_no_version_and_no_file(tmp_path, monkeypatch):
+    mirror = Mirror(tmp_path / "idx")
+    mirror.write(PATH, "kept\n", caller="alice")
+
+    def broken(self: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("server.mirror.files.Staged.publish", broken)
+    with pytest.raises(OSError, match="disk full"):
+        mirror.write(PATH, "lost\n", caller="alice")
+
+    assert [v.hash for v in mirror.history.versions(PATH)] == [sha256_hex(b"kept\n")]
+    assert mirror.read(PATH).text == "kept\n"  # type: ignore[union-attr]
+    assert not list((tmp_path / "idx" / "files" / "memory").glob(".*.tmp"))
+    mirror.close()
+
+
+def test_retention_keeps_everything_for_a_while_then_the_last_version_of_each_day(tmp_path, clock):
+    retention = Retention(all_days=30, max_days=90)
+    mirror = Mirror(tmp_path / "idx", clock=clock, retention=retention)
+    for month, day in ((1, 1), (1, 2), (2, 1)):  # three versions a day
+        for hour in (9, 12, 18):
+            clock.now = dt.datetime(2024, month, day, hour, tzinfo=dt.UTC)
+            mirror.write(PATH, f"{month}-{day} at {hour}\n", caller="alice")
+    clock.now = dt.datetime(2024, 3, 20, 9, tzinfo=dt.UTC)
+    mirror.write("memory/gone.md", "deleted long ago\n", caller="alice")
+    mirror.delete("memory/gone.md", caller="alice")
+    for hour in (9, 12):
+        clock.now = dt.datetime(2024, 4, 20, hour, tzinfo=dt.UTC)
+        mirror.write(PATH, f"recent {hour}\n", caller="alice")
+    mirror.close()
+    clock.now = dt.datetime(2024, 4, 25, tzinfo=dt.UTC)  # January is over 90 days old, February is not
+
+    again = Mirror(tmp_path / "idx", clock=clock, retention=retention)
+    again.write("memory/other.md", "any write prunes (at most hourly)\n", caller="alice")
+
+    kept = [v.updated_at for v in again.history.versions(PATH)]
+    assert kept == ["2024-04-20T12:00:00Z", "2024-04-20T09:00:00Z", "2024-02-01T18:00:00Z"]
+    gone = [(v.change, again.history.get(v.path, v.revision)) for v in again.history.versions("memory/gone.md")]
+    assert [change for change, _ in gone] == ["delete", "write"]  # the deleted file's last text stays restorable
+    assert gone[1][1] is not None and gone[1][1].text == "deleted long ago\n"
+    again.close()
+
+
+def test_a_state_from_before_the_history_starts_it_with_each_files_current_version(tmp_path):
+    mirror = Mirror(tmp_path / "idx")
+    mirror.write(PATH, "from before\n", caller="alice")
+    mirror.close()
+    db = open_state(tmp_path / "idx")
+    db.execute("DROP TABLE history; PRAGMA user_version = 3")
+    db.close()
+
+    again = Mirror(tmp_path / "idx")
+
+    versions = again.history.versions()
+    assert [(v.path, v.change, v.updated_by) for v in versions] == [(PATH, "before-history", "alice")]
+    assert again.history.get(PATH, versions[0].revision).text == "from before\n"  # type: ignore[union-attr]
+    db = open_state(tmp_path / "idx")
+    assert db.execute("PRAGMA user_version").fetchall()[0][0] == STATE_SCHEMA_VERSION
+    db.close()
+    again.close()
