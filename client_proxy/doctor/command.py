@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import os
 import sys
 from collections.abc import Mapping
@@ -38,11 +37,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    results = diagnose(os.environ, project=args.project, index=args.index, now=dt.datetime.now(dt.UTC))
+    results = diagnose(os.environ, project=args.project, index=args.index)
     return report(results, sys.stdout)
 
 
-def diagnose(env: Mapping[str, str], *, project: str | None, index: str | None, now: dt.datetime) -> list[Result]:
+def diagnose(env: Mapping[str, str], *, project: str | None, index: str | None) -> list[Result]:
     """Run every check; later checks that need what an earlier one failed to give are skipped."""
     home = proxy_home(env)
     # As Claude Code starts the proxy: in the project folder, without --project.
@@ -56,17 +55,17 @@ def diagnose(env: Mapping[str, str], *, project: str | None, index: str | None, 
         why = "needs the config" if config is None and key_result.ok else "needs a usable config and device key"
         results += [skipped(what, why) for what in ("server", "handshake", "grant", "clock", "file sync")]
     else:
-        results += anyio.run(_remote, config, settings, now)
+        results += anyio.run(_remote, config, settings)
     results.append(check_claude(settings.project, env))
     return results
 
 
-async def _remote(config: ProxyConfig, settings: RunSettings, now: dt.datetime) -> list[Result]:
+async def _remote(config: ProxyConfig, settings: RunSettings) -> list[Result]:
     try:
         index: str | None = settings.index_for(config)
     except ConfigError:
         index = None
-    reachable, server_date = await remote.check_reachable(config)
+    reachable = await remote.check_reachable(config)
     if not reachable.ok:
         results = [reachable, *(skipped(what, "the server is not reachable") for what in ("handshake", "grant"))]
         clock = skipped("clock", "the server is not reachable")
@@ -75,10 +74,11 @@ async def _remote(config: ProxyConfig, settings: RunSettings, now: dt.datetime) 
             key = read_private_key(config.device_key_path)
         except ChannelError as exc:  # changed since check_key_file
             return [reachable, Result(False, f"device key: {exc}")]
-        results = [reachable, *await remote.check_channel(config, key, settings, index)]
+        channel, offset = await remote.check_channel(config, key, settings, index)
+        results = [reachable, *channel]
         if len(results) == 2:
             results.append(skipped("grant", "the handshake failed"))
-        clock = remote.check_clock(server_date, now)
+        clock = remote.check_clock(offset)
     watcher = check_watcher(settings, config, index) if index else skipped("file sync", "no index chosen")
     return [*results, clock, watcher]
 

@@ -1,13 +1,13 @@
 """`memory-proxy doctor`'s checks that talk to the server: reachable, handshake and pinned key, grant, clock.
 
+The clock is compared with the server time the handshake's answer carries (the server sends no `Date` header).
+
 Each returns a `Result` (see `checks.py`). Nothing here writes: the grant check asks for the changes after the
 revision this laptop already has and reads only the answer's status.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import email.utils
 import shlex
 from typing import Final
 
@@ -30,59 +30,68 @@ MAX_SKEW: Final = 30.0  # seconds; the server refuses handshakes past 300 (chann
 INNER_BASE: Final = "http://memory"
 
 
-async def check_reachable(config: ProxyConfig) -> tuple[Result, str | None]:
-    """`GET /healthz` answers; also the server's `Date` header, for the clock check."""
+async def check_reachable(config: ProxyConfig) -> Result:
+    """`GET /healthz` answers."""
     try:
         async with httpx2.AsyncClient(timeout=TIMEOUT) as client:
             response = await client.get(config.server_url.rstrip("/") + HEALTH_PATH)
     except httpx2.HTTPError as exc:
-        return Result(False, f"server: {describe(exc, config.server_url)}", _start_fix(config)), None
+        return Result(False, f"server: {describe(exc, config.server_url)}", _start_fix(config))
     if response.status_code != 200:
         return Result(
             False,
             f"server: {config.server_url}{HEALTH_PATH} answered HTTP {response.status_code}, not a memory server",
             _start_fix(config),
-        ), None
-    return Result(True, f"server: {config.server_url} is up"), response.headers.get("date")
+        )
+    return Result(True, f"server: {config.server_url} is up")
 
 
-def check_clock(server_date: str | None, now: dt.datetime) -> Result:
-    """This laptop's clock is within `MAX_SKEW` of the server's (its `Date` header, to the second)."""
-    try:
-        server = email.utils.parsedate_to_datetime(server_date) if server_date else None
-    except (TypeError, ValueError):
-        server = None
-    if server is None or server.tzinfo is None:
-        return Result(None, "clock: not checked (the server sent no Date header)")
-    skew = (now - server).total_seconds()
-    where = f"{abs(skew):.0f} s {'ahead of' if skew > 0 else 'behind'} the server's"
-    if abs(skew) > MAX_SKEW:
+def check_clock(offset: float | None) -> Result:
+    """This laptop's clock is within `MAX_SKEW` of the server's (`offset`: how far it is ahead, in seconds)."""
+    if offset is None:
+        return Result(None, "clock: not checked (no handshake)")
+    where = f"{abs(offset):.0f} s {'ahead of' if offset > 0 else 'behind'} the server's"
+    if abs(offset) > MAX_SKEW:
         return Result(False, f"clock: this laptop's clock is {where}", "turn on network time (NTP) on both machines")
     return Result(True, f"clock: within {MAX_SKEW:.0f} s of the server's ({where})")
 
 
-async def check_channel(config: ProxyConfig, key: PrivateKey, settings: RunSettings, index: str | None) -> list[Result]:
-    """The handshake (the pinned key, this device let in), then the grant for the project's index."""
+async def check_channel(
+    config: ProxyConfig, key: PrivateKey, settings: RunSettings, index: str | None
+) -> tuple[list[Result], float | None]:
+    """The handshake (the pinned key, this device let in), then the grant for the project's index; and the clock
+    offset the handshake measured."""
     transport = ChannelTransport(config.server_url, client_key=key, server_key=config.server_key)
     async with httpx2.AsyncClient(transport=transport, base_url=INNER_BASE, timeout=TIMEOUT) as client:
-        try:
-            await transport.connect()
-        except ServerKeyMismatch as exc:
-            fix = (
-                f"ask the operator for `memory-server keys show`; if its fingerprint is {exc.presented}, run: "
-                f"memory-proxy init --server {config.server_url} --server-key LINE"
-            )
-            return [Result(False, f"handshake: the server's key {exc.presented} is not the pinned {exc.pinned}", fix)]
-        except ClockOff as exc:
-            return [Result(False, f"handshake: {exc}", "turn on network time (NTP) on both machines")]
-        except HandshakeRefused as exc:
-            return [Result(False, f"handshake: {exc}", _admit_fix(config, index or "INDEX"))]
-        except (httpx2.HTTPError, OSError) as exc:
-            return [Result(False, f"handshake: {describe(exc, config.server_url)}", _start_fix(config))]
-        pinned = Result(True, f"handshake: pinned key {config.server_key.fingerprint}, device {config.device_name}")
-        if index is None:
-            return [pinned, Result(False, "grant: no index chosen", "memory-proxy init ... --index NAME")]
-        return [pinned, await _check_grant(client, config, settings, index)]
+        results = await _check_channel(client, transport, config, settings, index)
+    return results, transport.clock_offset
+
+
+async def _check_channel(
+    client: httpx2.AsyncClient,
+    transport: ChannelTransport,
+    config: ProxyConfig,
+    settings: RunSettings,
+    index: str | None,
+) -> list[Result]:
+    try:
+        await transport.connect()
+    except ServerKeyMismatch as exc:
+        fix = (
+            f"ask the operator for `memory-server keys show`; if its fingerprint is {exc.presented}, run: "
+            f"memory-proxy init --server {config.server_url} --server-key LINE"
+        )
+        return [Result(False, f"handshake: the server's key {exc.presented} is not the pinned {exc.pinned}", fix)]
+    except ClockOff as exc:
+        return [Result(False, f"handshake: {exc}", "turn on network time (NTP) on both machines")]
+    except HandshakeRefused as exc:
+        return [Result(False, f"handshake: {exc}", _admit_fix(config, index or "INDEX"))]
+    except (httpx2.HTTPError, OSError) as exc:
+        return [Result(False, f"handshake: {describe(exc, config.server_url)}", _start_fix(config))]
+    pinned = Result(True, f"handshake: pinned key {config.server_key.fingerprint}, device {config.device_name}")
+    if index is None:
+        return [pinned, Result(False, "grant: no index chosen", "memory-proxy init ... --index NAME")]
+    return [pinned, await _check_grant(client, config, settings, index)]
 
 
 async def _check_grant(client: httpx2.AsyncClient, config: ProxyConfig, settings: RunSettings, index: str) -> Result:
