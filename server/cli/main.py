@@ -19,8 +19,8 @@ from server.index.engine import IndexStatus, MemoryIndex
 from server.index.indexer import count_memory_files
 from server.index.search import MAX_LIMIT, SearchResult, build_options
 from server.observe import logs
-from server.observe.progress import Progress
 from server.settings import Settings
+from syncproto.progress import Progress
 
 
 def build_parser(settings: Settings) -> argparse.ArgumentParser:
