@@ -23,6 +23,7 @@ from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentE
 from server.index.fusion import FusionWeights
 from server.index.indexer import Indexer, IndexReport
 from server.index.migrations import SCHEMA_VERSION
+from server.index.rebuild_progress import RebuildProgress, RebuildSnapshot
 from server.index.scan import ScanConfig
 from server.index.search import SearchOptions, SearchResult, search
 from server.index.store import Store, is_corruption, quarantine
@@ -65,6 +66,7 @@ class IndexStatus:
     last_change: float | None
     database_bytes: int
     schema_version: int
+    rebuild: RebuildSnapshot | None = None  # a background vector rebuild's progress, while it runs
 
 
 def validate_name(name: str) -> str:
@@ -90,6 +92,7 @@ class MemoryIndex:
         self.settings = settings
         self._write_lock = threading.RLock()  # re-entered by index_if_idle
         self._rebuild_thread: threading.Thread | None = None
+        self._rebuild_progress: RebuildProgress | None = None
         self._rebuild_stop = threading.Event()
         self.store = self._open_store()
 
@@ -192,23 +195,28 @@ class MemoryIndex:
     def needs_rebuild(self) -> bool:
         return self.vector_state()[0] == "rebuilding"
 
-    def rebuild_vectors(self, stop: threading.Event | None = None) -> bool:
+    def rebuild_vectors(
+        self, stop: threading.Event | None = None, on_batch: Callable[[int], None] | None = None
+    ) -> bool:
         """Embed everything for the current model beside the live vectors, then swap. Blocks."""
         if self.embedder is None or not self.store.vec_loaded:
             raise EngineError("no embedding model to rebuild vectors with")
-        return self._guard(lambda: rebuild(self.store, self.embedder, stop=stop))  # type: ignore[arg-type]
+        return self._guard(lambda: rebuild(self.store, self.embedder, stop=stop, on_batch=on_batch))  # type: ignore[arg-type]
 
     def start_background_rebuild(self) -> threading.Thread:
         """Rebuild in a thread while searches go on (keyword-only until the swap)."""
         if self._rebuild_thread is not None and self._rebuild_thread.is_alive():
             return self._rebuild_thread
         self._rebuild_stop.clear()
+        progress = self._rebuild_progress = RebuildProgress(self._chunk_count())
 
         def run() -> None:
             try:
-                self.rebuild_vectors(self._rebuild_stop)
+                self.rebuild_vectors(self._rebuild_stop, on_batch=progress.add)
             except EngineError as exc:
                 log.error("vector rebuild of %s failed: %s", self.name, exc)
+            finally:
+                self._rebuild_progress = None
 
         self._rebuild_thread = threading.Thread(target=run, name=f"rebuild-{self.name}", daemon=True)
         self._rebuild_thread.start()
@@ -288,6 +296,11 @@ class MemoryIndex:
                     log.warning("pending chunks stay keyword-only: %s", exc)
             return report
 
+    def _chunk_count(self) -> int:
+        value = self.store.connection().execute("SELECT count(*) FROM chunks").fetchall()[0][0]
+        assert isinstance(value, int), "count(*) is an integer"
+        return value
+
     def _pending_count(self) -> int:
         space = self._live()
         return count_missing(self.store, space) if space is not None else 0
@@ -333,6 +346,7 @@ class MemoryIndex:
         state, why = self.vector_state()
         space = live_space(self.store) if self.store.vec_loaded else None
         last = self.store.get_meta("last_change")
+        progress = self._rebuild_progress
         return IndexStatus(
             name=self.name,
             root=str(self.root) if self.root else None,
@@ -348,6 +362,7 @@ class MemoryIndex:
             last_change=float(last) if last else None,
             database_bytes=self.store.size_bytes(),
             schema_version=SCHEMA_VERSION,
+            rebuild=progress.snapshot() if progress is not None and state == "rebuilding" else None,
         )
 
 

@@ -110,6 +110,14 @@ class CallerSyncEntry(BaseModel):
     pushed_revision: int | None
 
 
+class RebuildOutput(BaseModel):
+    done: int = Field(description="chunks embedded for the new model so far")
+    total: int = Field(description="chunks to embed")
+    per_second: float | None = Field(description="chunks a second (null in the first second)")
+    seconds_left: float | None = Field(description="the time left at that rate (null in the first second)")
+    line: str = Field(description="the same, in words")
+
+
 class StatusOutput(BaseModel):
     caller: str
     index: str
@@ -131,6 +139,10 @@ class StatusOutput(BaseModel):
     unreadable: dict[str, str] = Field(
         default_factory=dict,
         description="files the server holds but cannot read or send, and why: kept as they are on every laptop",
+    )
+    rebuild: RebuildOutput | None = Field(
+        default=None,
+        description="while the vectors are rebuilt for another model in the background: how far it has got",
     )
 
 

@@ -46,6 +46,7 @@ from server.memory.results import (
     DeleteOutput,
     GetOutput,
     ListOutput,
+    RebuildOutput,
     SearchOutput,
     StatusOutput,
     SyncOutput,
@@ -354,6 +355,7 @@ class MemoryService:
                 revision=handle.mirror.revision(),
                 sync=[CallerSyncEntry(**dataclasses.asdict(entry)) for entry in handle.mirror.sync_callers()],
                 unreadable=dict(sorted(handle.mirror.unreadable.items())),
+                rebuild=RebuildOutput(**dataclasses.asdict(status.rebuild)) if status.rebuild else None,
             )
 
     def sync(
