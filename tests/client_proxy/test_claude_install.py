@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from channel.keys import PrivateKey
 from client_proxy.claude import settings_edit
 from client_proxy.claude.settings_edit import HOOKS, SettingsFormatError
 from client_proxy.cli import main
@@ -164,3 +165,17 @@ def test_local_puts_the_hooks_in_the_uncommitted_settings_file(project: Path) ->
 
     assert (project / ".claude" / "settings.json").read_bytes() == shared
     assert settings_edit.installed_hooks(_load(project / ".claude" / "settings.local.json")) == list(HOOKS)
+
+
+def test_init_with_claude_registers_the_project_in_the_same_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORY_PROXY_HOME", str(tmp_path / "home"))
+    server_key = PrivateKey.generate("memory-server").public.line()
+    argv = ["init", "--server", "http://127.0.0.1:9", "--server-key", server_key, "--index", "team"]
+
+    assert main([*argv, "--project", str(tmp_path), "--claude"]) == 0
+
+    assert settings_edit.installed_hooks(_load(tmp_path / ".claude" / "settings.json")) == list(HOOKS)
+    assert _load(tmp_path / ".mcp.json")["mcpServers"]["memory"]["command"] == "memory-proxy"
+    assert (tmp_path / "MEMORY.md").exists()
