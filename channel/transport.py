@@ -86,6 +86,9 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         self._lock = anyio.Lock()
         self._session: ClientSession | None = None
         self._last_timestamp = 0
+        # How far this device's clock was ahead of the server's at the last handshake (seconds, the network's
+        # one-way delay included), from the server time in msg2; None before one succeeded.
+        self.clock_offset: float | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         body = await _read_request_body(request)
@@ -191,6 +194,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             if response.status_code == 200:
                 welcome, keys = consume_response(initiator, body)
                 session = ClientSession.start(welcome, keys, sent_at)
+                self.clock_offset = sent_at - welcome.server_time_ms / 1000
                 log.info("handshake ok session=%s", session.tag)
                 return session
             self._check_server_key(response.headers.get(SERVER_KEY_HEADER))

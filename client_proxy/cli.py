@@ -25,6 +25,7 @@ import anyio
 
 from channel.errors import ChannelError
 from channel.keys import PrivateKey, read_private_key, write_private_key
+from client_proxy.claude import command as claude_command
 from client_proxy.config import (
     CONFIG_FILE,
     DEVICE_KEY_FILE,
@@ -39,6 +40,7 @@ from client_proxy.config import (
     validate_server_url,
     write_config,
 )
+from client_proxy.doctor import command as doctor_command
 from client_proxy.errors import ProxyError
 from client_proxy.forward.local_zone import local_timezone
 from client_proxy.logs import configure as configure_logging
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument(
         "--no-templates", action="store_true", help="do not create MEMORY.md and memory/project-context.md"
     )
+    claude_command.add_init_option(init)
     init.set_defaults(func=cmd_init)
     context = commands.add_parser(
         "context",
@@ -111,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--project", metavar="DIR", help="the project folder (default: the current directory)")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=cmd_status)
+    claude_command.register(commands)
+    doctor_command.register(commands)
     return parser
 
 
@@ -164,7 +169,12 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(f"the old device key {old} is gone; ask the operator to revoke it:")
         print(f"  memory-server callers revoke {previous.device_name} --key {old}")
     _print_device(config)
-    return 0 if args.no_templates else _install_templates(project)
+    status = 0 if args.no_templates else _install_templates(project)
+    if args.claude:
+        claude_command.cmd_install_claude(
+            argparse.Namespace(project=args.project, index=None, local=False, remove=False)
+        )
+    return status
 
 
 def cmd_context(args: argparse.Namespace) -> int:

@@ -41,6 +41,7 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/client_proxy/test_forwarder.py::test_closing_stdin_ends_the_proxy_promptly_and_ends_its_mcp_session",
     "tests/client_proxy/test_forwarder.py::test_the_proxy_exits_when_its_parent_is_gone_even_with_stdin_open",
     "tests/server/index/test_engine.py::test_a_process_killed_while_writing_a_file_leaves_a_consistent_index",
+    "tests/client_proxy/test_doctor.py::test_every_check_passes_on_a_sound_set_up_with_the_proxy_running",
 )
 SLOW = (  # seconds each on two cores: long property runs, real servers on sockets, large batches
     "tests/channel/test_tunnel.py",
@@ -53,6 +54,7 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/server/test_mcp_tools.py::test_no_list_page_or_hit_list_outgrows_one_tool_result",
     "tests/server/test_merge.py::test_a_file_of_thousands_of_lines_merges_quickly",
     "tests/client_proxy/test_sync_loop.py::test_many_files_are_pushed_in_batches_of_at_most_a_hundred",
+    "tests/client_proxy/test_sync_loop.py::test_a_first_sync_of_many_files_logs_its_progress_with_rate_and_time_left",
     "tests/server/index/test_chunker.py::test_editing_one_line_changes_at_most_two_chunks",
     "tests/server/index/test_chunker.py::test_every_line_is_covered_ranges_match_and_no_chunk_exceeds_the_token_limit",
     "tests/server/index/test_chunker.py::test_pathological_markdown_is_chunked_quickly",
@@ -61,6 +63,7 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/security/test_handshake_flood.py",
     "tests/security/test_redaction_property.py",
     "tests/server/test_sessions_server.py::test_a_long_poll_is_not_answered_by_transcript_uploads_alone",
+    "tests/client_proxy/test_doctor.py",  # a real server on a socket per test
 )
 
 

@@ -33,6 +33,8 @@ from client_proxy.sync.plan import pending_pushes
 from client_proxy.sync.retry import Retry
 from client_proxy.sync.state import StateStore, SyncState, utc_stamp
 from client_proxy.sync.watcher import Wakeup, Watcher
+from syncproto.progress import Progress
+from syncproto.wire import MAX_PUSH_CHANGES
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ class Syncer:
         self._failing: str | None = None
         self._in_flight: anyio.CancelScope | None = None
         self._save_failed = False
+        self._pulling: tuple[int, Progress] | None = None  # where a pull of several pages began, and its progress
         self.state: SyncState = store.fresh()
         self.push_passes = 0  # completed scans-and-pushes, and pull answers applied (for the log and tests)
         self.pulls = 0
@@ -145,9 +148,11 @@ class Syncer:
         wait = 0
         while True:
             try:
-                answer = await self._api.changes(self.state.revision, wait)
+                since = self.state.revision
+                answer = await self._api.changes(since, wait)
                 async with self._lock:
                     dirty = await anyio.to_thread.run_sync(self._apply_changes, answer)
+                self._pull_progress(since, answer)
             except Exception as exc:
                 await self._failed("pull", exc)
                 wait = 0
@@ -158,6 +163,16 @@ class Syncer:
             if dirty:
                 self._wakeup.poke(urgent=True)
             wait = 0 if answer.more else LONG_POLL
+
+    def _pull_progress(self, since: int, answer: Changes) -> None:
+        """A pull of several pages (a first sync, a long absence) reports its progress, counted in revisions."""
+        if self._pulling is None and answer.more:
+            self._pulling = (since, _progress("pulling", max(answer.revision - since, 1), unit="revisions"))
+        if self._pulling is not None:
+            start, progress = self._pulling
+            progress.advance(min(answer.next, answer.revision) - start)
+            if not answer.more:
+                self._pulling = None
 
     def _succeeded(self) -> None:
         if self._failing is not None:
@@ -187,10 +202,13 @@ class Syncer:
             self._reconciler.record_stamps(scan)
             queue = pending_pushes(self.state, scan)
             counts: Counter[str] = Counter()
+            progress = _progress("pushing", len(queue)) if len(queue) > MAX_PUSH_CHANGES else None
             while queue and not self.state.read_only:
                 batch = await anyio.to_thread.run_sync(self._reconciler.take_batch, queue)
                 if batch:
                     await self._push_batch(batch, counts)
+                if progress is not None:
+                    progress.advance(progress.total - len(queue))
             if counts:
                 self.state.last_push_at = self._now()
                 log.info("sync: pushed %d changes (%s)", counts.total(), _summary(counts))
@@ -277,6 +295,11 @@ class Syncer:
             self._save_failed = True
         else:
             self._save_failed = False
+
+
+def _progress(label: str, total: int, unit: str = "files") -> Progress:
+    """Progress of a long pull or push as log lines (stderr and the log file; stdout is MCP's), one a second."""
+    return Progress(total, f"sync: {label}", unit=unit, emit=log.info)
 
 
 def _summary(counts: Counter[str]) -> str:

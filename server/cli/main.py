@@ -16,12 +16,13 @@ from server.cli import config as config_cli
 from server.cli import selfcheck, serve
 from server.errors import EngineError, InvalidArgumentError
 from server.index.embeddings.base import Embedder
-from server.index.engine import IndexStatus, MemoryIndex
+from server.index.engine import MemoryIndex
 from server.index.indexer import count_memory_files
 from server.index.search import MAX_LIMIT, SearchResult, build_options
+from server.index.status import IndexStatus
 from server.observe import logs
-from server.observe.progress import Progress
 from server.settings import Settings
+from syncproto.progress import Progress
 
 
 def build_parser(settings: Settings) -> argparse.ArgumentParser:

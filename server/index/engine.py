@@ -18,14 +18,16 @@ from typing import Any, TypeVar
 
 from server.index.chunker import ChunkerConfig
 from server.index.embeddings.base import Embedder, Tokenizer
-from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, ProviderState, as_chain
+from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_chain
 from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentError, UnknownIndexError
 from server.index.fusion import FusionWeights
 from server.index.indexer import Indexer, IndexReport
 from server.index.migrations import SCHEMA_VERSION
 from server.index.naming import index_dir, validate_name
+from server.index.rebuild_progress import RebuildProgress
 from server.index.scan import ScanConfig
 from server.index.search import SearchOptions, SearchResult, search
+from server.index.status import IndexStatus
 from server.index.store import Store, is_corruption, quarantine
 from server.index.vectors import (
     VectorSpace,
@@ -49,25 +51,6 @@ class EngineSettings:
     weights: FusionWeights = field(default_factory=FusionWeights)
 
 
-@dataclass(frozen=True)
-class IndexStatus:
-    name: str
-    root: str | None
-    provider: str | None
-    model: str | None
-    dimensions: int | None
-    files: dict[str, int]  # per source
-    chunks: dict[str, int]
-    pending_vectors: int
-    vector_state: str  # "ready", "rebuilding", "off"
-    search_modes: list[str]
-    notice: str | None
-    last_change: float | None
-    database_bytes: int
-    schema_version: int
-    providers: list[ProviderState] = field(default_factory=list)  # the fallback order, each one's health
-
-
 class MemoryIndex:
     """Opened with `open`; safe to search from several threads while one thread indexes."""
 
@@ -81,6 +64,7 @@ class MemoryIndex:
         self._write_lock = threading.RLock()  # re-entered by index_if_idle
         self._rebuild_thread: threading.Thread | None = None
         self._rebuild_target: Embedder | None = None
+        self._rebuild_progress: RebuildProgress | None = None
         self._rebuild_stop = threading.Event()
         self.store = self._open_store()
 
@@ -209,12 +193,17 @@ class MemoryIndex:
         live = live_space(self.store)
         return live is None or not live.serves(target)
 
-    def rebuild_vectors(self, stop: threading.Event | None = None, target: Embedder | None = None) -> bool:
+    def rebuild_vectors(
+        self,
+        stop: threading.Event | None = None,
+        target: Embedder | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> bool:
         """Embed everything for the preferred provider beside the live vectors, then swap. Blocks."""
         target = target or self.embedder
         if target is None or not self.store.vec_loaded:
             raise EngineError("no embedding model to rebuild vectors with")
-        return self._guard(lambda: rebuild(self.store, target, stop=stop))
+        return self._guard(lambda: rebuild(self.store, target, stop=stop, on_batch=on_batch))
 
     def start_background_rebuild(self) -> threading.Thread | None:
         """Rebuild in a thread while searches go on (on the old vectors while their provider answers, else by
@@ -229,10 +218,11 @@ class MemoryIndex:
             return None
         self._rebuild_stop.clear()
         self._rebuild_target = target
+        progress = self._rebuild_progress = RebuildProgress(self._chunk_count())
 
         def run() -> None:
             try:
-                self.rebuild_vectors(self._rebuild_stop, target)
+                self.rebuild_vectors(self._rebuild_stop, target, on_batch=progress.add)
             except EngineError as exc:
                 log.error("vector rebuild of %s failed: %s", self.name, exc)
             except Exception:
@@ -240,6 +230,8 @@ class MemoryIndex:
                     raise
                 # Closed under it (a join that timed out on a slow batch): the next open takes the rebuild up.
                 log.info("vector rebuild of %s stopped with the index", self.name)
+            finally:
+                self._rebuild_progress = None
 
         self._rebuild_thread = threading.Thread(target=run, name=f"rebuild-{self.name}", daemon=True)
         self._rebuild_thread.start()
@@ -326,6 +318,11 @@ class MemoryIndex:
                     log.warning("pending chunks stay keyword-only: %s", exc)
             return report
 
+    def _chunk_count(self) -> int:
+        value = self.store.connection().execute("SELECT count(*) FROM chunks").fetchall()[0][0]
+        assert isinstance(value, int), "count(*) is an integer"
+        return value
+
     def _pending_count(self) -> int:
         space = live_space(self.store) if self.store.vec_loaded else None
         return count_missing(self.store, space) if space is not None else 0
@@ -366,6 +363,7 @@ class MemoryIndex:
         state, why = self.vector_state()
         space = live_space(self.store) if self.store.vec_loaded else None
         last = self.store.get_meta("last_change")
+        progress = self._rebuild_progress
         return IndexStatus(
             name=self.name,
             root=str(self.root) if self.root else None,
@@ -382,6 +380,7 @@ class MemoryIndex:
             database_bytes=self.store.size_bytes(),
             schema_version=SCHEMA_VERSION,
             providers=self.providers.states(),
+            rebuild=progress.snapshot() if progress is not None else None,
         )
 
 

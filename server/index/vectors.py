@@ -206,15 +206,22 @@ def fill_space(
     return embedded
 
 
-def rebuild(store: Store, embedder: Embedder, *, stop: threading.Event | None = None) -> bool:
-    """Build `embedder`'s vectors beside the live ones and swap them in; False if stopped before the swap."""
+def rebuild(
+    store: Store,
+    embedder: Embedder,
+    *,
+    stop: threading.Event | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> bool:
+    """Build `embedder`'s vectors beside the live ones and swap them in; False if stopped before the swap.
+    `on_batch(chunks)` after each batch embedded before the swap."""
     pending = pending_space(store)
     if pending is None or not pending.serves(embedder):
         if pending is not None:
             _drop(store, pending, "vector_next")
         pending = create_space(store, embedder, "vector_next")
     log.info("rebuilding vectors for %s/%s", embedder.provider, embedder.model)
-    fill_space(store, pending, embedder, stop=stop)
+    fill_space(store, pending, embedder, stop=stop, on_batch=on_batch)
     if stop and stop.is_set():
         return False
     db = store.connection()

@@ -19,10 +19,11 @@ from typing import Literal, Protocol
 
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
-from server.index.engine import EngineSettings, IndexStatus, MemoryIndex
+from server.index.engine import EngineSettings, MemoryIndex
 from server.index.indexer import IndexReport
 from server.index.naming import index_dir
 from server.index.search import SearchOptions, SearchResult
+from server.index.status import IndexStatus
 from server.mirror.history import ChangeKind, HistorySize, Retention, Version, VersionText
 from server.mirror.mirror import Mirror, MirrorFile
 from server.mirror.state import CallerSync, FileState, IdempotencyRecord

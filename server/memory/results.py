@@ -120,6 +120,14 @@ class ProviderHealth(BaseModel):
     detail: str | None = Field(description="the last failure and when the provider is tried again")
 
 
+class RebuildOutput(BaseModel):
+    done: int = Field(description="chunks embedded for the new model so far")
+    total: int = Field(description="chunks to embed")
+    per_second: float | None = Field(description="chunks a second (null in the first second)")
+    seconds_left: float | None = Field(description="the time left at that rate (null in the first second)")
+    line: str = Field(description="the same, in words")
+
+
 class StatusOutput(BaseModel):
     caller: str
     index: str
@@ -147,6 +155,10 @@ class StatusOutput(BaseModel):
     )
     history_versions: int = Field(default=0, description="versions of memory files the history keeps")
     history_bytes: int = Field(default=0, description="compressed bytes of the contents the history keeps")
+    rebuild: RebuildOutput | None = Field(
+        default=None,
+        description="while the vectors are rebuilt for another model in the background: how far it has got",
+    )
 
 
 class SyncOutput(BaseModel):

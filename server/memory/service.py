@@ -48,6 +48,7 @@ from server.memory.results import (
     GetOutput,
     ListOutput,
     ProviderHealth,
+    RebuildOutput,
     SearchOutput,
     StatusOutput,
     SyncOutput,
@@ -361,6 +362,7 @@ class MemoryService:
                 embedding_providers=[ProviderHealth(**dataclasses.asdict(p)) for p in status.providers],
                 history_versions=history.versions,
                 history_bytes=history.bytes,
+                rebuild=RebuildOutput(**dataclasses.asdict(status.rebuild)) if status.rebuild else None,
             )
 
     def sync(

@@ -12,7 +12,9 @@ import socket
 import pytest
 
 from channel.keys import PrivateKey
-from client_proxy.cli import build_parser, cmd_context, cmd_run, main
+from client_proxy.claude import settings_edit
+from client_proxy.claude.hooks import EVENTS
+from client_proxy.cli import build_parser, cmd_run, main
 from client_proxy.project.context import (
     DAILY_LINES,
     MAX_FILE_BYTES,
@@ -355,18 +357,17 @@ def claude_code_section() -> str:
     return text[start : text.index("\n## ", start + 1)]
 
 
-def test_the_readmes_json_snippets_parse_and_name_commands_memory_proxy_accepts():
+def test_the_readmes_mcp_json_is_what_install_claude_writes_and_its_hooks_are_the_installed_ones():
     section = claude_code_section()
-    blocks = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.DOTALL)]
-    mcp, settings = blocks
-    server = mcp["mcpServers"]["memory"]
-    assert server["type"] == "stdio" and server["command"] == "memory-proxy"
-    assert "key" not in json.dumps(mcp).lower().replace("memory_proxy_home", "")
-    build_parser().parse_args(server["args"])
-    (hook,) = settings["hooks"]["SessionStart"][0]["hooks"]
-    assert hook["type"] == "command"
-    program, *argv = shlex.split(hook["command"])
-    assert program == "memory-proxy" and build_parser().parse_args(argv).func is cmd_context
+    (mcp,) = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.DOTALL)]
+    assert mcp == {"mcpServers": {"memory": settings_edit.server_entry("myproject")}}
+    build_parser().parse_args(mcp["mcpServers"]["memory"]["args"])
+    rows = re.findall(r"^\| `(\w+)` \| `(memory-proxy [^`]+)` \|", section, re.MULTILINE)
+    assert rows == [(event, settings_edit.HOOKS[event]["command"]) for event in ("SessionStart", "Stop", "PreCompact")]
+    for _, command in rows:
+        program, *argv = shlex.split(command)
+        args = build_parser().parse_args(argv)
+        assert program == "memory-proxy" and args.command == "hook" and args.event in EVENTS
 
 
 def test_the_readmes_claude_mcp_add_line_launches_a_valid_run_command():

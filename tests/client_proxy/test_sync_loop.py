@@ -6,7 +6,9 @@ The multi-process, several-laptop runs are in tests/e2e/test_sync_e2e.py."""
 from __future__ import annotations
 
 import json
+import logging
 import random
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +28,8 @@ from client_proxy.sync.syncer import Syncer
 from client_proxy.sync.watcher import Wakeup, Watcher
 from server.app import create_inner_app
 from server.memory.service import MemoryService
+from server.sync.service import SyncService
+from syncproto.wire import MAX_CHANGES
 from tests.fakes.embedder import HashingEmbedder
 
 pytestmark = pytest.mark.anyio
@@ -414,3 +418,30 @@ async def test_a_second_proxy_on_the_same_folder_waits_and_takes_over_when_the_f
         rig.write("memory/c.md", "c\n")
         await until(lambda: server_has(rig, "memory/c.md", "c\n"), "c.md pushed by the second proxy")
         stop["second"].set()
+
+
+async def test_a_first_sync_of_many_files_logs_its_progress_with_rate_and_time_left(rig, caplog, monkeypatch):
+    changes = SyncService.changes
+
+    def in_small_pages(self: SyncService, caller: Any, since: int) -> Any:  # alice's pulls only
+        return changes(self, caller, since, limit=40 if caller.name == "alice" else MAX_CHANGES)
+
+    monkeypatch.setattr(SyncService, "changes", in_small_pages)
+    theirs = [{"path": f"memory/b{n:03}.md", "base": None, "content": f"bob {n}\n"} for n in range(100)]
+    assert (await rig.bob.post("/sync/push", json={"changes": theirs})).status_code == 200
+    for number in range(150):
+        rig.write(f"memory/a{number:03}.md", f"note {number}\n")
+    caplog.set_level(logging.INFO, logger="client_proxy.sync.syncer")
+
+    async with rig.syncing() as syncer:
+        await until(lambda: server_has(rig, "memory/a149.md", "note 149\n"), "the last file on the server")
+        await until(lambda: syncer.state.revision == 250, "every change pulled")
+    assert rig.read("memory/b099.md") == "bob 99\n"
+
+    lines = [record.getMessage() for record in caplog.records if ": pu" in record.getMessage()]
+    pushing = [line for line in lines if line.startswith("sync: pushing: ")]
+    assert pushing[0].startswith("sync: pushing: 100/150 files (66%)")
+    assert pushing[-1].startswith("sync: pushing: 150/150 files (100%)")
+    pulling = [line for line in lines if line.startswith("sync: pulling: ")]
+    assert len(pulling) >= 2 and pulling[0].startswith("sync: pulling: 40/")
+    assert re.match(r"sync: pulling: (\d+)/\1 revisions \(100%\)", pulling[-1])

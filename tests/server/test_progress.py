@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from server.cli.main import main
-from server.observe.progress import Progress, progress_line
+from syncproto.progress import Progress, progress_line
 from tests.conftest import EXAMPLE
 
 

@@ -1,0 +1,1 @@
+"""`memory-proxy doctor`: checks of the laptop's set-up, each with its fix."""

@@ -1,0 +1,181 @@
+"""`memory-proxy install-claude`: our server and hooks go into a real-looking Claude Code set-up and come out again,
+leaving every setting of the user's as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from channel.keys import PrivateKey
+from client_proxy.claude import settings_edit
+from client_proxy.claude.settings_edit import HOOKS, SettingsFormatError
+from client_proxy.cli import main
+from tests.conftest import REPO
+
+FIXTURES = REPO / "tests" / "data" / "claude"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project with the user's own `.claude/settings.json` and `.mcp.json` (copies of the fixtures)."""
+    folder = tmp_path / "project"
+    (folder / ".claude").mkdir(parents=True)
+    shutil.copyfile(FIXTURES / "settings.json", folder / ".claude" / "settings.json")
+    shutil.copyfile(FIXTURES / "mcp.json", folder / ".mcp.json")
+    return folder
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text("utf-8"))
+
+
+def _install(project: Path, *extra: str) -> int:
+    return main(["install-claude", "--project", str(project), *extra])
+
+
+def test_install_keeps_every_setting_of_the_user_and_adds_the_server_and_three_hooks(project: Path) -> None:
+    before = _load(FIXTURES / "settings.json")
+
+    assert _install(project, "--index", "team") == 0
+
+    after = _load(project / ".claude" / "settings.json")
+    assert list(after) == list(before)  # same keys, same order
+    assert {k: v for k, v in after.items() if k != "hooks"} == {k: v for k, v in before.items() if k != "hooks"}
+    assert list(after["hooks"]) == [*before["hooks"], "PreCompact"]
+    for event, groups in before["hooks"].items():
+        assert after["hooks"][event][: len(groups)] == groups  # the user's own hooks first, untouched
+    for event, handler in HOOKS.items():
+        assert after["hooks"][event][-1] == {"hooks": [handler]}
+    servers = _load(project / ".mcp.json")["mcpServers"]
+    assert servers["github"] == _load(FIXTURES / "mcp.json")["mcpServers"]["github"]
+    assert servers["memory"] == {"type": "stdio", "command": "memory-proxy", "args": ["run", "--index", "team"]}
+
+
+def test_installing_again_changes_no_byte(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _install(project, "--index", "team")
+    settings, mcp = (project / ".claude" / "settings.json").read_bytes(), (project / ".mcp.json").read_bytes()
+    capsys.readouterr()
+
+    assert _install(project) == 0
+    assert _install(project, "--index", "team") == 0
+
+    assert (project / ".claude" / "settings.json").read_bytes() == settings
+    assert (project / ".mcp.json").read_bytes() == mcp
+    assert capsys.readouterr().out.count("already in") == 4
+
+
+def test_remove_restores_exactly_the_users_settings(project: Path) -> None:
+    _install(project, "--index", "team")
+
+    assert _install(project, "--remove") == 0
+
+    for name, path in (("settings.json", ".claude/settings.json"), ("mcp.json", ".mcp.json")):
+        restored, original = _load(project / path), _load(FIXTURES / name)
+        assert restored == original
+        assert json.dumps(restored) == json.dumps(original)  # the order of keys too, at every level
+    assert _load(project / ".claude" / "settings.json")["hooks"]["Notification"] == []  # an empty list stays
+
+
+def test_install_then_remove_on_a_bare_project_leaves_no_file_behind(tmp_path: Path) -> None:
+    _install(tmp_path, "--index", "team")
+    assert settings_edit.installed_hooks(_load(tmp_path / ".claude" / "settings.json")) == list(HOOKS)
+
+    _install(tmp_path, "--remove")
+
+    assert not (tmp_path / ".claude" / "settings.json").exists()
+    assert not (tmp_path / ".mcp.json").exists()
+
+
+def test_a_settings_file_that_is_not_json_is_refused_and_nothing_changes(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = project / ".claude" / "settings.json"
+    settings.write_text('{"permissions": {"allow": ["Bash(ls)"],}}\n', "utf-8")  # a trailing comma
+    before = settings.read_bytes(), (project / ".mcp.json").read_bytes()
+
+    assert _install(project, "--index", "team") == 2
+
+    error = capsys.readouterr().err
+    assert f"{settings} is not valid JSON (line 1, column 40)" in error
+    assert "nothing was changed" in error
+    assert (settings.read_bytes(), (project / ".mcp.json").read_bytes()) == before
+
+
+def test_hooks_of_an_unexpected_shape_are_refused_and_nothing_changes(project: Path) -> None:
+    settings = project / ".claude" / "settings.json"
+    settings.write_text('{"hooks": {"Stop": {"command": "x"}}}', "utf-8")
+    before = settings.read_bytes()
+
+    assert _install(project) == 2
+    assert settings.read_bytes() == before
+    with pytest.raises(SettingsFormatError, match="must be a list of matcher groups"):
+        settings_edit.add_hooks(json.loads(before))
+
+
+def test_another_programs_server_named_memory_is_not_replaced(project: Path) -> None:
+    (project / ".mcp.json").write_text('{"mcpServers": {"memory": {"command": "npx", "args": ["mem0"]}}}', "utf-8")
+    settings_before = (project / ".claude" / "settings.json").read_bytes()
+
+    assert _install(project) == 2
+
+    assert _load(project / ".mcp.json")["mcpServers"]["memory"]["command"] == "npx"
+    assert (project / ".claude" / "settings.json").read_bytes() == settings_before
+
+
+def test_the_hand_written_context_hook_of_the_old_readme_is_replaced_not_doubled() -> None:
+    old = {"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "memory-proxy context"}]}]}}
+
+    new = settings_edit.add_hooks(old)
+
+    assert new["hooks"]["SessionStart"] == [{"hooks": [HOOKS["SessionStart"]]}]
+    assert settings_edit.remove_hooks(new) == {}
+    assert old["hooks"]["SessionStart"][0]["hooks"][0]["command"] == "memory-proxy context"  # input not changed
+
+
+def test_a_hook_sharing_a_group_with_ours_survives_the_removal() -> None:
+    theirs = {"type": "command", "command": "echo done"}
+    ours = {"type": "command", "command": "/opt/bin/memory-proxy hook stop"}
+    settings = {"hooks": {"Stop": [{"hooks": [theirs, ours]}]}}
+
+    assert settings_edit.remove_hooks(settings) == {"hooks": {"Stop": [{"hooks": [theirs]}]}}
+
+
+def test_the_mode_of_the_settings_file_is_kept_and_a_symlink_is_followed(project: Path, tmp_path: Path) -> None:
+    real = tmp_path / "dotfiles" / "settings.json"
+    real.parent.mkdir()
+    shutil.move(project / ".claude" / "settings.json", real)
+    os.chmod(real, 0o600)
+    (project / ".claude" / "settings.json").symlink_to(real)
+
+    _install(project)
+
+    assert (project / ".claude" / "settings.json").is_symlink()
+    assert os.stat(real).st_mode & 0o777 == 0o600
+    assert "Stop" in settings_edit.installed_hooks(_load(real))
+
+
+def test_local_puts_the_hooks_in_the_uncommitted_settings_file(project: Path) -> None:
+    shared = (project / ".claude" / "settings.json").read_bytes()
+
+    _install(project, "--local")
+
+    assert (project / ".claude" / "settings.json").read_bytes() == shared
+    assert settings_edit.installed_hooks(_load(project / ".claude" / "settings.local.json")) == list(HOOKS)
+
+
+def test_init_with_claude_registers_the_project_in_the_same_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORY_PROXY_HOME", str(tmp_path / "home"))
+    server_key = PrivateKey.generate("memory-server").public.line()
+    argv = ["init", "--server", "http://127.0.0.1:9", "--server-key", server_key, "--index", "team"]
+
+    assert main([*argv, "--project", str(tmp_path), "--claude"]) == 0
+
+    assert settings_edit.installed_hooks(_load(tmp_path / ".claude" / "settings.json")) == list(HOOKS)
+    assert _load(tmp_path / ".mcp.json")["mcpServers"]["memory"]["command"] == "memory-proxy"
+    assert (tmp_path / "MEMORY.md").exists()
