@@ -45,6 +45,7 @@ from client_proxy.logs import configure as configure_logging
 from client_proxy.project.context import build_context, local_today
 from client_proxy.project.stack import detect_stack, read_project_files
 from client_proxy.project.templates import install_templates
+from client_proxy.remote.commands import add_commands as add_remote_commands
 from client_proxy.run import serve
 from client_proxy.settings import RunSettings
 from client_proxy.sync import status as sync_status
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--project", metavar="DIR", help="the project folder (default: the current directory)")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=cmd_status)
+    add_remote_commands(commands)
     return parser
 
 
