@@ -49,6 +49,7 @@ from client_proxy.remote.commands import add_commands as add_remote_commands
 from client_proxy.run import serve
 from client_proxy.settings import RunSettings
 from client_proxy.sync import status as sync_status
+from client_proxy.ui.command import add_command as add_ui_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=cmd_status)
     add_remote_commands(commands)
+    add_ui_command(commands)
     return parser
 
 

@@ -27,6 +27,8 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/e2e/test_proxy_product.py",
     "tests/e2e/test_server_e2e.py",
     "tests/e2e/test_terminal_commands.py",
+    "tests/e2e/test_memory_browser.py",
+    "tests/e2e/test_memory_browser_guard.py",
     "tests/test_deploy_container.py",
     "tests/test_deploy_files.py",
     "tests/test_laptop_install.py",

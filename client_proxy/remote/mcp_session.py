@@ -10,6 +10,7 @@ import itertools
 import json
 from typing import Any, Final
 
+import anyio
 import httpx2
 
 from channel.errors import ChannelError
@@ -39,16 +40,17 @@ class McpSession:
         self._server_url = server_url
         self._ids = itertools.count(1)
         self._version: str | None = None
+        self._opening = anyio.Lock()  # the memory browser calls from several requests at once
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """The tool's structured result; `RemoteToolError` with the tool's own message when it refused."""
         params = {"name": name, "arguments": {k: v for k, v in arguments.items() if v is not None}}
-        if self._version is None:
-            await self._open()
+        await self._ensure_open(None)
+        session = self._upstream.session_id
         try:
             result = await self._request("tools/call", params)
         except SessionExpiredError:  # the server restarted or the session idled out: it never ran the call
-            await self._open()
+            await self._ensure_open(session)
             result = await self._request("tools/call", params)
         if result.get("isError"):
             raise RemoteToolError(_text(result) or f"{name} failed")
@@ -61,6 +63,12 @@ class McpSession:
         """End the session on the server (best effort: it idles out anyway)."""
         if self._version is not None:
             await self._upstream.terminate(self._headers())
+
+    async def _ensure_open(self, expired: str | None) -> None:
+        """Open a session if none is open, or if `expired` is still the current one (others may have reopened)."""
+        async with self._opening:
+            if self._version is None or (expired is not None and self._upstream.session_id == expired):
+                await self._open()
 
     async def _open(self) -> None:
         self._upstream.session_id = None

@@ -4,16 +4,15 @@ the hashing embedder): the same operations and results as the MCP tools, readabl
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import structured
-from tests.sync_support import Laptop, ProductServer
+from tests.sync_support import Laptop
+from tests.ui_support import Team, team
 
 TEAM = "team"
 CALLERS = {"alice": {TEAM: "rw"}, "bob": {TEAM: "r"}}
@@ -21,17 +20,9 @@ RUN_TIMEOUT = 60.0
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ProductServer]:
-    running = ProductServer(tmp_path / "server", HashingEmbedder(), CALLERS)
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def laptops(tmp_path: Path, server: ProductServer) -> dict[str, Laptop]:
-    made = {name: Laptop(tmp_path / name, server, name, TEAM) for name in CALLERS}
-    server.start()
-    return made
+def crew(tmp_path: Path) -> Iterator[Team]:
+    with team(tmp_path, CALLERS) as running:
+        yield running
 
 
 def memory_proxy(laptop: Laptop, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -54,7 +45,8 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
-def test_a_note_written_from_the_terminal_is_searched_listed_and_read_back_with_line_numbers(laptops):
+def test_a_note_written_from_the_terminal_is_searched_listed_and_read_back_with_line_numbers(crew):
+    laptops = crew.laptops
     alice, bob = laptops["alice"], laptops["bob"]
     note = "We deploy with blue-green switches behind HAProxy; the staging host is kestrel."
     written = ok(memory_proxy(alice, "write", "--path", "memory/deploy.md", "--topic", "deploys", note))
@@ -77,7 +69,8 @@ def test_a_note_written_from_the_terminal_is_searched_listed_and_read_back_with_
 
 
 @pytest.mark.anyio
-async def test_json_output_is_exactly_what_the_mcp_tools_answer(laptops):
+async def test_json_output_is_exactly_what_the_mcp_tools_answer(crew):
+    laptops = crew.laptops
     alice = laptops["alice"]
     ok(memory_proxy(alice, "write", "--path", "memory/cats.md", stdin="# Cats\n\nThe office cat is called Biscuit.\n"))
     arguments = {"query": "office cat name", "max_results": 8, "min_score": 0.0}
@@ -90,12 +83,15 @@ async def test_json_output_is_exactly_what_the_mcp_tools_answer(laptops):
     assert json.loads(ok(memory_proxy(alice, "list", "--json"))) == {"files": listed["files"], "total": listed["total"]}
 
 
-def test_a_refused_write_says_why_and_changes_nothing(laptops, server):
+def test_a_refused_write_says_why_and_changes_nothing(crew):
+    server, laptops = crew.server, crew.laptops
     alice, bob = laptops["alice"], laptops["bob"]
     ok(memory_proxy(alice, "write", "--path", "memory/plan.md", "step one"))
     before = server.text(TEAM, "memory/plan.md")
 
-    stale = memory_proxy(alice, "write", "--path", "memory/plan.md", "--mode", "replace", "--expected-hash", "0" * 64, "x")
+    stale = memory_proxy(
+        alice, "write", "--path", "memory/plan.md", "--mode", "replace", "--expected-hash", "0" * 64, "x"
+    )
     assert stale.returncode == 2
     assert stale.stderr.startswith("memory-proxy: error: ") and "hash" in stale.stderr
     read_only = memory_proxy(bob, "write", "--path", "memory/plan.md", "bob was here")
@@ -105,7 +101,8 @@ def test_a_refused_write_says_why_and_changes_nothing(laptops, server):
     assert server.text(TEAM, "memory/plan.md") == before
 
 
-def test_a_stopped_server_is_named_in_a_short_error(laptops, server):
+def test_a_stopped_server_is_named_in_a_short_error(crew):
+    server, laptops = crew.server, crew.laptops
     server.stop()
     done = memory_proxy(laptops["alice"], "search", "anything")
     assert done.returncode == 2
