@@ -20,9 +20,6 @@ from client_proxy.config import ProxyConfig
 from client_proxy.logs import configure as configure_logging
 from client_proxy.remote.connection import connect
 from client_proxy.settings import RunSettings
-from client_proxy.sync import status as sync_status
-from client_proxy.ui.api import BrowserApi
-from client_proxy.ui.http import BrowserServer
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +41,10 @@ def add_command(commands: Any) -> None:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
+    from client_proxy.sync import status as sync_status  # imported here: the other commands start faster
+    from client_proxy.ui.api import BrowserApi
+    from client_proxy.ui.http import BrowserServer
+
     settings = RunSettings.from_env(os.environ, index=args.index, project=args.project, log_file=None)
     configure_logging(settings.log_level, None)
     config = ProxyConfig.load(settings.home)
