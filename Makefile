@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast test-container lint bench clean
+.PHONY: run test test-fast test-container test-browser lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,12 +39,17 @@ test: lint
 
 # The edit-test loop: no model load, no other process, nothing slow (under a minute); `make test` before a commit.
 test-fast: $(VENV)/.installed-dev
-	$(BIN)/pytest -q -m "not model and not subprocess and not slow and not container"
+	$(BIN)/pytest -q -m "not model and not subprocess and not slow and not container and not browser"
 
 # The image built from this tree and run with compose.yaml by a real Docker engine; starts a private engine when
 # none answers (as root: scripts/container/engine.sh). Needs no container registry.
 test-container: $(VENV)/.installed-dev
 	scripts/container/test-tier.sh
+
+# The memory browser (`memory-proxy ui`) in Debian's headless Chromium, installed with apt-get when missing (as
+# root: scripts/test-browser.sh); screenshots of its views in build/screenshots/.
+test-browser: $(VENV)/.installed-dev
+	scripts/test-browser.sh
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py

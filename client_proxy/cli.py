@@ -47,9 +47,11 @@ from client_proxy.logs import configure as configure_logging
 from client_proxy.project.context import build_context, local_today
 from client_proxy.project.stack import detect_stack, read_project_files
 from client_proxy.project.templates import install_templates
+from client_proxy.remote.commands import add_commands as add_remote_commands
 from client_proxy.run import serve
 from client_proxy.settings import RunSettings
 from client_proxy.sync import status as sync_status
+from client_proxy.ui.command import add_command as add_ui_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
     claude_command.register(commands)
     doctor_command.register(commands)
+    add_remote_commands(commands)
+    add_ui_command(commands)
     return parser
 
 

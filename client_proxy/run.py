@@ -18,17 +18,15 @@ import anyio
 import anyio.abc
 import httpx2
 
-from channel.constants import INDEX_HEADER
 from channel.errors import ChannelError
 from channel.keys import read_private_key
-from channel.transport import ChannelTransport
 from client_proxy.config import ProxyConfig
 from client_proxy.errors import ProxyError
 from client_proxy.forward.forwarder import Forwarder, Lines, Write
 from client_proxy.forward.jsonrpc import SERVER_UNAVAILABLE, NotJsonRpcError, error_line, parse
-from client_proxy.forward.local_zone import TIMEZONE_HEADER
 from client_proxy.forward.stdio import StdoutClosedError, StdoutWriter, claim_stdio, stdin_lines
 from client_proxy.forward.upstream import Upstream
+from client_proxy.remote.connection import channel_client
 from client_proxy.settings import RunSettings
 from client_proxy.sync.api import SyncApi
 from client_proxy.sync.local_files import LocalFiles
@@ -41,8 +39,6 @@ from client_proxy.transcripts.upload import TranscriptState, TranscriptUploader
 log = logging.getLogger(__name__)
 
 PARENT_POLL: Final = 1.0  # seconds
-INNER_BASE: Final = "http://memory"  # inside the tunnel only the path counts
-TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)  # the SDK's: a tool may stream for minutes
 
 
 async def serve(settings: RunSettings) -> None:
@@ -68,12 +64,8 @@ async def serve(settings: RunSettings) -> None:
                     settings.timezone,
                     settings.project,
                 )
-                transport = ChannelTransport(config.server_url, client_key=key, server_key=config.server_key)
-                headers = {INDEX_HEADER: index, TIMEZONE_HEADER: settings.timezone}
                 async with (
-                    httpx2.AsyncClient(
-                        transport=transport, base_url=INNER_BASE, headers=headers, timeout=TIMEOUT
-                    ) as client,
+                    channel_client(config, key, index, settings.timezone) as client,
                     anyio.create_task_group() as syncing,
                 ):
                     _start_sync(syncing, client, settings, config, index)

@@ -84,6 +84,9 @@ def test_pipx_installs_the_laptop_side_on_python_3_13_without_the_server_depende
     imports = "import client_proxy.cli, importlib.util as u; print(u.find_spec('torch') is None)"
     done = subprocess.run([shebang, "-c", imports], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "True"  # a laptop gets no torch
+    page = "from client_proxy.ui.http import STATIC, static_file as f; print(all(f(n) for n, _ in STATIC.values()))"
+    done = subprocess.run([shebang, "-c", page], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "True", done.stderr  # the memory browser's page is package data in the install
     assert "memory-proxy" in subprocess.run([pipx_proxy, "--help"], capture_output=True, text=True).stdout
 
 

@@ -1,0 +1,73 @@
+"""The memory tools' structured results as text for a terminal (pure: data in, text out).
+
+What a person scans: one block per search hit (score, citation, who and when, the snippet indented), a file with
+line numbers, a write's place, a listing as aligned columns. `--json` prints the results as they came instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SNIPPET_LINES = 6
+
+
+def search(result: dict[str, Any]) -> str:
+    hits = result.get("hits") or []
+    lines = [f"{len(hits)} hit{'' if len(hits) == 1 else 's'} ({result.get('search_mode')} search)"]
+    if result.get("notice"):
+        lines.append(f"note: {result['notice']}")
+    for hit in hits:
+        who = _who_when(hit)
+        lines.append("")
+        lines.append(f"{hit['score']:.3f}  {hit['citation']}  {hit.get('heading') or ''}".rstrip())
+        if who:
+            lines.append(f"       {who}  ({hit.get('matched_by')})")
+        snippet = str(hit.get("snippet") or "").splitlines()[:SNIPPET_LINES]
+        lines.extend(f"       | {line}" for line in snippet)
+    return "\n".join(lines) + "\n"
+
+
+def get(result: dict[str, Any]) -> str:
+    if not result.get("exists"):
+        return f"{result['path']}: no such file\n"
+    header = f"{result['path']}  lines {result['start_line']}-{result['end_line']} of {result['total_lines']}"
+    who = _who_when(result)
+    lines = [header + (f"  ({who})" if who else "")]
+    width = len(str(result["end_line"]))
+    text = str(result.get("content") or "")
+    for number, line in enumerate(text.split("\n") if text else [], start=result["start_line"]):
+        lines.append(f"{number:>{width}}  {line}".rstrip())
+    if result.get("truncated"):
+        lines.append(f"... continues at line {result['next_start_line']} (--start {result['next_start_line']})")
+    return "\n".join(lines) + "\n"
+
+
+def write(result: dict[str, Any]) -> str:
+    verb = "replaced" if result["mode"] == "replace" else "appended to"
+    place = f"{result['path']}#L{result['start_line']}-L{result['end_line']}"
+    text = f"{verb} {place} ({result['lines']} lines, hash {result['hash'][:12]})"
+    if result.get("replayed"):
+        text += "; already written by an earlier call with this idempotency key"
+    redacted = result.get("redacted") or {}
+    if redacted:
+        text += "; secrets masked: " + ", ".join(f"{kind} x{count}" for kind, count in sorted(redacted.items()))
+    return text + "\n"
+
+
+def listing(files: list[dict[str, Any]], total: int) -> str:
+    if not files:
+        return "no files\n"
+    width = max(len(entry["path"]) for entry in files)
+    lines = [
+        f"{entry['path']:<{width}}  {entry['lines']:>6} lines  {entry['size']:>8} B  {_who_when(entry)}".rstrip()
+        for entry in files
+    ]
+    shown = f"{len(files)} of {total}" if total > len(files) else str(total)
+    lines.append(f"{shown} file{'' if total == 1 else 's'}")
+    return "\n".join(lines) + "\n"
+
+
+def _who_when(item: dict[str, Any]) -> str:
+    at = str(item.get("updated_at") or "").replace("T", " ").replace("Z", " UTC")
+    by = item.get("updated_by")
+    return " ".join(part for part in (f"by {by}" if by else "", at) if part)

@@ -1,0 +1,132 @@
+"""The memory browser's JSON API: each route one call (or a few) to the server through `Remote`.
+
+Saving is a sync push (`Remote.push`) with the hash of the text the page showed as its base: the server applies
+it, merges it with what changed since (three-way, as for a laptop's edit), or keeps its own newer text and stores
+the page's as a conflict copy. Nobody's text is ever overwritten and the page's text is never lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import anyio.to_thread
+
+from client_proxy.errors import ProxyError
+from client_proxy.remote.connection import Remote
+
+LIST_PAGE: Final = 200
+MAX_SEARCH_RESULTS: Final = 50
+CONFLICT_MARK: Final = ".conflict-"  # conflict copies: <stem>.conflict-<caller>-<time>.md (docs/sync-protocol.md)
+MAX_PAGES: Final = 100  # of a file read in pieces (each about 40,000 characters)
+
+Params = Mapping[str, str]
+
+
+class BadRequestError(ProxyError):
+    """The page sent something the API cannot act on."""
+
+
+class BrowserApi:
+    def __init__(self, remote: Remote, local_status: Callable[[], dict[str, Any]], project: str) -> None:
+        self._remote = remote
+        self._local_status = local_status
+        self._project = project
+
+    async def get(self, route: str, params: Params) -> dict[str, Any]:
+        handlers = {"info": self.info, "search": self.search, "files": self.files, "file": self.file}
+        handlers["status"] = self.status
+        handler = handlers.get(route)
+        if handler is None:
+            raise LookupError(route)
+        return await handler(params)
+
+    async def info(self, params: Params) -> dict[str, Any]:
+        target = self._remote.target
+        return {"server": target.server_url, "index": target.index, "device": target.device, "project": self._project}
+
+    async def search(self, params: Params) -> dict[str, Any]:
+        query = params.get("q", "").strip()
+        if not query:
+            raise BadRequestError("type something to search for")
+        return await self._remote.tool(
+            "search",
+            query=query,
+            max_results=_int(params, "max", 20, 1, MAX_SEARCH_RESULTS),
+            path=params.get("path") or None,
+            sources=[params["source"]] if params.get("source") in ("memory", "sessions") else None,
+        )
+
+    async def files(self, params: Params) -> dict[str, Any]:
+        """Every file (all pages of the listing), for browsing by folder and by day."""
+        files: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            page = await self._remote.tool("list", prefix=params.get("prefix") or None, cursor=cursor, limit=LIST_PAGE)
+            files += page["files"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return {"files": files, "total": page["total"]}
+
+    async def file(self, params: Params) -> dict[str, Any]:
+        """The whole file, read in pieces; `editable` when the pieces are exactly the file its hash names."""
+        path = params.get("path", "")
+        if not path:
+            raise BadRequestError("which file?")
+        first = await self._remote.tool("get", path=path)
+        pieces, piece = [first["content"]], first
+        for _ in range(MAX_PAGES):
+            if not piece.get("truncated") or not piece.get("next_start_line"):
+                break
+            piece = await self._remote.tool("get", path=path, start_line=piece["next_start_line"])
+            pieces.append(piece["content"])
+        text = "\n".join(pieces)
+        exact = _exact_text(text, first.get("hash"))
+        keys = ("path", "exists", "total_lines", "hash", "updated_by", "updated_at")
+        answer = {key: first.get(key) for key in keys}
+        answer.update(content=text if exact is None else exact, editable=exact is not None or not first["exists"])
+        answer["source"] = "sessions" if path.startswith("sessions/") else "memory"
+        return answer
+
+    async def save(self, body: Any) -> dict[str, Any]:
+        """Push the page's text with the hash it was read at: applied, merged, conflict (kept as a copy) or
+        rejected, with the server's text after it."""
+        if not isinstance(body, dict):
+            raise BadRequestError("expected a JSON object")
+        path, base, content = body.get("path"), body.get("base"), body.get("content")
+        if not isinstance(path, str) or not path or not isinstance(content, str):
+            raise BadRequestError("a save needs a path and the text")
+        if base is not None and not isinstance(base, str):
+            raise BadRequestError("base must be the hash the text was read at, or null for a new file")
+        result = await self._remote.push(path, base, content)
+        return result.as_json()
+
+    async def status(self, params: Params) -> dict[str, Any]:
+        server = await self._remote.tool("status")
+        listing = await self.files({"prefix": "memory/"})
+        copies = [entry for entry in listing["files"] if CONFLICT_MARK in entry["path"]]
+        try:
+            local: dict[str, Any] = await anyio.to_thread.run_sync(self._local_status)
+        except (ProxyError, OSError) as exc:
+            local = {"problem": str(exc)}
+        return {"server": server, "local": local, "conflict_copies": copies}
+
+
+def _exact_text(joined: str, expected: str | None) -> str | None:
+    """The file's exact text from its lines joined: with or without a final newline, as its hash says."""
+    for candidate in (joined + "\n", joined):
+        if expected is not None and hashlib.sha256(candidate.encode("utf-8")).hexdigest() == expected:
+            return candidate
+    return None
+
+
+def _int(params: Params, name: str, default: int, low: int, high: int) -> int:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequestError(f"{name} must be a number") from None
+    return max(low, min(high, value))

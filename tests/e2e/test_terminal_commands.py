@@ -1,0 +1,110 @@
+"""`memory-proxy search`, `get`, `write` and `list` as real processes against a real server (channel, MCP, sync,
+the hashing embedder): the same operations and results as the MCP tools, readable by default, JSON on request."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.mcp_support import structured
+from tests.sync_support import Laptop
+from tests.ui_support import Team, team
+
+TEAM = "team"
+CALLERS = {"alice": {TEAM: "rw"}, "bob": {TEAM: "r"}}
+RUN_TIMEOUT = 60.0
+
+
+@pytest.fixture
+def crew(tmp_path: Path) -> Iterator[Team]:
+    with team(tmp_path, CALLERS) as running:
+        yield running
+
+
+def memory_proxy(laptop: Laptop, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The laptop's `memory-proxy` console script, as a user runs it in a terminal."""
+    params = laptop.params()
+    return subprocess.run(
+        [params.command, *args],
+        env={**params.env, "MEMORY_PROXY_LOG_LEVEL": "WARNING"} if params.env else None,
+        cwd=params.cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_note_written_from_the_terminal_is_searched_listed_and_read_back_with_line_numbers(crew):
+    laptops = crew.laptops
+    alice, bob = laptops["alice"], laptops["bob"]
+    note = "We deploy with blue-green switches behind HAProxy; the staging host is kestrel."
+    written = ok(memory_proxy(alice, "write", "--path", "memory/deploy.md", "--topic", "deploys", note))
+    assert written.startswith("appended to memory/deploy.md#L")
+
+    found = ok(memory_proxy(bob, "search", "blue-green deploy HAProxy"))
+    assert "(hybrid search)" in found.splitlines()[0]
+    assert "memory/deploy.md#L" in found
+    assert "by alice" in found
+    assert "HAProxy" in found
+
+    listed = ok(memory_proxy(bob, "list", "--prefix", "memory/"))
+    assert listed.splitlines()[0].startswith("memory/deploy.md")
+    assert listed.splitlines()[-1] == "1 file"
+
+    read = ok(memory_proxy(bob, "get", "memory/deploy.md"))
+    numbered = [line for line in read.splitlines()[1:] if note in line]
+    assert numbered and numbered[0].split()[0].isdigit()
+    assert ok(memory_proxy(bob, "get", "memory/nowhere.md")) == "memory/nowhere.md: no such file\n"
+
+
+@pytest.mark.anyio
+async def test_json_output_is_exactly_what_the_mcp_tools_answer(crew):
+    laptops = crew.laptops
+    alice = laptops["alice"]
+    ok(memory_proxy(alice, "write", "--path", "memory/cats.md", stdin="# Cats\n\nThe office cat is called Biscuit.\n"))
+    arguments = {"query": "office cat name", "max_results": 8, "min_score": 0.0}
+    async with alice.running() as client:
+        searched = structured(await client.call_tool("memory_search", arguments))
+        got = structured(await client.call_tool("memory_get", {"path": "memory/cats.md"}))
+        listed = structured(await client.call_tool("memory_list", {"limit": 200}))
+    assert json.loads(ok(memory_proxy(alice, "search", "--json", "office cat name"))) == searched
+    assert json.loads(ok(memory_proxy(alice, "get", "--json", "memory/cats.md"))) == got
+    assert json.loads(ok(memory_proxy(alice, "list", "--json"))) == {"files": listed["files"], "total": listed["total"]}
+
+
+def test_a_refused_write_says_why_and_changes_nothing(crew):
+    server, laptops = crew.server, crew.laptops
+    alice, bob = laptops["alice"], laptops["bob"]
+    ok(memory_proxy(alice, "write", "--path", "memory/plan.md", "step one"))
+    before = server.text(TEAM, "memory/plan.md")
+
+    stale = memory_proxy(
+        alice, "write", "--path", "memory/plan.md", "--mode", "replace", "--expected-hash", "0" * 64, "x"
+    )
+    assert stale.returncode == 2
+    assert stale.stderr.startswith("memory-proxy: error: ") and "hash" in stale.stderr
+    read_only = memory_proxy(bob, "write", "--path", "memory/plan.md", "bob was here")
+    assert read_only.returncode == 2 and "memory-proxy: error: " in read_only.stderr
+    empty = memory_proxy(alice, "write", stdin="   \n")
+    assert empty.returncode == 2 and "nothing to write" in empty.stderr
+    assert server.text(TEAM, "memory/plan.md") == before
+
+
+def test_a_stopped_server_is_named_in_a_short_error(crew):
+    server, laptops = crew.server, crew.laptops
+    server.stop()
+    done = memory_proxy(laptops["alice"], "search", "anything")
+    assert done.returncode == 2
+    assert f"cannot reach the memory server at {server.url}" in done.stderr
+    assert "Traceback" not in done.stderr
