@@ -1,6 +1,6 @@
-"""`memory-proxy search`, `get`, `write` and `list`: the MCP tools of the same names, run on the server from a
-terminal through the sealed channel, with this laptop's key. Human-readable by default, `--json` for scripts (the
-tool's structured result, exactly as an agent gets it).
+"""`memory-proxy search`, `get`, `write`, `list`, `history` and `restore`: the MCP tools of the same names, run
+on the server from a terminal through the sealed channel, with this laptop's key. Human-readable by default,
+`--json` for scripts (the tool's structured result, exactly as an agent gets it).
 """
 
 from __future__ import annotations
@@ -59,6 +59,18 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--limit", type=int, metavar="N", help="at most N files (default: all)")
     listing.set_defaults(func=cmd_list)
 
+    history = _command(commands, "history", "list past versions of a file (or recent changes, or deleted files)")
+    history.add_argument("path", nargs="?", help="the file (default: the recent changes of every file)")
+    history.add_argument("--deleted", action="store_true", help="list the files deleted now, to restore")
+    history.add_argument("--before", type=int, metavar="VERSION", help="older than this version (paging)")
+    history.add_argument("--limit", type=int, default=20, metavar="N", help="versions to show (default 20)")
+    history.set_defaults(func=cmd_history)
+
+    restore = _command(commands, "restore", "bring back a past version of a file as a new version (undoable)")
+    restore.add_argument("path", help="MEMORY.md or memory/<folders>/<name>.md")
+    restore.add_argument("version", type=int, help="the version to bring back, from `memory-proxy history`")
+    restore.set_defaults(func=cmd_restore)
+
 
 def _command(commands: Any, name: str, summary: str) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
@@ -90,6 +102,15 @@ def cmd_write(args: argparse.Namespace) -> int:
     arguments = {"content": content, "path": args.path, "mode": args.mode, "topic": args.topic}
     arguments.update(heading=args.heading, expected_hash=args.expected_hash, idempotency_key=args.idempotency_key)
     return _call(args, "write", arguments, render.write)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    arguments = {"path": args.path, "deleted": args.deleted, "before": args.before, "limit": args.limit}
+    return _call(args, "history", arguments, render.history)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    return _call(args, "restore", {"path": args.path, "version": args.version}, render.restore)
 
 
 def _call(

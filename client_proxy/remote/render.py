@@ -67,6 +67,30 @@ def listing(files: list[dict[str, Any]], total: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def history(result: dict[str, Any]) -> str:
+    versions = result.get("versions") or []
+    if not versions:
+        return "no deleted files\n" if result.get("deleted") else "no versions\n"
+    width = max(len(str(entry["version"])) for entry in versions)
+    lines = [
+        f"{entry['version']:>{width}}  {entry['change']:<13} {entry['path']}  {entry['size']} B  {_who_when(entry)}"
+        for entry in versions
+    ]
+    if result.get("next_before"):
+        lines.append(f"older: --before {result['next_before']}")
+    return "\n".join(lines) + "\n"
+
+
+def restore(result: dict[str, Any]) -> str:
+    if not result.get("changed"):
+        return f"{result['path']} already is version {result['restored_version']}; nothing changed\n"
+    now = "deleted" if result.get("hash") is None else f"hash {result['hash'][:12]}"
+    return (
+        f"restored {result['path']} to version {result['restored_version']} as new version {result['version']} "
+        f"({now}); undo with: memory-proxy restore {result['path']} <the version before>\n"
+    )
+
+
 def _who_when(item: dict[str, Any]) -> str:
     at = str(item.get("updated_at") or "").replace("T", " ").replace("Z", " UTC")
     by = item.get("updated_by")

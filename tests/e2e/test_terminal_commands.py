@@ -108,3 +108,27 @@ def test_a_stopped_server_is_named_in_a_short_error(crew):
     assert done.returncode == 2
     assert f"cannot reach the memory server at {server.url}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_overwrite_is_undone_from_the_terminal_with_history_and_restore(crew):
+    alice = crew.laptops["alice"]
+    ok(memory_proxy(alice, "write", "--path", "memory/plan.md", stdin="# Plan\n\nShip on Friday.\n"))
+    current = json.loads(ok(memory_proxy(alice, "get", "memory/plan.md", "--json")))["hash"]
+    ok(
+        memory_proxy(
+            alice, "write", "--path", "memory/plan.md", "--mode", "replace", "--expected-hash", current, "oops"
+        )
+    )
+
+    versions = json.loads(ok(memory_proxy(alice, "history", "memory/plan.md", "--json")))["versions"]
+    assert [entry["change"] for entry in versions] == ["write", "write"]
+    shown = ok(memory_proxy(alice, "history", "memory/plan.md"))
+    assert shown.splitlines()[1].split()[:3] == [str(versions[1]["version"]), "write", "memory/plan.md"]
+
+    restored = ok(memory_proxy(alice, "restore", "memory/plan.md", str(versions[1]["version"])))
+    assert restored.startswith(f"restored memory/plan.md to version {versions[1]['version']} as new version")
+    assert "Ship on Friday." in ok(memory_proxy(alice, "get", "memory/plan.md"))
+    again = ok(memory_proxy(alice, "restore", "memory/plan.md", str(versions[1]["version"])))
+    assert again.endswith("nothing changed\n")
+    refused = memory_proxy(crew.laptops["bob"], "restore", "memory/plan.md", str(versions[0]["version"]))
+    assert refused.returncode != 0 and "Ship on Friday." in ok(memory_proxy(alice, "get", "memory/plan.md"))
