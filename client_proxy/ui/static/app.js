@@ -54,7 +54,13 @@ function show(...nodes) {
 function failure(error) { return el("div", { class: "banner bad", role: "alert" }, el("strong", { text: "Could not load" }), el("p", { text: error.message })); }
 
 // ---- routing ------------------------------------------------------------------------------------------------
+// Each navigation starts a view; a view whose answer arrives after a later navigation drops it (the slower
+// answer must not paint over the page the user went to).
+let navigation = 0;
+const superseded = (mine) => mine !== navigation;
+
 function route() {
+  navigation += 1;
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, search] = hash.split("?");
   const params = Object.fromEntries(new URLSearchParams(search || ""));
@@ -75,7 +81,9 @@ function route() {
 async function viewSearch(q) {
   show(el("p", { class: "summary", text: `Searching for “${q}”…` }));
   try {
+    const mine = navigation;
     const result = await api(`/api/search?${query({ q, max: 20 })}`);
+    if (superseded(mine)) return;
     state.hits = result.hits;
     const summary = el("p", { class: "summary" },
       `${result.hits.length} hit${result.hits.length === 1 ? "" : "s"} · `, el("strong", { text: `${result.search_mode} search` }),
@@ -100,7 +108,9 @@ function hitItem(hit) {
 }
 
 async function viewHome() {
+  const mine = navigation;
   const files = await loadFiles().catch(() => []);
+  if (superseded(mine)) return;
   const recent = [...files].filter((f) => f.updated_at).sort((a, b) => b.updated_at.localeCompare(a.updated_at)).slice(0, 8);
   show(el("h1", { text: "Search your memory" }),
     el("p", { class: "muted" }, "Type in the box above and press Enter (", el("kbd", { text: "/" }), " jumps there). ",
@@ -162,7 +172,10 @@ function renderTree() {
 async function viewFile(path, lines) {
   show(el("p", { class: "summary", text: `Opening ${path}…` }));
   try {
-    state.file = await api(`/api/file?${query({ path })}`);
+    const mine = navigation;
+    const file = await api(`/api/file?${query({ path })}`);
+    if (superseded(mine)) return;
+    state.file = file;
     renderTree();
     renderFile(lines);
   } catch (error) { show(failure(error)); }
@@ -256,7 +269,9 @@ const exchange = (part) => (part && part.at ? [stamp(part.at), ` · rev ${part.r
 async function viewSync() {
   show(el("p", { class: "summary", text: "Loading sync state…" }));
   try {
+    const mine = navigation;
     const { server, local, conflict_copies: copies } = await api("/api/status");
+    if (superseded(mine)) return;
     const parts = [el("h1", { text: "Sync" }),
       el("p", { class: "muted", text: `Index ${server.index} at revision ${server.revision}; this device is ${server.caller} (${server.access === "rw" ? "read and write" : "read only"}).` })];
     parts.push(el("h2", { text: "This laptop" }));
@@ -293,7 +308,9 @@ function bytes(n) { return n > 1048576 ? `${(n / 1048576).toFixed(1)} MB` : `${M
 async function viewIndex() {
   show(el("p", { class: "summary", text: "Loading index state…" }));
   try {
+    const mine = navigation;
     const { server: s } = await api("/api/status");
+    if (superseded(mine)) return;
     const mode = s.search_modes.includes("hybrid") ? "hybrid" : s.search_modes[0] || "none";
     show(el("h1", { text: `Index ${s.index}` }),
       el("p", { class: "muted", text: `Server ${s.server_version}; you are ${s.caller} with ${s.access} access.` }),

@@ -95,8 +95,9 @@ class ProviderChain:
         for number, provider in enumerate(providers):
             breaker = Breaker()
             failure = failures[number] if number < len(failures) else None
-            if failure is not None:
+            if failure is not None:  # a provider down at start is bypassed at once, as if down for long already
                 breaker.failed(clock(), failure)
+                breaker.failing_since = clock() - failover_after
             chain.members.append(GuardedEmbedder(provider, breaker, clock, lock))
         return chain
 

@@ -133,3 +133,21 @@ async def test_a_search_during_an_outage_does_not_wait_for_the_provider(apis, op
     with anyio.fail_after(2):  # would take 5 s if the open breaker let the request through
         result = await anyio.to_thread.run_sync(index.search, QUERY)
     assert result.mode == "keyword"
+
+
+def test_a_provider_down_at_start_is_bypassed_at_once_and_taken_back_when_it_answers(tmp_path, apis):
+    voyage, openai = apis
+    folder = tmp_path / "project"
+    shutil.copytree(EXAMPLE, folder)
+    voyage.fail(503, times=1)  # the start-up probe
+    now = [1000.0]
+    index = _open(tmp_path, voyage, openai, now)
+    try:
+        index.index(folder)
+        assert index.status().provider == "openai" and index.search(QUERY).mode == "hybrid"
+        now[0] += 600  # past its rest: the next look tries it again, and it answers
+        assert index.search(QUERY).mode == "hybrid"
+        _rebuilt(index)
+        assert index.status().provider == "voyage" and index.search(QUERY).mode == "hybrid"
+    finally:
+        index.close()
