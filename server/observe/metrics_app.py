@@ -42,8 +42,9 @@ POLL_SECONDS = 0.2  # how soon the listener notices it is asked to stop
 def service_metrics(service: MemoryService) -> Metrics:
     """Metrics for a server of `service`: its indexes' sizes, its version and embedding model."""
     metrics = Metrics()
-    embedder = as_chain(service.embedder).preferred()  # the provider preferred at start
-    provider, model = (embedder.provider, embedder.model) if embedder is not None else ("none", "none")
+    # The first provider that answered at start (one whose start-up probe failed is on trial, not in use).
+    working = [state for state in as_chain(service.embedder).states() if state.state == "ok"]
+    provider, model = (working[0].provider, working[0].model) if working else ("none", "none")
     metrics.collectors.append(info_collector(SERVER_VERSION, provider, model))
     metrics.collectors.append(index_collector(service.data_dir))
     return metrics
