@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from channel.files import atomic_write
 from client_proxy.claude import settings_edit
 from client_proxy.claude.settings_edit import Json, SettingsFormatError
 from client_proxy.errors import ProxyError
+from syncproto.content import read_capped
 
 SETTINGS_FILE: Final = Path(".claude") / "settings.json"
 LOCAL_SETTINGS_FILE: Final = Path(".claude") / "settings.local.json"
@@ -54,12 +56,20 @@ def install(project: Path, index: str | None, *, remove: bool = False, local: bo
 
 def read_json(path: Path) -> Json | None:
     """The JSON object in `path`, None when there is no such file; `SettingsFormatError` for anything else."""
-    try:
-        data = path.read_bytes()
+    try:  # follows a symbolic link (settings kept in a dotfiles repository); O_NONBLOCK: a FIFO must not hang us
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ProxyError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SettingsFormatError(f"{path} is not a regular file; nothing was changed")
+        data = read_capped(fd, MAX_SETTINGS_BYTES)
+    except OSError as exc:
+        raise ProxyError(f"cannot read {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
     if len(data) > MAX_SETTINGS_BYTES:
         raise SettingsFormatError(f"{path} is larger than {MAX_SETTINGS_BYTES // (1024 * 1024)} MiB; nothing changed")
     try:

@@ -105,6 +105,19 @@ def test_a_settings_file_that_is_not_json_is_refused_and_nothing_changes(
     assert (settings.read_bytes(), (project / ".mcp.json").read_bytes()) == before
 
 
+def test_a_settings_path_that_is_a_fifo_is_refused_at_once_not_waited_on(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = project / ".claude" / "settings.json"
+    settings.unlink()
+    os.mkfifo(settings)  # opened to read without a writer, a plain open would wait forever
+    before = (project / ".mcp.json").read_bytes()
+
+    assert _install(project) == 2
+    assert f"{settings} is not a regular file; nothing was changed" in capsys.readouterr().err
+    assert (project / ".mcp.json").read_bytes() == before
+
+
 def test_hooks_of_an_unexpected_shape_are_refused_and_nothing_changes(project: Path) -> None:
     settings = project / ".claude" / "settings.json"
     settings.write_text('{"hooks": {"Stop": {"command": "x"}}}', "utf-8")

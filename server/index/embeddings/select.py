@@ -190,9 +190,15 @@ def select_embedder(settings: EmbeddingSettings, env: Mapping[str, str]) -> tupl
             return None, reasons
         try:
             embedder = _build(name, settings, env)
+            failure = _probe(embedder, settings)
         except EmbeddingError as exc:
-            reasons.append(f"{name}: {exc}")
-            log.warning("embedding provider %s skipped: %s", name, exc)
+            failure = str(exc)
+        else:
+            if failure is not None and isinstance(embedder, HttpEmbedder):
+                embedder.close()
+        if failure is not None:
+            reasons.append(f"{name}: {failure}")
+            log.warning("embedding provider %s skipped: %s", name, failure)
             continue
         return embedder, reasons
     log.warning("no embedding provider is usable; search is keyword-only")
@@ -204,7 +210,8 @@ def select_providers(
 ) -> tuple[ProviderChain, list[str]]:
     """Every usable provider in `settings.providers`, in order, for a server that runs for days: one whose probe
     fails now is kept with its breaker open (taken back when it answers), where `select_embedder` skips it. A
-    provider that is not configured (no key, no package) is skipped, and `none` ends the list."""
+    provider that is not configured (no key, no package), or whose dimensions only its failed probe could have
+    told, is skipped, and `none` ends the list."""
     providers: list[Embedder] = []
     failures: list[str | None] = []
     reasons: list[str] = []
@@ -212,33 +219,44 @@ def select_providers(
         if name == "none":
             break
         try:
-            providers.append(_build(name, settings, env, probe=False))
+            embedder = _build(name, settings, env)
+            failure = _probe(embedder, settings)
         except EmbeddingError as exc:
             reasons.append(f"{name}: {exc}")
             log.warning("embedding provider %s skipped: %s", name, exc)
             continue
-        failures.append(_probe_failure(providers[-1], settings))
-        if failures[-1] is not None:
-            log.warning("embedding provider %s does not answer yet: %s", name, failures[-1])
+        if failure is not None:
+            log.warning("embedding provider %s does not answer yet: %s", name, failure)
+        providers.append(embedder)
+        failures.append(failure)
     if not providers:
         log.warning("no embedding provider is usable; search is keyword-only")
     chain = ProviderChain.of(providers, failover_after=settings.failover_after, failures=failures, clock=clock)
     return chain, reasons
 
 
-def _probe_failure(embedder: Embedder, settings: EmbeddingSettings) -> str | None:
+def _probe(embedder: Embedder, settings: EmbeddingSettings) -> str | None:
+    """Embed one word with a remote provider (when probing is on) to check its key, URL and dimensions; why it
+    failed, or None. Unknown dimensions are learnt from the answer; when the probe fails they stay unknown, and
+    that is an error (EmbeddingError, the provider closed): its vectors could not be named."""
     if not settings.probe or not isinstance(embedder, HttpEmbedder):
         return None
     try:
         answered = embedder.probe()
     except EmbeddingError as exc:
+        if embedder.dimensions == 0:
+            embedder.close()
+            raise
         return str(exc)
-    if answered != embedder.dimensions:
+    if embedder.dimensions == 0:
+        embedder.dimensions = answered
+    elif answered != embedder.dimensions:
         return f"model {embedder.model} answered with {answered} dimensions, expected {embedder.dimensions}"
     return None
 
 
-def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str], *, probe: bool = True) -> Embedder:
+def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str]) -> Embedder:
+    """The provider `name` as configured, not yet asked anything; EmbeddingError when it is not configured."""
     if name == "local":
         try:
             from server.index.embeddings.local import LocalEmbedder
@@ -251,7 +269,7 @@ def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str], *, pr
     if api_key is None:
         raise EmbeddingError(f"not configured (set {key_name} or {key_name}_FILE)")
     dimensions = remote.dimensions or KNOWN_DIMENSIONS.get(remote.model)
-    if dimensions is None and not (settings.probe and probe):
+    if dimensions is None and not settings.probe:
         raise EmbeddingError(f"unknown dimensions for model {remote.model}; set MEMORY_{name.upper()}_DIMENSIONS")
     from server.index.tokens import WordPieceTokenizer
 
@@ -265,10 +283,4 @@ def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str], *, pr
         max_tokens=REMOTE_MAX_TOKENS[name],
         options=settings.http,
     )
-    if settings.probe and probe:
-        answered = embedder.probe()
-        if dimensions is not None and answered != dimensions:
-            embedder.close()
-            raise EmbeddingError(f"model {remote.model} answered with {answered} dimensions, expected {dimensions}")
-        embedder.dimensions = answered
     return embedder

@@ -10,7 +10,7 @@ import pytest
 
 from server.index.embeddings.chain import ProviderChain
 from server.index.embeddings.remote import HttpOptions, OpenAIEmbedder, VoyageEmbedder
-from server.index.embeddings.select import EmbeddingSettings, read_secret, select_embedder
+from server.index.embeddings.select import EmbeddingSettings, read_secret, select_embedder, select_providers
 from server.index.engine import MemoryIndex
 from server.index.errors import EmbeddingError, InvalidArgumentError
 from tests.conftest import EXAMPLE
@@ -129,6 +129,15 @@ def test_the_first_configured_provider_wins_and_reads_its_dimensions_by_probing(
     embedder, reasons = select_embedder(EmbeddingSettings.from_env(env), env)
     assert embedder is not None and (embedder.provider, embedder.model, embedder.dimensions) == ("voyage", "custom", 64)
     assert reasons == [] and api.requests[0]["input"] == ["ping"]
+
+
+def test_a_running_server_learns_a_custom_models_dimensions_by_probing_and_skips_it_when_the_probe_fails(api):
+    env = _env(api, MEMORY_EMBEDDING_PROVIDERS="voyage", VOYAGE_API_KEY=KEY, MEMORY_VOYAGE_MODEL="custom")
+    providers, reasons = select_providers(EmbeddingSettings.from_env(env), env)
+    assert reasons == [] and [(m.provider, m.dimensions) for m in providers.members] == [("voyage", 64)]
+    api.fail(503)
+    providers, reasons = select_providers(EmbeddingSettings.from_env(env), env)
+    assert providers.members == [] and reasons[0].startswith("voyage: voyage embeddings failed after 1 attempts")
 
 
 def test_a_provider_without_a_key_or_that_fails_its_probe_falls_back_in_order(api, local_embedder):
