@@ -8,6 +8,7 @@ indentation, so only the layout of a hand-formatted file may change, never a val
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -51,7 +52,11 @@ def install(project: Path, index: str | None, *, remove: bool = False, local: bo
             new_mcp = settings_edit.add_server(mcp if mcp is not None else {}, index)
     except SettingsFormatError as exc:
         raise SettingsFormatError(f"{exc}; nothing was changed") from None
-    return [_apply(mcp_path, mcp, new_mcp), _apply(settings_path, settings, new_settings)]
+    changes = [_apply(mcp_path, mcp, new_mcp), _apply(settings_path, settings, new_settings)]
+    if changes[1].status == "removed" and not settings_path.exists():
+        with contextlib.suppress(OSError):  # `.claude/`, emptied by that removal; with the user's files in it, it stays
+            settings_path.parent.rmdir()
+    return changes
 
 
 def read_json(path: Path) -> Json | None:

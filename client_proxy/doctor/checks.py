@@ -1,7 +1,8 @@
 """`memory-proxy doctor`'s checks that need no server: configuration, key file, sync watcher, Claude Code.
 
 Each check is a small function returning a `Result`: whether it passed, the line to show, and when it failed the
-fix to run. A check that cannot run because an earlier one failed returns `skipped`.
+fix to run. A check that cannot run because an earlier one failed returns `skipped`; one that found something
+worth knowing that is not a fault (no proxy watching while Claude Code is closed) returns a warning.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ class Result(NamedTuple):
     ok: bool | None  # None: not checked, an earlier check failed
     line: str
     fix: str = ""
+    warning: bool = False  # passed, but with a hint (`fix`) worth showing
+
+
+def warning(line: str, hint: str) -> Result:
+    return Result(True, line, hint, warning=True)
 
 
 def skipped(what: str, why: str) -> Result:
@@ -72,9 +78,9 @@ def check_watcher(settings: RunSettings, config: ProxyConfig, index: str) -> Res
         return Result(True, f"file sync: {choice.reason}")
     if StateStore(settings.state_home, config.server_url, index, root).claimed():
         return Result(True, f"file sync: a memory-proxy is watching {root}")
-    return Result(
-        False,
-        f"file sync: no memory-proxy is watching {root} now",
+    # Claude Code starts the proxy: when it is closed nobody watches, and nothing is wrong.
+    return warning(
+        f"file sync: no memory-proxy is watching {root} now (files sync while Claude Code runs in the project)",
         "start Claude Code in the project (it launches memory-proxy), or run: memory-proxy run --project "
         f"{root} </dev/null",
     )

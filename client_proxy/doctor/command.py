@@ -23,6 +23,7 @@ from client_proxy.errors import ConfigError
 from client_proxy.settings import RunSettings
 
 MARKS = {True: "ok  ", False: "FAIL", None: " -  "}
+WARNING_MARK = "warn"
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,9 +87,11 @@ async def _remote(config: ProxyConfig, settings: RunSettings) -> list[Result]:
 def report(results: list[Result], out: IO[str]) -> int:
     """Print the results; 1 when one failed."""
     for result in results:
-        out.write(f"{MARKS[result.ok]} {result.line}\n")
+        out.write(f"{WARNING_MARK if result.warning else MARKS[result.ok]} {result.line}\n")
         if result.ok is False and result.fix:
             out.write(f"      fix: {result.fix}\n")
+        elif result.warning and result.fix:
+            out.write(f"      hint: {result.fix}\n")
     failed = sum(result.ok is False for result in results)
     out.write("all checks passed\n" if not failed else f"{failed} check{'s' if failed > 1 else ''} failed\n")
     return 1 if failed else 0

@@ -88,6 +88,17 @@ def test_install_then_remove_on_a_bare_project_leaves_no_file_behind(tmp_path: P
 
     assert not (tmp_path / ".claude" / "settings.json").exists()
     assert not (tmp_path / ".mcp.json").exists()
+    assert list(tmp_path.iterdir()) == []  # the `.claude/` install made is gone too
+
+
+def test_remove_keeps_a_claude_folder_that_holds_the_users_own_files(tmp_path: Path) -> None:
+    _install(tmp_path, "--index", "team")
+    (tmp_path / ".claude" / "commands").mkdir()
+
+    _install(tmp_path, "--remove")
+
+    assert not (tmp_path / ".claude" / "settings.json").exists()
+    assert [path.name for path in (tmp_path / ".claude").iterdir()] == ["commands"]
 
 
 def test_a_settings_file_that_is_not_json_is_refused_and_nothing_changes(

@@ -15,6 +15,7 @@ from channel.keys import PrivateKey, read_private_key, write_private_key
 from client_proxy.claude.install import install
 from client_proxy.config import DEVICE_KEY_FILE, prepare_home, render_config, write_config
 from client_proxy.doctor import remote
+from client_proxy.doctor.checks import Result
 from client_proxy.doctor.command import diagnose, report
 from client_proxy.sync.state import StateStore
 from tests.fakes.embedder import HashingEmbedder
@@ -169,8 +170,22 @@ def test_a_project_not_registered_with_claude_code_is_named(setup: Setup) -> Non
     assert f"fix: memory-proxy install-claude --project {setup.project}" in line
 
 
+def test_a_sound_set_up_with_claude_code_closed_passes_with_a_warning_about_file_sync(setup: Setup) -> None:
+    code, text = setup.doctor()
+
+    assert code == 0, text
+    lines = text.splitlines()
+    number = next(n for n, line in enumerate(lines) if line.startswith("warn file sync:"))
+    assert lines[number] == (
+        f"warn file sync: no memory-proxy is watching {setup.project} now "
+        "(files sync while Claude Code runs in the project)"
+    )
+    assert lines[number + 1].startswith("      hint: start Claude Code in the project")
+    assert text.endswith("all checks passed\n")
+
+
 def test_a_clock_far_from_the_servers_is_named() -> None:
-    assert remote.check_clock(95.2) == (
+    assert remote.check_clock(95.2) == Result(
         False,
         "clock: this laptop's clock is 95 s ahead of the server's",
         "turn on network time (NTP) on both machines",
