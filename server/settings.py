@@ -12,6 +12,7 @@ it has an unknown key, a value of the wrong type, or an API key itself instead o
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import os
@@ -29,6 +30,8 @@ from server.index.embeddings.select import EmbeddingSettings, select_embedder, s
 from server.index.engine import EngineSettings
 from server.index.fusion import FusionWeights
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, ScanConfig
+from server.index.tuning import chunking_from_env, search_defaults_from_env, whole
+from server.index_settings import TABLE, per_index_settings, read_index_tables
 from server.mirror.history import Retention
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -65,6 +68,12 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_WEIGHT_VECTOR": "number",
     "MEMORY_WEIGHT_KEYWORD": "number",
     "MEMORY_MAX_FILE_BYTES": "integer",
+    "MEMORY_CHUNK_TOKENS": "integer",
+    "MEMORY_CHUNK_OVERLAP": "integer",
+    "MEMORY_MAX_RESULTS": "integer",
+    "MEMORY_MIN_SCORE": "number",
+    "MEMORY_CANDIDATE_MULTIPLIER": "integer",
+    "MEMORY_EMBEDDING_CACHE_ENTRIES": "integer",
     "MEMORY_REDACT_WRITES": "boolean",
     "MEMORY_HISTORY_DAYS": "integer",
     "MEMORY_HISTORY_MAX_DAYS": "integer",
@@ -108,7 +117,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str], config_file: Path | None = None) -> Settings:
         """The settings from `env` over the config file (`config_file`, else the one `MEMORY_CONFIG` names)."""
         named = config_file or (Path(env[CONFIG_VARIABLE]) if _is_set(env, CONFIG_VARIABLE) else None)
-        from_file = read_config_file(named) if named is not None else {}
+        tables: dict[str, dict[str, str]] = {}  # [indexes.NAME] -> its values
+        from_file = read_config_file(named, tables) if named is not None else {}
         merged: dict[str, str] = {}
         origins: dict[str, Origin] = {}
         for variable in VARIABLES:
@@ -125,9 +135,11 @@ class Settings:
             if f"{name}_FILE" in from_file and not _is_set(env, name) and not _is_set(env, f"{name}_FILE")
         }
         try:
-            return cls._parse(merged, named, origins, key_files)
+            settings = cls._parse(merged, named, origins, key_files)
         except InvalidArgumentError as exc:
             raise _located(exc, origins, named) from None
+        per_index = per_index_settings(merged, settings.engine, tables, named)
+        return dataclasses.replace(settings, engine=dataclasses.replace(settings.engine, per_index=per_index))
 
     @classmethod
     def _parse(
@@ -165,7 +177,13 @@ class Settings:
             metrics_port=_port(env, "MEMORY_METRICS_PORT"),
             redact_writes=redact_writes in ("1", "true", "yes"),
             embedding=EmbeddingSettings.from_env(env),
-            engine=EngineSettings(scan=scan, weights=weights),
+            engine=EngineSettings(
+                chunker=chunking_from_env(env),
+                scan=scan,
+                weights=weights,
+                search=search_defaults_from_env(env),
+                cache_max_entries=whole(env, "MEMORY_EMBEDDING_CACHE_ENTRIES", 0, 0),
+            ),
             history=Retention(
                 all_days=int(_number(env, "MEMORY_HISTORY_DAYS", Retention.all_days)),
                 max_days=int(_number(env, "MEMORY_HISTORY_MAX_DAYS", Retention.max_days)),
@@ -189,8 +207,9 @@ class Settings:
         return select_embedder(self.embedding, self.key_sources(env))
 
 
-def read_config_file(path: Path) -> dict[str, str]:
-    """The file's settings as environment values (`{"MEMORY_PORT": "9000"}`), every key and type checked."""
+def read_config_file(path: Path, index_tables: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
+    """The file's settings as environment values (`{"MEMORY_PORT": "9000"}`), every key and type checked; its
+    `[indexes.NAME]` tables go to `index_tables` (`server.index_settings`)."""
     data = _read_safely(path)
     try:
         table = tomllib.loads(data.decode("utf-8"))
@@ -198,6 +217,10 @@ def read_config_file(path: Path) -> dict[str, str]:
         raise InvalidArgumentError(f"config file {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidArgumentError(f"config file {path}: not valid TOML: {exc}") from None
+    if TABLE in table:
+        found = read_index_tables(table.pop(TABLE), path)
+        if index_tables is not None:
+            index_tables.update(found)
     variables = {file_key(variable): variable for variable in VARIABLES}
     values: dict[str, str] = {}
     for key, value in table.items():
