@@ -59,6 +59,12 @@ class Wakeup:
         self._last = 0.0
         self._urgent = False
 
+    @classmethod
+    def debounced(cls, quiet: float) -> Wakeup:
+        """A wake-up that waits `quiet` seconds without events (`watch_debounce_ms`); a burst that goes on is
+        still scanned after at most MAX_DELAY, or five times `quiet` when that is longer."""
+        return cls(quiet=quiet, max_delay=max(MAX_DELAY, 5 * quiet))
+
     def poke(self, *, urgent: bool = False) -> None:
         """Note a change (`urgent`: scan now, no debounce); safe from any thread."""
         now = time.monotonic()
