@@ -21,20 +21,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import apsw
 
 from server.index.chunker import ChunkerConfig
+from server.index.embeddings.base import Embedder, Tokenizer
 from server.index.errors import CorruptIndexError, EmbeddingError, EngineError
 from server.index.indexer import Indexer, count_memory_files
 from server.index.rebuild_progress import RebuildProgress
+from server.index.scan import ScanConfig
 from server.index.store import Store
 from server.index.tuning import chunker_of, chunking_identity
 from server.index.vectors import count_missing, ensure_live_space, fill_space
-
-if TYPE_CHECKING:
-    from server.index.engine import MemoryIndex
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +79,37 @@ def remove_strays(directory: Path, info: Mapping[str, object]) -> None:
                 path.unlink()
 
 
+class _Settings(Protocol):
+    @property
+    def chunker(self) -> ChunkerConfig: ...
+    @property
+    def scan(self) -> ScanConfig: ...
+
+
+class RechunkedIndex(Protocol):
+    """What the re-chunk needs of `engine.MemoryIndex`."""
+
+    name: str
+    directory: Path
+    store: Store
+    write_lock: threading.RLock
+
+    @property
+    def settings(self) -> _Settings: ...
+    @property
+    def root(self) -> Path | None: ...
+    @property
+    def embedder(self) -> Embedder | None: ...
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+    def info(self) -> dict[str, Any]: ...
+    def update_info(self, **values: object) -> None: ...
+
+
 class Rechunker:
     """The background re-chunk of one index: at most one thread, stopped with the index."""
 
-    def __init__(self, index: MemoryIndex) -> None:
+    def __init__(self, index: RechunkedIndex) -> None:
         self.index = index
         self.retired: list[Store] = []  # swapped-out stores: searches that began before the swap may still read
         self._thread: threading.Thread | None = None

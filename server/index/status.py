@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
-from server.index.embeddings.chain import ProviderState
+from server.index.embeddings.chain import ProviderChain, ProviderState
 from server.index.migrations import SCHEMA_VERSION
-from server.index.rebuild_progress import RebuildSnapshot
+from server.index.rebuild_progress import RebuildProgress, RebuildSnapshot
+from server.index.store import Store
 from server.index.vectors import live_space
-
-if TYPE_CHECKING:
-    from server.index.engine import MemoryIndex
 
 RECHUNK_NOTICE = "the chunks are being cut again for new chunk settings; the old ones answer meanwhile"
 
@@ -36,7 +35,30 @@ class IndexStatus:
     rebuild: RebuildSnapshot | None = None  # a background vector rebuild's progress, while it runs
 
 
-def index_status(index: MemoryIndex) -> IndexStatus:
+class _Rechunk(Protocol):
+    progress: RebuildProgress | None
+
+    @property
+    def running(self) -> bool: ...
+
+
+class ReportingIndex(Protocol):
+    """What the status needs of `engine.MemoryIndex`."""
+
+    name: str
+    store: Store
+    providers: ProviderChain
+    rebuild_progress: RebuildProgress | None
+
+    @property
+    def rechunker(self) -> _Rechunk: ...
+    @property
+    def root(self) -> Path | None: ...
+    def vector_state(self) -> tuple[str, str | None]: ...
+    def pending_count(self) -> int: ...
+
+
+def index_status(index: ReportingIndex) -> IndexStatus:
     """What `memory_status` shows of one index, read from its live database."""
     db = index.store.connection()
     files = {s: n for s, n in db.execute("SELECT source, count(*) FROM files GROUP BY source")}
