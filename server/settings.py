@@ -29,10 +29,11 @@ from server.index.embeddings.chain import ProviderChain
 from server.index.embeddings.select import EmbeddingSettings, select_embedder, select_providers
 from server.index.engine import EngineSettings
 from server.index.fusion import FusionWeights
-from server.index.scan import DEFAULT_MAX_FILE_BYTES, ScanConfig
+from server.index.scan import DEFAULT_MAX_FILE_BYTES, DEFAULT_RULES, ScanConfig, ScanRule
 from server.index.tuning import chunking_from_env, search_defaults_from_env, whole
 from server.index_settings import TABLE, per_index_settings, read_index_tables
 from server.mirror.history import Retention
+from syncproto.paths import MAX_EXTRA_FOLDERS, extra_folder_problem
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -68,6 +69,7 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_WEIGHT_VECTOR": "number",
     "MEMORY_WEIGHT_KEYWORD": "number",
     "MEMORY_MAX_FILE_BYTES": "integer",
+    "MEMORY_EXTRA_PATHS": "list",
     "MEMORY_CHUNK_TOKENS": "integer",
     "MEMORY_CHUNK_OVERLAP": "integer",
     "MEMORY_MAX_RESULTS": "integer",
@@ -106,6 +108,7 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # None: no plain metrics listener
     redact_writes: bool = True  # secrets in memory_write content become [redacted:<kind>] markers
+    extra_paths: tuple[str, ...] = ()  # folders beside memory/ indexed and synced like it (syncproto.paths)
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     history: Retention = field(default_factory=Retention)  # how long versions of memory files are kept
@@ -161,7 +164,11 @@ class Settings:
             vector=_number(env, "MEMORY_WEIGHT_VECTOR", FusionWeights.vector),
             keyword=_number(env, "MEMORY_WEIGHT_KEYWORD", FusionWeights.keyword),
         )
-        scan = ScanConfig(max_file_bytes=int(_number(env, "MEMORY_MAX_FILE_BYTES", DEFAULT_MAX_FILE_BYTES)))
+        extra_paths = _extra_paths(env.get("MEMORY_EXTRA_PATHS", ""))
+        scan = ScanConfig(
+            rules=(*DEFAULT_RULES, *(ScanRule(f"{folder}/**/*.md") for folder in extra_paths)),
+            max_file_bytes=int(_number(env, "MEMORY_MAX_FILE_BYTES", DEFAULT_MAX_FILE_BYTES)),
+        )
         port = _port(env, "MEMORY_PORT")
         redact_writes = env.get("MEMORY_REDACT_WRITES", "1").strip().lower()
         if redact_writes not in ("0", "1", "true", "false", "yes", "no"):
@@ -176,6 +183,7 @@ class Settings:
             metrics_host=metrics_host,
             metrics_port=_port(env, "MEMORY_METRICS_PORT"),
             redact_writes=redact_writes in ("1", "true", "yes"),
+            extra_paths=extra_paths,
             embedding=EmbeddingSettings.from_env(env),
             engine=EngineSettings(
                 chunker=chunking_from_env(env),
@@ -313,6 +321,17 @@ def _located(error: InvalidArgumentError, origins: Mapping[str, Origin], named: 
 
 def _is_set(env: Mapping[str, str], variable: str) -> bool:
     return bool(env.get(variable, "").strip())
+
+
+def _extra_paths(raw: str) -> tuple[str, ...]:
+    folders = tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
+    for folder in folders:
+        problem = extra_folder_problem(folder)
+        if problem:
+            raise InvalidArgumentError(f"MEMORY_EXTRA_PATHS: {folder!r} cannot be a memory folder: {problem}")
+    if len(folders) > MAX_EXTRA_FOLDERS:
+        raise InvalidArgumentError(f"MEMORY_EXTRA_PATHS may name at most {MAX_EXTRA_FOLDERS} folders")
+    return folders
 
 
 def _port(env: Mapping[str, str], key: str) -> int | None:

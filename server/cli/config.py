@@ -61,6 +61,7 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         "weight_vector": engine.weights.vector,
         "weight_keyword": engine.weights.keyword,
         "max_file_bytes": engine.scan.max_file_bytes,
+        "extra_paths": list(settings.extra_paths),
         "chunk_tokens": engine.chunker.max_tokens,
         "chunk_overlap": engine.chunker.overlap_tokens,
         "max_results": engine.search.max_results,

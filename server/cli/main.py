@@ -22,6 +22,7 @@ from server.index.search import MAX_LIMIT, SearchResult, build_options
 from server.index.status import IndexStatus
 from server.observe import logs
 from server.settings import Settings
+from syncproto.paths import set_extra_folders
 from syncproto.progress import Progress
 
 
@@ -104,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(settings).parse_args(argv)
     logs.configure(args.log_level, settings.log_format)
     args.settings = settings
+    set_extra_folders(settings.extra_paths)  # the path rules every command (and the sync endpoints) apply
     try:
         return int(args.func(args))
     except InvalidArgumentError as exc:

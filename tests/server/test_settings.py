@@ -44,6 +44,7 @@ SAMPLES = {
     "min_score": "0.25",
     "candidate_multiplier": "6",
     "embedding_cache_entries": "10000",
+    "extra_paths": '["notes", "decisions"]',
     "history_days": "7",
     "history_max_days": "365",
     "redact_writes": "false",
@@ -79,6 +80,7 @@ def test_every_setting_has_a_config_file_key_and_each_sample_is_read_from_the_fi
     assert (settings.engine.chunker.max_tokens, settings.engine.chunker.overlap_tokens) == (128, 16)
     assert settings.engine.search == SearchDefaults(max_results=5, min_score=0.25, candidate_multiplier=6)
     assert settings.engine.cache_max_entries == 10000
+    assert settings.extra_paths == ("notes", "decisions")
     assert (settings.history.all_days, settings.history.max_days) == (7, 365)
     assert settings.key_files == {
         "VOYAGE_API_KEY_FILE": "/run/secrets/voyage",
@@ -288,3 +290,16 @@ def test_a_bad_index_table_is_refused_naming_the_index_and_key(tmp_path, text, m
     with pytest.raises(InvalidArgumentError) as refused:
         Settings.from_env({}, config_file=path)
     assert message in str(refused.value) and str(path) in str(refused.value)
+
+
+def test_extra_paths_are_checked_naming_the_key_and_become_scan_rules(tmp_path):
+    settings = Settings.from_env({"MEMORY_EXTRA_PATHS": "notes, decisions"})
+    assert settings.extra_paths == ("notes", "decisions")
+    scan = settings.engine.scan
+    assert scan.source_of("notes/a/b.md") == "memory" and scan.source_of("decisions/x.md") == "memory"
+    assert scan.source_of("drafts/x.md") is None and Settings.from_env({}).extra_paths == ()
+    with pytest.raises(InvalidArgumentError, match=r"MEMORY_EXTRA_PATHS: 'memory' cannot be a memory folder"):
+        Settings.from_env({"MEMORY_EXTRA_PATHS": "memory"})
+    path = config(tmp_path, 'extra_paths = ["docs/adr"]\n')
+    with pytest.raises(InvalidArgumentError, match=r"one folder name beside memory/.*\(set as extra_paths in "):
+        Settings.from_env({}, config_file=path)
