@@ -75,7 +75,9 @@ def test_a_new_chunk_size_is_cut_in_the_background_while_the_old_chunks_answer(t
         during = index.search("ledger reconciliation")
         assert during.mode == "hybrid" and during.hits[0].path == "memory/billing.md"
         assert chunk_stats(index) == (old_count, old_biggest)  # the old chunks serve until the swap
-        assert "cut again" in (index.status().notice or "")
+        status = index.status()
+        assert "cut again" in (status.notice or "") and status.vector_state == "ready"
+        assert status.rebuild is not None and status.rebuild.line.startswith("re-chunking")
         (folder / "memory" / "late.md").write_text("# Late\n\nThe zeppelin hangar opens on Fridays.\n")
         index.index(folder, rebuild_now=False, paths=["memory/late.md"])  # a write during the rebuild
         embedder.gate.set()
