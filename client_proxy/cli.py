@@ -51,6 +51,7 @@ from client_proxy.remote.commands import add_commands as add_remote_commands
 from client_proxy.run import serve
 from client_proxy.settings import RunSettings
 from client_proxy.sync import status as sync_status
+from client_proxy.tuning import LaptopTuning
 from client_proxy.ui.command import add_command as add_ui_command
 
 
@@ -159,10 +160,17 @@ def cmd_init(args: argparse.Namespace) -> int:
     index = check_index_name(args.index) if args.index else previous.index if previous else None
     sync, exclude = (previous.sync, previous.sync_exclude) if previous else (None, ())
     transcripts = previous.transcripts if previous else None
-    write_config(
-        home,
-        render_config(server_url, server_key, name, index, sync=sync, sync_exclude=exclude, transcripts=transcripts),
+    text = render_config(
+        server_url,
+        server_key,
+        name,
+        index,
+        sync=sync,
+        sync_exclude=exclude,
+        transcripts=transcripts,
+        tuning=previous.tuning if previous else None,
     )
+    write_config(home, text)
     config = ProxyConfig.load(home)
     print(f"{'kept the existing' if keep else 'created a new'} device key {key_path} (private, mode 0600)")
     print(f"wrote {home / CONFIG_FILE}")
@@ -220,6 +228,9 @@ def _print_device(config: ProxyConfig) -> None:
     print(f"server:      {config.server_url} (pinned key {config.server_key.fingerprint})")
     if config.index:
         print(f"index:       {config.index}")
+    print("timings (MEMORY_PROXY_<KEY> in the environment, else <key> in proxy.toml):")
+    for timing in LaptopTuning.resolve(os.environ, config.tuning).lines():
+        print(f"  {timing}")
     print("\nOn the server, the operator lets this device in with:")
     print(f"  memory-server callers add {config.device_name} --key {shlex.quote(line)} --grant INDEX=rw")
     print("(INDEX is the index this device may use; =r for read-only; repeat --grant for more indexes.)")

@@ -12,6 +12,9 @@ The config directory (`proxy_home`) is created with mode 0700 and holds:
       sync = false                    # optional: no file sync (forwarding only)
       sync_exclude = ["memory/private/**"]   # optional: paths never synced (fnmatch on the relative path)
       transcripts = true              # optional: upload Claude Code session transcripts (off by default)
+      watch_debounce_ms = 200         # optional timings (`client_proxy.tuning`), each also MEMORY_PROXY_<KEY>
+      transcripts_delta_bytes = 65536
+      transcripts_delta_lines = 40
 
   `server_key` is pinned: a server presenting any other key is refused. `device_name` is the caller name
   suggested to the operator and the comment of the device key. `index` is the index the forwarder works on
@@ -28,7 +31,7 @@ import re
 import stat
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -38,6 +41,7 @@ from channel.files import atomic_write
 from channel.keys import PublicKey, read_private_key
 from client_proxy.errors import ConfigError
 from client_proxy.sync.scope import pattern_problem
+from client_proxy.tuning import TUNING_FIELDS, file_values
 
 CONFIG_FILE = "proxy.toml"
 DEVICE_KEY_FILE = "device.key"
@@ -120,6 +124,7 @@ def render_config(
     sync: bool | None = None,
     sync_exclude: tuple[str, ...] = (),
     transcripts: bool | None = None,
+    tuning: Mapping[str, int] | None = None,
 ) -> str:
     values: dict[str, object] = {"server_url": server_url, "server_key": server_key.line(), "device_name": device_name}
     if index is not None:
@@ -130,6 +135,7 @@ def render_config(
         values["sync_exclude"] = list(sync_exclude)
     if transcripts is not None:
         values["transcripts"] = transcripts
+    values.update(tuning or {})
     # A JSON string (or list of strings, or boolean) is valid TOML, except that TOML also wants DEL escaped.
     lines = [
         f"{name} = {json.dumps(value, ensure_ascii=False)}".replace("\x7f", "\\u007f") for name, value in values.items()
@@ -150,6 +156,7 @@ class ProxyConfig:
     sync: bool | None = None
     sync_exclude: tuple[str, ...] = ()
     transcripts: bool | None = None
+    tuning: Mapping[str, int] = field(default_factory=dict)  # the timings proxy.toml sets (client_proxy.tuning)
 
     @property
     def device_key_path(self) -> Path:
@@ -193,15 +200,16 @@ class ProxyConfig:
                 sync=sync,
                 sync_exclude=sync_exclude,
                 transcripts=transcripts,
+                tuning=file_values(document, path),
             )
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
 
 
 def _fields(document: Mapping[str, object], path: Path) -> dict[str, str]:
-    unknown = sorted(set(document) - set(FIELDS) - set(OPTIONAL_FIELDS) - set(SYNC_FIELDS))
+    unknown = sorted(set(document) - set(FIELDS) - set(OPTIONAL_FIELDS) - set(SYNC_FIELDS) - set(TUNING_FIELDS))
     if unknown:
-        known = ", ".join(FIELDS + OPTIONAL_FIELDS + SYNC_FIELDS)
+        known = ", ".join((*FIELDS, *OPTIONAL_FIELDS, *SYNC_FIELDS, *TUNING_FIELDS))
         raise ConfigError(f"{path}: unknown field {unknown[0]!r}; the fields are {known}")
     values: dict[str, str] = {}
     for name in FIELDS + OPTIONAL_FIELDS:

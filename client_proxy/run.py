@@ -35,6 +35,7 @@ from client_proxy.sync.state import StateStore
 from client_proxy.sync.syncer import Syncer
 from client_proxy.sync.watcher import Wakeup, Watcher
 from client_proxy.transcripts.upload import TranscriptState, TranscriptUploader
+from client_proxy.tuning import LaptopTuning
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ async def serve(settings: RunSettings) -> None:
                 config = ProxyConfig.load(settings.home)
                 index = settings.index_for(config)
                 key = read_private_key(config.device_key_path)
+                tuning = LaptopTuning.resolve(os.environ, config.tuning)
             except (ProxyError, ChannelError) as exc:
                 log.error("%s", exc)
                 await _refuse(lines, writer.write, f"memory-proxy is not set up: {exc}")
@@ -68,29 +70,34 @@ async def serve(settings: RunSettings) -> None:
                     channel_client(config, key, index, settings.timezone) as client,
                     anyio.create_task_group() as syncing,
                 ):
-                    _start_sync(syncing, client, settings, config, index)
+                    _start_sync(syncing, client, settings, config, index, tuning)
                     await Forwarder(Upstream(client), writer.write, config.server_url).run(lines)
                     syncing.cancel_scope.cancel()  # the syncer flushes its state file on the way out
             watchers.cancel_scope.cancel()
 
 
 def _start_sync(
-    tasks: anyio.abc.TaskGroup, client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str
+    tasks: anyio.abc.TaskGroup,
+    client: httpx2.AsyncClient,
+    settings: RunSettings,
+    config: ProxyConfig,
+    index: str,
+    tuning: LaptopTuning,
 ) -> None:
     """File sync and transcript upload beside the forwarder, on the same client, whether or not MCP traffic ever
     comes."""
     choice = settings.sync_choice(config)
     log.info("file sync %s", choice.reason)
     if choice.enabled:
-        tasks.start_soon(_sync, client, settings, config, index)
+        tasks.start_soon(_sync, client, settings, config, index, tuning)
     transcripts = settings.transcripts_choice(config)
     log.info("session transcripts %s", transcripts.reason)
     if transcripts.enabled:
-        tasks.start_soon(_upload_transcripts, client, settings, config, index)
+        tasks.start_soon(_upload_transcripts, client, settings, config, index, tuning)
 
 
 async def _upload_transcripts(
-    client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str
+    client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str, tuning: LaptopTuning
 ) -> None:
     """Upload session transcripts until cancelled. Never raises: it must not end the forwarding."""
     try:
@@ -102,20 +109,24 @@ async def _upload_transcripts(
             state,
             laptop=config.device_name,
             server_url=config.server_url,
+            delta_bytes=tuning.transcripts_delta_bytes,
+            delta_lines=tuning.transcripts_delta_lines,
         )
         await uploader.run()
     except Exception:
         log.exception("transcripts: stopped by an internal error; forwarding goes on")
 
 
-async def _sync(client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str) -> None:
+async def _sync(
+    client: httpx2.AsyncClient, settings: RunSettings, config: ProxyConfig, index: str, tuning: LaptopTuning
+) -> None:
     """Sync the project folder until cancelled. Never raises: a failing sync must not end the forwarding."""
     project = settings.sync_root
     if not project.is_dir():
         log.error("sync: no folder %s: file sync is off", project)
         return
     try:
-        wakeup = Wakeup()
+        wakeup = Wakeup.debounced(tuning.debounce_seconds)
         files = LocalFiles(project, exclude=config.sync_exclude, max_bytes=DEFAULT_MAX_FILE_BYTES)
         store = StateStore(settings.state_home, config.server_url, index, project)
         watcher = Watcher(project, wakeup)

@@ -12,6 +12,7 @@ it has an unknown key, a value of the wrong type, or an API key itself instead o
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import os
@@ -28,8 +29,11 @@ from server.index.embeddings.chain import ProviderChain
 from server.index.embeddings.select import EmbeddingSettings, select_embedder, select_providers
 from server.index.engine import EngineSettings
 from server.index.fusion import FusionWeights
-from server.index.scan import DEFAULT_MAX_FILE_BYTES, ScanConfig
+from server.index.scan import DEFAULT_MAX_FILE_BYTES, DEFAULT_RULES, ScanConfig, ScanRule
+from server.index.tuning import chunking_from_env, search_defaults_from_env, whole
+from server.index_settings import TABLE, per_index_settings, read_index_tables
 from server.mirror.history import Retention
+from syncproto.paths import MAX_EXTRA_FOLDERS, extra_folder_problem
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -65,6 +69,13 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_WEIGHT_VECTOR": "number",
     "MEMORY_WEIGHT_KEYWORD": "number",
     "MEMORY_MAX_FILE_BYTES": "integer",
+    "MEMORY_EXTRA_PATHS": "list",
+    "MEMORY_CHUNK_TOKENS": "integer",
+    "MEMORY_CHUNK_OVERLAP": "integer",
+    "MEMORY_MAX_RESULTS": "integer",
+    "MEMORY_MIN_SCORE": "number",
+    "MEMORY_CANDIDATE_MULTIPLIER": "integer",
+    "MEMORY_EMBEDDING_CACHE_ENTRIES": "integer",
     "MEMORY_REDACT_WRITES": "boolean",
     "MEMORY_HISTORY_DAYS": "integer",
     "MEMORY_HISTORY_MAX_DAYS": "integer",
@@ -97,6 +108,7 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # None: no plain metrics listener
     redact_writes: bool = True  # secrets in memory_write content become [redacted:<kind>] markers
+    extra_paths: tuple[str, ...] = ()  # folders beside memory/ indexed and synced like it (syncproto.paths)
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     history: Retention = field(default_factory=Retention)  # how long versions of memory files are kept
@@ -108,7 +120,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str], config_file: Path | None = None) -> Settings:
         """The settings from `env` over the config file (`config_file`, else the one `MEMORY_CONFIG` names)."""
         named = config_file or (Path(env[CONFIG_VARIABLE]) if _is_set(env, CONFIG_VARIABLE) else None)
-        from_file = read_config_file(named) if named is not None else {}
+        tables: dict[str, dict[str, str]] = {}  # [indexes.NAME] -> its values
+        from_file = read_config_file(named, tables) if named is not None else {}
         merged: dict[str, str] = {}
         origins: dict[str, Origin] = {}
         for variable in VARIABLES:
@@ -125,9 +138,11 @@ class Settings:
             if f"{name}_FILE" in from_file and not _is_set(env, name) and not _is_set(env, f"{name}_FILE")
         }
         try:
-            return cls._parse(merged, named, origins, key_files)
+            settings = cls._parse(merged, named, origins, key_files)
         except InvalidArgumentError as exc:
             raise _located(exc, origins, named) from None
+        per_index = per_index_settings(merged, settings.engine, tables, named)
+        return dataclasses.replace(settings, engine=dataclasses.replace(settings.engine, per_index=per_index))
 
     @classmethod
     def _parse(
@@ -149,7 +164,11 @@ class Settings:
             vector=_number(env, "MEMORY_WEIGHT_VECTOR", FusionWeights.vector),
             keyword=_number(env, "MEMORY_WEIGHT_KEYWORD", FusionWeights.keyword),
         )
-        scan = ScanConfig(max_file_bytes=int(_number(env, "MEMORY_MAX_FILE_BYTES", DEFAULT_MAX_FILE_BYTES)))
+        extra_paths = _extra_paths(env.get("MEMORY_EXTRA_PATHS", ""))
+        scan = ScanConfig(
+            rules=(*DEFAULT_RULES, *(ScanRule(f"{folder}/**/*.md") for folder in extra_paths)),
+            max_file_bytes=int(_number(env, "MEMORY_MAX_FILE_BYTES", DEFAULT_MAX_FILE_BYTES)),
+        )
         port = _port(env, "MEMORY_PORT")
         redact_writes = env.get("MEMORY_REDACT_WRITES", "1").strip().lower()
         if redact_writes not in ("0", "1", "true", "false", "yes", "no"):
@@ -164,8 +183,15 @@ class Settings:
             metrics_host=metrics_host,
             metrics_port=_port(env, "MEMORY_METRICS_PORT"),
             redact_writes=redact_writes in ("1", "true", "yes"),
+            extra_paths=extra_paths,
             embedding=EmbeddingSettings.from_env(env),
-            engine=EngineSettings(scan=scan, weights=weights),
+            engine=EngineSettings(
+                chunker=chunking_from_env(env),
+                scan=scan,
+                weights=weights,
+                search=search_defaults_from_env(env),
+                cache_max_entries=whole(env, "MEMORY_EMBEDDING_CACHE_ENTRIES", 0, 0),
+            ),
             history=Retention(
                 all_days=int(_number(env, "MEMORY_HISTORY_DAYS", Retention.all_days)),
                 max_days=int(_number(env, "MEMORY_HISTORY_MAX_DAYS", Retention.max_days)),
@@ -189,8 +215,9 @@ class Settings:
         return select_embedder(self.embedding, self.key_sources(env))
 
 
-def read_config_file(path: Path) -> dict[str, str]:
-    """The file's settings as environment values (`{"MEMORY_PORT": "9000"}`), every key and type checked."""
+def read_config_file(path: Path, index_tables: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
+    """The file's settings as environment values (`{"MEMORY_PORT": "9000"}`), every key and type checked; its
+    `[indexes.NAME]` tables go to `index_tables` (`server.index_settings`)."""
     data = _read_safely(path)
     try:
         table = tomllib.loads(data.decode("utf-8"))
@@ -198,6 +225,10 @@ def read_config_file(path: Path) -> dict[str, str]:
         raise InvalidArgumentError(f"config file {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidArgumentError(f"config file {path}: not valid TOML: {exc}") from None
+    if TABLE in table:
+        found = read_index_tables(table.pop(TABLE), path)
+        if index_tables is not None:
+            index_tables.update(found)
     variables = {file_key(variable): variable for variable in VARIABLES}
     values: dict[str, str] = {}
     for key, value in table.items():
@@ -290,6 +321,17 @@ def _located(error: InvalidArgumentError, origins: Mapping[str, Origin], named: 
 
 def _is_set(env: Mapping[str, str], variable: str) -> bool:
     return bool(env.get(variable, "").strip())
+
+
+def _extra_paths(raw: str) -> tuple[str, ...]:
+    folders = tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
+    for folder in folders:
+        problem = extra_folder_problem(folder)
+        if problem:
+            raise InvalidArgumentError(f"MEMORY_EXTRA_PATHS: {folder!r} cannot be a memory folder: {problem}")
+    if len(folders) > MAX_EXTRA_FOLDERS:
+        raise InvalidArgumentError(f"MEMORY_EXTRA_PATHS may name at most {MAX_EXTRA_FOLDERS} folders")
+    return folders
 
 
 def _port(env: Mapping[str, str], key: str) -> int | None:

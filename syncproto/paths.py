@@ -5,6 +5,10 @@ of `MEMORY.md`, `memory.md` or `memory/**/*.md`; joined to any folder it stays i
 Windows or macOS laptops could not hold (`:`, `<>"|?*`, `CON`, trailing dots) are refused too, because every
 file here is synced to laptops.
 
+Extra folders (the server's `extra_paths` setting, announced to laptops in every changes answer) are memory
+folders like `memory/`: `<folder>/**/*.md` passes too. `set_extra_folders` sets them for this process, on the server
+at start and on a laptop when the server announces them; both sides then ask the same `is_memory_file`.
+
 The mirror also holds session transcripts, `sessions/<caller>/<YYYY-MM-DD>-<session>[.<part>].md`, one folder per
 laptop that uploads them (source `sessions`). They are readable by path but never written through the tools and
 never synced down to laptops' project folders: `normalise_memory_path` refuses them, `normalise_mirror_path`
@@ -17,6 +21,7 @@ import datetime as dt
 import functools
 import re
 import unicodedata
+from collections.abc import Sequence
 
 from syncproto.errors import PathRefused
 
@@ -37,6 +42,39 @@ SESSIONS_DIR = "sessions"
 # A transcript part's name: the session's first day, its id (Claude Code's are UUIDs), a part number after the first.
 SESSION_FILE = re.compile(r"(\d{4}-\d{2}-\d{2})-([A-Za-z0-9][A-Za-z0-9_-]{0,127})(?:\.([2-9]|[1-9][0-9]{1,2}))?\.md")
 _CALLER_FOLDER = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")  # channel.authz.NAME_PATTERN
+MAX_EXTRA_FOLDERS = 16
+_extra_folders: tuple[str, ...] = ()  # set_extra_folders
+
+
+def extra_folder_problem(name: object) -> str | None:
+    """Why `name` cannot be an extra memory folder, or None: one plain top-level folder name, obeying the path
+    rules, other than `memory`, `sessions` and the root files' names."""
+    try:
+        segments = _segments(name, "an extra folder")
+    except PathRefused as exc:
+        return str(exc)
+    if len(segments) != 1 or segments[0] != name:
+        return "an extra folder is one folder name beside memory/ (no '/', in canonical form)"
+    if name in (MEMORY_DIR, SESSIONS_DIR, *ROOT_FILES) or str(name).lower() in (MEMORY_DIR, SESSIONS_DIR):
+        return f"{name!r} is already a memory path or reserved"
+    return None
+
+
+def set_extra_folders(folders: Sequence[str]) -> None:
+    """Make `<folder>/**/*.md` memory files for this process (replacing the previous extra folders)."""
+    global _extra_folders
+    problems = [f"{folder!r}: {problem}" for folder in folders if (problem := extra_folder_problem(folder))]
+    if problems:
+        raise PathRefused(f"extra folders refused: {'; '.join(problems)}")
+    if len(folders) > MAX_EXTRA_FOLDERS:
+        raise PathRefused(f"at most {MAX_EXTRA_FOLDERS} extra folders")
+    _extra_folders = tuple(dict.fromkeys(folders))
+    _canonical.cache_clear()
+
+
+def memory_folders() -> tuple[str, ...]:
+    """The folders whose `**/*.md` are memory files: `memory` and the extra folders."""
+    return (MEMORY_DIR, *_extra_folders)
 
 
 def normalise_memory_path(raw: str, *, argument: str = "path") -> str:
@@ -111,7 +149,7 @@ def is_memory_file(path: str) -> bool:
     if path in ROOT_FILES:
         return True
     parts = path.split("/")
-    return len(parts) >= 2 and parts[0] == DAILY_LOG_DIR and parts[-1].endswith(".md") and len(parts[-1]) > 3
+    return len(parts) >= 2 and parts[0] in memory_folders() and parts[-1].endswith(".md") and len(parts[-1]) > 3
 
 
 def synced_path_problem(rel: str) -> str | None:

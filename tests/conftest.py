@@ -23,6 +23,7 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/server/test_server_cli.py",
     "tests/e2e/test_sync_proxy.py",
     "tests/e2e/test_sync_e2e.py",
+    "tests/e2e/test_extra_paths_e2e.py",
     "tests/e2e/test_history_e2e.py",
     "tests/e2e/test_transcripts_e2e.py",
     "tests/e2e/test_proxy_product.py",

@@ -34,6 +34,7 @@ from server.callers.config import CALLERS_FILE
 from server.callers.file import CallersFile, update_callers
 from server.cli import serve
 from server.index.embeddings.base import Embedder
+from server.index.engine import EngineSettings
 from server.memory.service import MemoryService
 from tests.mcp_support import structured
 from tests.proxy_support import PROXY, init_proxy_home
@@ -47,13 +48,18 @@ class ProductServer:
     """The product's server on one fixed 127.0.0.1 port, restartable with its keys, callers and data."""
 
     def __init__(
-        self, folder: Path, embedder: Embedder | None, callers: Mapping[str, Mapping[str, Access]] | None = None
+        self,
+        folder: Path,
+        embedder: Embedder | None,
+        callers: Mapping[str, Mapping[str, Access]] | None = None,
+        settings: EngineSettings | None = None,
     ) -> None:
         self.keys_dir, self.data_dir = folder / "keys", folder / "data"
         self.key = serve.ensure_server_key(self.keys_dir, out=io.StringIO())
         serve.prepare_data_dir(self.data_dir)
         self.embedder = embedder
         self.grants = dict(callers or {})
+        self.settings = settings
         self.service: MemoryService | None = None
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -77,7 +83,7 @@ class ProductServer:
             return None
 
     def start(self) -> None:
-        service = MemoryService(self.data_dir, self.embedder)
+        service = MemoryService(self.data_dir, self.embedder, self.settings)
         callers = CallersFile(self.keys_dir / CALLERS_FILE)
         app = create_app(service, server_key=self.key, callers=callers, data_dir=self.data_dir)
         config = serve.uvicorn_config(app, graceful=1)

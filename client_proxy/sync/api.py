@@ -8,6 +8,7 @@ refusal `SyncRefusedError` (with the server's code and message); transport and c
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -17,9 +18,12 @@ from channel.errors import ChannelError
 from client_proxy.errors import ProxyError
 from client_proxy.forward.upstream import describe
 from client_proxy.sync.pull_limits import CEILING_ANSWER_BYTES, announced, over_size
-from syncproto.errors import MessageRefused
+from syncproto.errors import MessageRefused, PathRefused
 from syncproto.messages import Change, Changes, PushChange, PushResult, answer_list, parse_push_answer, push_body
+from syncproto.paths import memory_folders, set_extra_folders
 from syncproto.wire import CHANGES_PATH, PUSH_BATCH_BYTES, PUSH_PATH, SESSIONS_PATH
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "EXPECTED_FAILURES",
@@ -66,6 +70,23 @@ def describe_failure(exc: Exception, server_url: str) -> str:
     return f"internal error ({type(exc).__name__}); see the log"
 
 
+def adopt_memory_folders(document: dict[str, Any]) -> None:
+    """Sync the extra memory folders the server announces (`extra_paths` in a changes answer; an older server sends
+    none), under the same path rules as `memory/`."""
+    folders = document.get("extra_paths")
+    if folders is None:
+        return
+    if not isinstance(folders, list) or not all(isinstance(folder, str) for folder in folders):
+        raise SyncProtocolError("malformed changes answer from the server (extra_paths is not a list of names)")
+    if tuple(folders) == memory_folders()[1:]:
+        return
+    try:
+        set_extra_folders(folders)
+    except PathRefused as exc:
+        raise SyncProtocolError(f"the server announced extra folders this laptop cannot sync ({exc})") from None
+    log.info("sync: memory folders are %s", ", ".join(f"{folder}/" for folder in memory_folders()))
+
+
 class SyncApi:
     """`GET /sync/changes` and `POST /sync/push` on the inner app, through `client` (the channel's)."""
 
@@ -83,6 +104,7 @@ class SyncApi:
                 if len(body) > CEILING_ANSWER_BYTES:
                     raise SyncProtocolError(f"the server's changes answer is larger than {CEILING_ANSWER_BYTES} bytes")
         document = _answer(httpx2.Response(response.status_code, headers=response.headers, content=body))
+        adopt_memory_folders(document)
         try:
             limits = announced(document)
             count = len(answer_list(document, "changes"))

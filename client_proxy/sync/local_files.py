@@ -20,11 +20,11 @@ from typing import Final
 
 from client_proxy.errors import ProxyError
 from client_proxy.sync.scope import (
-    MEMORY_DIR,
     ROOT_FILES,
     UnsafePathError,
     content_problem,
     is_excluded,
+    memory_folders,
     name_problem,
     safe_target,
 )
@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 # A (size, mtime) seen less than this after the file's mtime may hide a second write in the same clock tick, so
 # it is not trusted as a cache key (git's "racy" rule). Such a file is simply hashed again on the next scan.
 RACY_NS: Final = 2_000_000_000
-_TOP_NAMES: Final = frozenset({*ROOT_FILES, MEMORY_DIR})
 MAX_DEPTH: Final = 15  # folders below memory/; the server allows 16 path parts in all
 
 
@@ -119,16 +118,18 @@ class LocalFiles:
         # The folder's own spelling of each name: on a case-insensitive disk `memory.md` would also open MEMORY.md,
         # and one file must not be synced as two. A project folder that cannot be listed (gone, unmounted) fails
         # the scan: its files must not look deleted.
-        entries = {entry.name: entry for entry in os.scandir(self.project) if entry.name in _TOP_NAMES}
+        folders = memory_folders()  # memory/ and the extra folders the server announced
+        entries = {entry.name: entry for entry in os.scandir(self.project) if entry.name in (*ROOT_FILES, *folders)}
         for name in ROOT_FILES:
             if name in entries and not is_excluded(name, self.exclude):
                 entry = entries[name]
                 yield name, None if entry.is_file(follow_symlinks=False) else _not_a_file(entry)
-        memory = entries.get(MEMORY_DIR)
-        if memory is not None and memory.is_symlink():
-            self._skip(found, MEMORY_DIR, "is a symlink; sync never follows symlinks")
-        elif memory is not None and memory.is_dir(follow_symlinks=False):
-            yield from self._walk(MEMORY_DIR, depth=1)
+        for name in folders:
+            folder = entries.get(name)
+            if folder is not None and folder.is_symlink():
+                self._skip(found, name, "is a symlink; sync never follows symlinks")
+            elif folder is not None and folder.is_dir(follow_symlinks=False):
+                yield from self._walk(name, depth=1)
 
     def _walk(self, rel_dir: str, depth: int) -> Iterable[tuple[str, str | None]]:
         try:

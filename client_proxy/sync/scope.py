@@ -15,7 +15,7 @@ from pathlib import Path
 
 from client_proxy.errors import ProxyError
 from syncproto.content import content_problem
-from syncproto.paths import MEMORY_DIR, ROOT_FILES, is_control
+from syncproto.paths import MEMORY_DIR, ROOT_FILES, is_control, memory_folders
 from syncproto.paths import is_memory_file as is_memory_path
 from syncproto.paths import synced_path_problem as name_problem
 from syncproto.wire import MAX_FILE_BYTES as DEFAULT_MAX_FILE_BYTES  # the server's own cap
@@ -28,6 +28,7 @@ __all__ = [
     "content_problem",
     "is_excluded",
     "is_memory_path",
+    "memory_folders",
     "name_problem",
     "pattern_problem",
     "safe_target",

@@ -33,6 +33,7 @@ from client_proxy.sync.plan import pending_pushes
 from client_proxy.sync.retry import Retry
 from client_proxy.sync.state import StateStore, SyncState, utc_stamp
 from client_proxy.sync.watcher import Wakeup, Watcher
+from syncproto.paths import memory_folders
 from syncproto.progress import Progress
 from syncproto.wire import MAX_PUSH_CHANGES
 
@@ -148,7 +149,7 @@ class Syncer:
         wait = 0
         while True:
             try:
-                since = self.state.revision
+                since, folders = self.state.revision, memory_folders()
                 answer = await self._api.changes(since, wait)
                 async with self._lock:
                     dirty = await anyio.to_thread.run_sync(self._apply_changes, answer)
@@ -160,7 +161,7 @@ class Syncer:
                 continue
             self.pulls += 1
             self._succeeded()
-            if dirty:
+            if dirty or memory_folders() != folders:  # the server announced other memory folders: scan them now
                 self._wakeup.poke(urgent=True)
             wait = 0 if answer.more else LONG_POLL
 

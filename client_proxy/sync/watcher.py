@@ -1,7 +1,8 @@
 """Noticing edits to the memory files: watchdog events, crossed into anyio and debounced.
 
-The project folder is watched alone (its `MEMORY.md`, `memory.md` and the `memory/` folder coming and going), and
-`memory/` recursively while it is a real folder (`refresh` adds or drops that watch). Events only wake the syncer,
+The project folder is watched alone (its `MEMORY.md`, `memory.md` and the memory folders coming and going), and each
+memory folder (`memory/` and the server's extra folders) recursively while it is a real folder (`refresh` adds or
+drops those watches). Events only wake the syncer,
 which rescans: a burst of saves becomes one scan, at most `MAX_DELAY` after its first event.
 """
 
@@ -30,7 +31,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
-from client_proxy.sync.scope import MEMORY_DIR, ROOT_FILES
+from client_proxy.sync.scope import ROOT_FILES, memory_folders
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,6 @@ _FILE_CHANGES: Final = frozenset(
     {EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_CLOSED, EVENT_TYPE_DELETED, EVENT_TYPE_MOVED}
 )
 _FOLDER_CHANGES: Final = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_DELETED, EVENT_TYPE_MOVED})
-_TOP_NAMES: Final = frozenset({*ROOT_FILES, MEMORY_DIR})
 
 
 class Wakeup:
@@ -58,6 +58,12 @@ class Wakeup:
         self._first: float | None = None
         self._last = 0.0
         self._urgent = False
+
+    @classmethod
+    def debounced(cls, quiet: float) -> Wakeup:
+        """A wake-up that waits `quiet` seconds without events (`watch_debounce_ms`); a burst that goes on is
+        still scanned after at most MAX_DELAY, or five times `quiet` when that is longer."""
+        return cls(quiet=quiet, max_delay=max(MAX_DELAY, 5 * quiet))
 
     def poke(self, *, urgent: bool = False) -> None:
         """Note a change (`urgent`: scan now, no debounce); safe from any thread."""
@@ -111,18 +117,19 @@ class _Handler(FileSystemEventHandler):
     def _relevant(self, path: str | bytes) -> bool:
         name = Path(path.decode("utf-8", "surrogateescape") if isinstance(path, bytes) else path).name
         if self._top:
-            return name in _TOP_NAMES
+            return name in ROOT_FILES or name in memory_folders()
         return not name.startswith(".")  # our own temporary files are hidden
 
 
 class Watcher:
-    """The watchdog observer over one project folder; `refresh` follows `memory/` appearing, vanishing, reappearing."""
+    """The watchdog observer over one project folder; `refresh` follows the memory folders appearing, vanishing,
+    reappearing (and the extra ones the server announces)."""
 
     def __init__(self, project: Path, wakeup: Wakeup, observer: Callable[[], BaseObserver] = Observer) -> None:
         self._project = project
         self._wakeup = wakeup
         self._observer = observer()
-        self._memory_watch: ObservedWatch | None = None
+        self._watches: dict[str, ObservedWatch] = {}  # memory folder -> its recursive watch
 
     def start(self) -> None:
         """Start watching (blocking: call in a worker thread)."""
@@ -131,21 +138,24 @@ class Watcher:
         self.refresh()
 
     def refresh(self) -> None:
-        """Watch `memory/` recursively while it is a real folder (never through a symlink); blocking."""
-        memory = self._project / MEMORY_DIR
-        real = memory.is_dir() and not memory.is_symlink()
-        if real and self._memory_watch is None:
-            try:
-                handler = _Handler(memory, self._wakeup, top=False)
-                self._memory_watch = self._observer.schedule(handler, str(memory), recursive=True)
-            except OSError as exc:  # e.g. the inotify watch limit: the periodic rescan still finds every change
-                log.warning("sync: cannot watch %s (%s); changes are picked up by the periodic rescan", memory, exc)
-                return
-            self._wakeup.poke(urgent=True)  # whatever was written before the watch began
-        elif not real and self._memory_watch is not None:
-            with contextlib.suppress(KeyError, OSError):  # the folder is gone and its watch with it
-                self._observer.unschedule(self._memory_watch)
-            self._memory_watch = None
+        """Watch each memory folder recursively while it is a real folder (never through a symlink); blocking."""
+        folders = memory_folders()
+        for name in dict.fromkeys((*folders, *self._watches)):
+            folder = self._project / name
+            real = name in folders and folder.is_dir() and not folder.is_symlink()
+            watch = self._watches.get(name)
+            if real and watch is None:
+                try:
+                    handler = _Handler(folder, self._wakeup, top=False)
+                    self._watches[name] = self._observer.schedule(handler, str(folder), recursive=True)
+                except OSError as exc:  # e.g. the inotify watch limit: the periodic rescan still finds every change
+                    log.warning("sync: cannot watch %s (%s); changes are picked up by the periodic rescan", folder, exc)
+                    continue
+                self._wakeup.poke(urgent=True)  # whatever was written before the watch began
+            elif not real and watch is not None:
+                with contextlib.suppress(KeyError, OSError):  # the folder is gone and its watch with it
+                    self._observer.unschedule(watch)
+                del self._watches[name]
 
     def stop(self) -> None:
         """Stop the observer thread and wait for it (blocking)."""

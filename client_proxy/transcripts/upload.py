@@ -2,7 +2,8 @@
 rendered to markdown, redacted on this laptop, uploaded to `POST /sync/sessions` as source `sessions`.
 
 When: a pass every `POLL` seconds looks at each session file's size (cheap). A session is uploaded when it has
-grown by `RESEND_BYTES`, or by `RESEND_LINES` complete lines, since its last upload; or when it has been quiet for
+grown by `RESEND_BYTES`, or by `RESEND_LINES` complete lines (`transcripts_delta_bytes` and `_lines` in
+client_proxy.tuning), since its last upload; or when it has been quiet for
 `QUIET` seconds with anything not yet sent (a finished session's final state); and once more at shutdown, within
 `FLUSH_GRACE`. The pass at start catches up sessions that ran while the proxy did not. Of a session's parts only
 those whose text changed are sent. Nothing unredacted ever leaves: `redaction.redact` runs on the whole rendered
@@ -118,9 +119,13 @@ class TranscriptUploader:
         laptop: str,
         server_url: str,
         clock: Callable[[], float] = time.time,
+        delta_bytes: int = RESEND_BYTES,
+        delta_lines: int = RESEND_LINES,
     ) -> None:
+        """`delta_bytes`, `delta_lines`: the growth worth an upload (`transcripts_delta_bytes`, `_lines`)."""
         self.api, self.project, self.environ, self.state = api, project, environ, state
         self.laptop, self.server_url, self.clock = laptop, server_url, clock
+        self.delta_bytes, self.delta_lines = delta_bytes, delta_lines
         self._retry = Retry()
         self.stopped = False  # set when the server refuses this device for good (no write access)
 
@@ -190,12 +195,12 @@ class TranscriptUploader:
             return False
         if info.st_size < covered:  # rewritten from scratch: send it all again
             return True
-        if info.st_size - covered >= RESEND_BYTES:
+        if info.st_size - covered >= self.delta_bytes:
             return True
-        lines = _new_lines(path, covered)
+        lines = _new_lines(path, covered, self.delta_bytes, self.delta_lines)
         if lines == 0:
             return False
-        return flush or lines >= RESEND_LINES or self.clock() - info.st_mtime >= QUIET
+        return flush or lines >= self.delta_lines or self.clock() - info.st_mtime >= QUIET
 
     async def _upload(self, path: Path) -> None:
         prepared = await anyio.to_thread.run_sync(self._prepare, path)
@@ -248,14 +253,14 @@ class TranscriptUploader:
         return session, day, parts, redaction, transcript.complete_bytes
 
 
-def _new_lines(path: Path, covered: int) -> int:
-    """Complete lines after byte `covered` (a partly written last line does not count yet), up to RESEND_LINES."""
+def _new_lines(path: Path, covered: int, max_bytes: int, max_lines: int) -> int:
+    """Complete lines after byte `covered` (a partly written last line does not count yet), up to `max_lines`."""
     try:
         fd, _info = open_regular(path)
     except OSError:  # gone, a link, or not a regular file: nothing new to count
         return 0
     try:
-        return min(os.pread(fd, RESEND_BYTES, covered).count(b"\n"), RESEND_LINES)
+        return min(os.pread(fd, max_bytes, covered).count(b"\n"), max_lines)
     except OSError:
         return 0
     finally:

@@ -61,11 +61,27 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         "weight_vector": engine.weights.vector,
         "weight_keyword": engine.weights.keyword,
         "max_file_bytes": engine.scan.max_file_bytes,
+        "extra_paths": list(settings.extra_paths),
+        "chunk_tokens": engine.chunker.max_tokens,
+        "chunk_overlap": engine.chunker.overlap_tokens,
+        "max_results": engine.search.max_results,
+        "min_score": engine.search.min_score,
+        "candidate_multiplier": engine.search.candidate_multiplier,
+        "embedding_cache_entries": engine.cache_max_entries,
         "redact_writes": settings.redact_writes,
         "history_days": settings.history.all_days,
         "history_max_days": settings.history.max_days,
     }
     values.update({key: (value, origin[key]) for key, value in plain.items()})
+    for name, per_index in engine.per_index.items():  # [indexes.NAME] tables: only the file sets them
+        own = {
+            "chunk_tokens": per_index.chunker.max_tokens,
+            "chunk_overlap": per_index.chunker.overlap_tokens,
+            "max_results": per_index.search.max_results,
+            "min_score": per_index.search.min_score,
+        }
+        for key, value in own.items():  # a value other than the global one came from the index's table
+            values[f"indexes.{name}.{key}"] = (value, "file" if value != plain[key] else origin[key])
     sources = settings.key_sources(env)
     for name in SECRETS:
         where = "file" if f"{name}_FILE" in settings.key_files else "env" if _any_set(env, name) else "default"

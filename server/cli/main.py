@@ -22,6 +22,7 @@ from server.index.search import MAX_LIMIT, SearchResult, build_options
 from server.index.status import IndexStatus
 from server.observe import logs
 from server.settings import Settings
+from syncproto.paths import set_extra_folders
 from syncproto.progress import Progress
 
 
@@ -58,8 +59,8 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     search = commands.add_parser("search", help="search an index")
     search.add_argument("query", nargs="?", help="what to look for")
     search.add_argument("--index", required=True, dest="index_name", metavar="NAME")
-    search.add_argument("--limit", type=int, default=8, help=f"hits to return, 1-{MAX_LIMIT} (default 8)")
-    search.add_argument("--min-score", type=float, default=0.0)
+    search.add_argument("--limit", type=int, help=f"hits to return, 1-{MAX_LIMIT} (default: max_results, 8)")
+    search.add_argument("--min-score", type=float, help="drop hits scoring below this (default: min_score, 0)")
     search.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"])
     search.add_argument("--path", dest="path_prefix", help="only files under this relative path prefix")
     search.add_argument("--from", dest="date_from", metavar="YYYY-MM-DD", help="daily logs from this day")
@@ -104,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(settings).parse_args(argv)
     logs.configure(args.log_level, settings.log_format)
     args.settings = settings
+    set_extra_folders(settings.extra_paths)  # the path rules every command (and the sync endpoints) apply
     try:
         return int(args.func(args))
     except InvalidArgumentError as exc:
@@ -130,7 +132,11 @@ def _embedder(args: argparse.Namespace) -> Embedder | None:
 
 def _open(args: argparse.Namespace, *, create: bool = False) -> MemoryIndex:
     return MemoryIndex.open(
-        args.data_dir, args.index_name, _embedder(args), create=create, settings=args.settings.engine
+        args.data_dir,
+        args.index_name,
+        _embedder(args),
+        create=create,
+        settings=args.settings.engine.for_index(args.index_name),
     )
 
 
@@ -161,9 +167,10 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     if (args.query is None) == (args.queries is None):
         raise InvalidArgumentError("give either a QUERY or --queries FILE.jsonl")
+    defaults = args.settings.engine.for_index(args.index_name).search
     options = build_options(
-        limit=args.limit,
-        min_score=args.min_score,
+        limit=defaults.max_results if args.limit is None else args.limit,
+        min_score=defaults.min_score if args.min_score is None else args.min_score,
         sources=args.sources,
         path_prefix=args.path_prefix,
         date_from=args.date_from,

@@ -30,6 +30,7 @@ from server.cli.http_guard import (
     check_fd_limit,
 )
 from server.errors import InvalidArgumentError
+from server.index.tuning import check_model_limit
 from server.settings import Settings, is_loopback
 
 if TYPE_CHECKING:
@@ -88,6 +89,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not callers.config.callers:
         print_callers_hint(_keys_option(args), _stdout())
     providers, _reasons = settings.select_providers(os.environ)
+    if providers:  # refused now rather than when the first index opens
+        first_provider = providers.members[0]
+        for engine in (settings.engine, *settings.engine.per_index.values()):
+            check_model_limit(engine.chunker, first_provider.model, first_provider.max_tokens)
     first = providers.preferred()
     if first is not None and first.provider == "local":  # the others load on first use, if they ever are
         print(f"loading the embedding model {first.model} ...", file=_stdout(), flush=True)

@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,15 +22,17 @@ from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_cha
 from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentError, UnknownIndexError
 from server.index.fusion import FusionWeights
 from server.index.indexer import Indexer, IndexReport
-from server.index.migrations import SCHEMA_VERSION
 from server.index.naming import index_dir, validate_name
 from server.index.rebuild_progress import RebuildProgress
+from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, remove_strays
 from server.index.scan import ScanConfig
 from server.index.search import SearchOptions, SearchResult, search
-from server.index.status import IndexStatus
+from server.index.status import IndexStatus, index_status
 from server.index.store import Store, is_corruption, quarantine
+from server.index.tuning import SearchDefaults, check_model_limit
 from server.index.vectors import (
     VectorSpace,
+    cap_cache,
     count_missing,
     ensure_live_space,
     fill_space,
@@ -49,6 +51,12 @@ class EngineSettings:
     chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
     scan: ScanConfig = field(default_factory=ScanConfig)
     weights: FusionWeights = field(default_factory=FusionWeights)
+    search: SearchDefaults = field(default_factory=SearchDefaults)
+    cache_max_entries: int = 0  # the embedding cache's cap in vectors; 0: no cap (unused ones age out)
+    per_index: Mapping[str, EngineSettings] = field(default_factory=dict)  # [indexes.NAME] (server.index_settings)
+
+    def for_index(self, name: str) -> EngineSettings:
+        return self.per_index.get(name, self)
 
 
 class MemoryIndex:
@@ -61,12 +69,17 @@ class MemoryIndex:
         self.directory = directory
         self.providers = as_chain(embedder)
         self.settings = settings
-        self._write_lock = threading.RLock()  # re-entered by index_if_idle
+        if self.providers:  # the first provider's tokenizer cuts the chunks, whichever provider embeds them
+            first = self.providers.members[0]
+            check_model_limit(settings.chunker, first.model, first.max_tokens)
+        self.write_lock = threading.RLock()  # re-entered by index_if_idle
         self._rebuild_thread: threading.Thread | None = None
         self._rebuild_target: Embedder | None = None
-        self._rebuild_progress: RebuildProgress | None = None
+        self.rebuild_progress: RebuildProgress | None = None
         self._rebuild_stop = threading.Event()
+        self.rechunker = Rechunker(self)
         self.store = self._open_store()
+        remove_strays(self.directory, self.info())
 
     @classmethod
     def open(
@@ -90,19 +103,25 @@ class MemoryIndex:
 
     @property
     def db_path(self) -> Path:
-        return self.directory / "index.sqlite3"
+        name = self.info().get("database")
+        return self.directory / (name if isinstance(name, str) and name.startswith("index-") else LIVE_DATABASE)
 
     @property
     def root(self) -> Path | None:
-        root = self._info().get("root")
+        root = self.info().get("root")
         return Path(root) if isinstance(root, str) else None
 
-    def _info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, Any]:
         try:
             info = json.loads((self.directory / "index.json").read_text("utf-8"))
         except (OSError, ValueError) as exc:
             raise EngineError(f"the description of index {self.name!r} is unreadable") from exc
         return info if isinstance(info, dict) else {}
+
+    def update_info(self, **values: object) -> None:
+        """Set (None: remove) entries of index.json, atomically."""
+        info = {**self.info(), **values}
+        _write_json(self.directory / "index.json", {k: v for k, v in info.items() if v is not None})
 
     def _open_store(self) -> Store:
         try:
@@ -141,6 +160,8 @@ class MemoryIndex:
 
     def close(self) -> None:
         self.stop_rebuild()
+        self.rechunker.stop()
+        self.rechunker.close_retired()
         self.store.close()
 
     # vectors ------------------------------------------------------------------------------------------
@@ -182,6 +203,11 @@ class MemoryIndex:
 
     @property
     def needs_rebuild(self) -> bool:
+        """The chunks are to be cut again (new chunk settings), or the vectors built for another provider."""
+        return self.rechunker.due() or self._vectors_due
+
+    @property
+    def _vectors_due(self) -> bool:
         """A provider is due whose vectors are not the live ones, and it answers (or is on trial)."""
         target = self.embedder
         if (
@@ -208,7 +234,9 @@ class MemoryIndex:
     def start_background_rebuild(self) -> threading.Thread | None:
         """Rebuild in a thread while searches go on (on the old vectors while their provider answers, else by
         keyword, until the swap). A rebuild for a provider no longer preferred is told to stop; the next call
-        starts the one now due."""
+        starts the one now due. New chunk settings come first: cutting again also builds the preferred vectors."""
+        if self.rechunker.running or self.rechunker.due():
+            return self.rechunker.start()
         target = self.embedder
         if self._rebuild_thread is not None and self._rebuild_thread.is_alive():
             if self._rebuild_target is not target:
@@ -218,7 +246,7 @@ class MemoryIndex:
             return None
         self._rebuild_stop.clear()
         self._rebuild_target = target
-        progress = self._rebuild_progress = RebuildProgress(self._chunk_count())
+        progress = self.rebuild_progress = RebuildProgress(self._chunk_count())
 
         def run() -> None:
             try:
@@ -231,7 +259,7 @@ class MemoryIndex:
                 # Closed under it (a join that timed out on a slow batch): the next open takes the rebuild up.
                 log.info("vector rebuild of %s stopped with the index", self.name)
             finally:
-                self._rebuild_progress = None
+                self.rebuild_progress = None
 
         self._rebuild_thread = threading.Thread(target=run, name=f"rebuild-{self.name}", daemon=True)
         self._rebuild_thread.start()
@@ -251,7 +279,8 @@ class MemoryIndex:
 
     def keep_vectors_current(self) -> None:
         """Start the background rebuild a provider's failure or recovery calls for; cheap when none is due."""
-        if self.needs_rebuild or (self._rebuild_thread is not None and self._rebuild_thread.is_alive()):
+        rebuilding = self.rechunker.running or (self._rebuild_thread is not None and self._rebuild_thread.is_alive())
+        if rebuilding or self.needs_rebuild:
             self.start_background_rebuild()
 
     # indexing and search -------------------------------------------------------------------------------
@@ -267,17 +296,18 @@ class MemoryIndex:
 
     def _indexer(self) -> Indexer:
         space, provider = self._serving() or (None, None)
-        return Indexer(self.store, provider, space, self.tokenizer, self.settings.chunker, self.settings.scan)
+        chunker = live_chunker(self.store, self.settings.chunker)  # the live chunks' own, until a re-chunk swaps
+        return Indexer(self.store, provider, space, self.tokenizer, chunker, self.settings.scan)
 
     def index_if_idle(self, root: Path | None = None, **options: Any) -> IndexReport | None:
         """`index`, or None at once when another indexing run holds this index: a search that would like to pick
         up a few changed files must not wait behind a long sync."""
-        if not self._write_lock.acquire(blocking=False):
+        if not self.write_lock.acquire(blocking=False):
             return None
         try:
             return self.index(root, **options)
         finally:
-            self._write_lock.release()
+            self.write_lock.release()
 
     def index(
         self,
@@ -292,13 +322,14 @@ class MemoryIndex:
         """Index the folder `root` (remembered for next time); rebuild vectors first if the model changed.
         `on_file(path)` runs after each file is written (an exception from it stops the run there; every file
         written so far stays consistent, each in its own transaction); `on_seen(path)` as each file is looked at."""
-        with self._write_lock:
+        with self.write_lock:
+            self.rechunker.close_retired()
             if root is not None:
                 root = root.resolve()
                 if not root.is_dir():
                     raise InvalidArgumentError(f"not a folder: {root}")
                 if self.root != root:
-                    _write_json(self.directory / "index.json", {**self._info(), "root": str(root)})
+                    self.update_info(root=str(root))
             target = root or self.root
             if target is None:
                 raise InvalidArgumentError(f"index {self.name!r} has no folder yet; pass one")
@@ -306,14 +337,17 @@ class MemoryIndex:
                 lambda: self._indexer().run(target, force=force, on_file=on_file, only=paths, on_seen=on_seen)
             )
             self._guard(lambda: prune_cache(self.store, self._live()))
-            if rebuild_now and self.needs_rebuild:
+            self._guard(lambda: cap_cache(self.store, self.settings.cache_max_entries, self._live()))
+            if rebuild_now and self.rechunker.due():
+                self.rechunker.run()
+            elif rebuild_now and self._vectors_due:
                 self.rebuild_vectors()
             else:
                 self.keep_vectors_current()
-            if report.chunks_pending or self._pending_count():
+            if report.chunks_pending or self.pending_count():
                 try:
                     report.chunks_embedded += self.embed_pending()
-                    report.chunks_pending = self._pending_count()
+                    report.chunks_pending = self.pending_count()
                 except EngineError as exc:
                     log.warning("pending chunks stay keyword-only: %s", exc)
             return report
@@ -323,7 +357,7 @@ class MemoryIndex:
         assert isinstance(value, int), "count(*) is an integer"
         return value
 
-    def _pending_count(self) -> int:
+    def pending_count(self) -> int:
         space = live_space(self.store) if self.store.vec_loaded else None
         return count_missing(self.store, space) if space is not None else 0
 
@@ -335,10 +369,13 @@ class MemoryIndex:
     def _search(self, query: str, options: SearchOptions) -> SearchResult:
         _state, why = self.vector_state()
         space, provider = self._serving() or (None, None)
-        return search(self.store, provider, space, query, options, self.settings.weights, unavailable=why)
+        multiplier = self.settings.search.candidate_multiplier
+        return search(
+            self.store, provider, space, query, options, self.settings.weights, why, candidate_multiplier=multiplier
+        )
 
     def status(self) -> IndexStatus:
-        return self._guard(self._status)
+        return self._guard(lambda: index_status(self))
 
     def indexed_files(self) -> dict[str, str]:
         """The content hash of every file the index holds, by path."""
@@ -350,38 +387,6 @@ class MemoryIndex:
         """When the index last changed (epoch seconds), None before its first change."""
         raw = self.store.get_meta("last_change")
         return float(raw) if raw else None
-
-    def _status(self) -> IndexStatus:
-        db = self.store.connection()
-        files = {s: n for s, n in db.execute("SELECT source, count(*) FROM files GROUP BY source")}
-        chunks = {
-            s: n
-            for s, n in db.execute(
-                "SELECT f.source, count(*) FROM chunks c JOIN files f ON f.id = c.file_id GROUP BY f.source"
-            )
-        }
-        state, why = self.vector_state()
-        space = live_space(self.store) if self.store.vec_loaded else None
-        last = self.store.get_meta("last_change")
-        progress = self._rebuild_progress
-        return IndexStatus(
-            name=self.name,
-            root=str(self.root) if self.root else None,
-            provider=space.provider if space else None,
-            model=space.model if space else None,
-            dimensions=space.dimensions if space else None,
-            files=files,
-            chunks=chunks,
-            pending_vectors=self._pending_count(),
-            vector_state=state,
-            search_modes=["hybrid", "vector", "keyword"] if state == "ready" else ["keyword"],
-            notice=why,
-            last_change=float(last) if last else None,
-            database_bytes=self.store.size_bytes(),
-            schema_version=SCHEMA_VERSION,
-            providers=self.providers.states(),
-            rebuild=progress.snapshot() if progress is not None else None,
-        )
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ class RebuildSnapshot:
 class RebuildProgress:
     total: int
     clock: Callable[[], float] = time.monotonic
+    label: str = "rebuilding vectors"  # or "re-chunking", counted in files
     done: int = 0
     started: float = field(init=False)
 
@@ -30,12 +31,13 @@ class RebuildProgress:
         self.started = self.clock()
 
     def add(self, chunks: int) -> None:
-        """A batch of `chunks` is embedded (called by the rebuild's thread)."""
+        """A batch of `chunks` is embedded, or files are cut again (called by the rebuild's thread)."""
         self.done += chunks
 
     def snapshot(self) -> RebuildSnapshot:
         done, elapsed = min(self.done, self.total), self.clock() - self.started
         rated = estimate(done, self.total, elapsed)
         per_second, seconds_left = rated if rated else (None, None)
-        line = progress_line("rebuilding vectors", done, self.total, elapsed, unit="chunks")
+        unit = "chunks" if self.label == "rebuilding vectors" else "files"
+        line = progress_line(self.label, done, self.total, elapsed, unit=unit)
         return RebuildSnapshot(done, self.total, per_second, seconds_left, line)

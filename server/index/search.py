@@ -191,16 +191,19 @@ def search(
     options: SearchOptions,
     weights: FusionWeights,
     unavailable: str | None = None,
+    *,
+    candidate_multiplier: int = CANDIDATE_MULTIPLIER,
 ) -> SearchResult:
     """Run one search. `space` is the live vector table when it belongs to `embedder`; `unavailable` says why
-    vectors are off when they are."""
+    vectors are off when they are. Each side brings `limit * candidate_multiplier` candidates (at least
+    MIN_CANDIDATES) to the fusion."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgumentError("the query is empty")
     if len(query) > MAX_QUERY_CHARS:
         raise InvalidArgumentError(f"the query is longer than {MAX_QUERY_CHARS} characters")
     started = time.perf_counter()
     db = store.connection()
-    candidates = max(options.limit * CANDIDATE_MULTIPLIER, MIN_CANDIDATES)
+    candidates = max(options.limit * candidate_multiplier, MIN_CANDIDATES)
     match = match_expression(query) if options.mode != "vector" else None
     notice = unavailable
 

@@ -129,6 +129,27 @@ def prune_cache(store: Store, space: VectorSpace | None, *, keep_days: float = C
     return removed
 
 
+def cap_cache(store: Store, max_entries: int, space: VectorSpace | None) -> int:
+    """Keep at most `max_entries` cached vectors (0: no cap), dropping the least recently used first and the live
+    model's vectors of current chunks last (a search reads those; without them it asks vec0, slower)."""
+    if max_entries <= 0:
+        return 0
+    db = store.connection()
+    over = int(db.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0]) - max_entries  # type: ignore[arg-type]
+    if over <= 0:
+        return 0
+    live = "provider = ? AND model = ? AND hash IN (SELECT hash FROM chunks)" if space is not None else "0"
+    params: list[object] = [space.provider, space.model] if space is not None else []
+    with db:
+        db.execute(
+            f"DELETE FROM embedding_cache WHERE id IN (SELECT id FROM embedding_cache ORDER BY ({live}), used_at, id"
+            " LIMIT ?)",
+            [*params, over],
+        )
+        removed = db.changes()
+    return removed
+
+
 def embed_missing(db: apsw.Connection, embedder: Embedder, items: dict[str, str]) -> tuple[dict[str, bytes], int]:
     """Vectors for `items` (hash -> text), from the cache or the model; returns them and how many were embedded.
 

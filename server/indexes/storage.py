@@ -152,7 +152,8 @@ class SqliteBackend:
         return (index_dir(self.data_dir, name) / "index.json").is_file()
 
     def open(self, name: str, *, on_change: Callable[[], None]) -> tuple[SearchIndex, FileStore]:
-        index = MemoryIndex.open(self.data_dir, name, self.embedder, create=True, settings=self.settings)
+        settings = self.settings.for_index(name)
+        index = MemoryIndex.open(self.data_dir, name, self.embedder, create=True, settings=settings)
         try:
             mirror = Mirror(
                 index.directory,

@@ -91,8 +91,13 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     async def memory_search(
         ctx: Context,
         query: Annotated[str, Field(description="what to look for, in plain words")],
-        max_results: Annotated[int, Field(description="hits to return", ge=1, le=MAX_RESULTS)] = 8,
-        min_score: Annotated[float, Field(description="drop hits scoring below this, 0-1")] = 0.0,
+        max_results: Annotated[
+            int | None,
+            Field(description="hits to return (default: the server's, 8 unless configured)", ge=1, le=MAX_RESULTS),
+        ] = None,
+        min_score: Annotated[
+            float | None, Field(description="drop hits scoring below this, 0-1 (default: the server's, 0)")
+        ] = None,
         sources: Annotated[
             list[Literal["memory", "sessions"]] | None, Field(description="only these sources (default: all)")
         ] = None,

@@ -175,24 +175,26 @@ class MemoryService:
         caller: CallerContext,
         query: str,
         *,
-        max_results: int = 8,
-        min_score: float = 0.0,
+        max_results: int | None = None,
+        min_score: float | None = None,
         sources: list[str] | None = None,
         path: str | None = None,
         date_from: str | None = None,
         date_to: str | None = None,
         scope: Literal["index", "all"] = "index",
     ) -> SearchOutput:
-        """Hybrid search of the caller's index (`scope="all"`: and of every other index it may read)."""
+        """Hybrid search of the caller's index (`scope="all"`: and of every other index it may read). Without
+        `max_results` or `min_score`, the configured defaults (`MEMORY_MAX_RESULTS`, `MEMORY_MIN_SCORE`) apply."""
         with self._call():
             name, _access = authorise(caller)
             if scope not in ("index", "all"):
                 raise InvalidArgumentError("scope must be 'index' or 'all'")
             if sources is not None and (not isinstance(sources, list) or not all(isinstance(s, str) for s in sources)):
                 raise InvalidArgumentError("sources must be a list of source names")
+            defaults = self.settings.for_index(name).search
             options = build_options(
-                limit=max_results,
-                min_score=min_score,
+                limit=defaults.max_results if max_results is None else max_results,
+                min_score=defaults.min_score if min_score is None else min_score,
                 sources=sources,
                 path_prefix=normalise_memory_prefix(path, argument="path"),
                 date_from=date_from,

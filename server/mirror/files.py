@@ -23,7 +23,7 @@ from server.errors import InvalidArgumentError, UnsafePathError
 from server.memory.text import count_lines_of_bytes
 from server.mirror.paths import normalise_mirror_path
 from syncproto.content import NotRegularFile, open_regular
-from syncproto.paths import SESSIONS_DIR
+from syncproto.paths import SESSIONS_DIR, memory_folders
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def _walk_dir(fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
         if name.startswith("."):
             continue
         relpath = f"{prefix}{name}"
-        if is_dir and (prefix or name in ("memory", SESSIONS_DIR)):
+        if is_dir and (prefix or name in (*memory_folders(), SESSIONS_DIR)):
             try:
                 child = _open_dir(name, fd, relpath)
             except (UnsafePathError, FileNotFoundError):

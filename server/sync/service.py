@@ -19,7 +19,7 @@ from server.mirror.paths import normalise_memory_path
 from server.sync.conflicts import conflict_path
 from server.sync.merge import merge3, merge_unrelated
 from syncproto.messages import Change, PushChange, PushResult, changes_json
-from syncproto.paths import is_session_file
+from syncproto.paths import is_session_file, memory_folders
 from syncproto.wire import MAX_CHANGE_BYTES, MAX_CHANGES, sha256_hex
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,9 @@ class ChangesAnswer:
     limits: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, object]:
-        return {**changes_json(self.revision, self.next, self.more, self.reset, self.changes), "limits": self.limits}
+        answer = changes_json(self.revision, self.next, self.more, self.reset, self.changes)
+        # The extra memory folders, so laptops sync them like memory/ (client_proxy.sync.api.adopt_memory_folders).
+        return {**answer, "limits": self.limits, "extra_paths": list(memory_folders()[1:])}
 
 
 class SyncService:

@@ -93,12 +93,21 @@ def project(tmp_path: Path) -> Path:
     return folder
 
 
-def uploader(api: SyncApi, project: Path, tmp_path: Path, clock: Clock | None = None) -> TranscriptUploader:
+def uploader(
+    api: SyncApi, project: Path, tmp_path: Path, clock: Clock | None = None, **thresholds: int
+) -> TranscriptUploader:
     state = TranscriptState(tmp_path / "state", "https://memory", INDEX, project)
     state.load()
     environ = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
     return TranscriptUploader(
-        api, project, environ, state, laptop="alice-laptop", server_url="https://memory", clock=clock or Clock()
+        api,
+        project,
+        environ,
+        state,
+        laptop="alice-laptop",
+        server_url="https://memory",
+        clock=clock or Clock(),
+        **thresholds,  # type: ignore[arg-type]
     )
 
 
@@ -278,3 +287,23 @@ async def test_a_session_the_server_refuses_is_set_aside_and_the_others_still_go
             assert await running.pass_once() and len(api.uploads) == 2  # not asked again until it grows
     finally:
         small.close()
+
+
+async def test_the_configured_growth_thresholds_decide_when_a_session_goes_again(api, service, project, tmp_path):
+    clock = Clock()
+    folder = project_folder(tmp_path / "claude", project)
+    lines = conversation(project, 2)
+    path = write_session(folder, SESSION, lines)
+    running = uploader(api, project, tmp_path, clock, delta_lines=2)
+    assert await running.pass_once() and len(api.uploads) == 1
+    lines += conversation(project, 3, "second topic")[-2:]  # two new lines: enough here, not by default (40)
+    append_session(path, lines)
+    clock.now = path.stat().st_mtime + 1  # just written: not quiet
+    assert await running.pass_once() and len(api.uploads) == 2
+
+    by_bytes = uploader(api, project, tmp_path, clock, delta_lines=100_000, delta_bytes=1024)
+    lines += conversation(project, 12, "third topic")  # well over 1 KiB, fewer lines than asked for
+    append_session(path, lines)
+    clock.now = path.stat().st_mtime + 1
+    assert await by_bytes.pass_once() and len(api.uploads) == 3
+    assert "third topic" in next(iter(stored(service).values()))

@@ -92,3 +92,24 @@ def test_a_refused_config_file_stops_every_command_with_a_clear_message(tmp_path
     err = capsys.readouterr().err
     assert err.startswith(f"memory-server: configuration error: config file {config}: voyage_api_key is not accepted")
     assert VOYAGE_KEY not in err
+
+
+def test_the_index_settings_and_each_indexs_own_values_are_shown_with_their_origin(tmp_path, monkeypatch, capsys):
+    for variable in (*VARIABLES, "MEMORY_CONFIG"):
+        monkeypatch.delenv(variable, raising=False)
+    config = tmp_path / "memory-server.toml"
+    config.write_text("chunk_tokens = 200\nmax_results = 5\n[indexes.team-docs]\nchunk_tokens = 128\n")
+    config.chmod(0o600)
+    monkeypatch.setenv("MEMORY_MIN_SCORE", "0.2")
+
+    assert main(["--config", str(config), "config", "--json"]) == 0
+    shown = capsys.readouterr().out
+    values, origins = values_of(shown), origins_of(shown)
+
+    assert (values["chunk_tokens"], origins["chunk_tokens"]) == (200, "file")
+    assert (values["max_results"], origins["max_results"]) == (5, "file")
+    assert (values["min_score"], origins["min_score"]) == (0.2, "env")
+    assert (values["chunk_overlap"], origins["chunk_overlap"]) == (40, "default")
+    assert (values["candidate_multiplier"], values["embedding_cache_entries"], values["extra_paths"]) == (4, 0, [])
+    assert (values["indexes.team-docs.chunk_tokens"], origins["indexes.team-docs.chunk_tokens"]) == (128, "file")
+    assert (values["indexes.team-docs.min_score"], origins["indexes.team-docs.min_score"]) == (0.2, "env")

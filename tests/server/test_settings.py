@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from server.index.errors import InvalidArgumentError
+from server.index.tuning import SearchDefaults
 from server.settings import VARIABLES, Settings, file_key
 
 SECRET = "pa-CANARY-not-for-config-files"
@@ -37,6 +38,13 @@ SAMPLES = {
     "weight_vector": "0.6",
     "weight_keyword": "1",
     "max_file_bytes": "1000",
+    "chunk_tokens": "128",
+    "chunk_overlap": "16",
+    "max_results": "5",
+    "min_score": "0.25",
+    "candidate_multiplier": "6",
+    "embedding_cache_entries": "10000",
+    "extra_paths": '["notes", "decisions"]',
     "history_days": "7",
     "history_max_days": "365",
     "redact_writes": "false",
@@ -69,6 +77,10 @@ def test_every_setting_has_a_config_file_key_and_each_sample_is_read_from_the_fi
     assert embedding.voyage.dimensions == 512 and embedding.openai.model == "text-embedding-3-large"
     assert (settings.engine.weights.vector, settings.engine.weights.keyword) == (0.6, 1.0)
     assert settings.engine.scan.max_file_bytes == 1000
+    assert (settings.engine.chunker.max_tokens, settings.engine.chunker.overlap_tokens) == (128, 16)
+    assert settings.engine.search == SearchDefaults(max_results=5, min_score=0.25, candidate_multiplier=6)
+    assert settings.engine.cache_max_entries == 10000
+    assert settings.extra_paths == ("notes", "decisions")
     assert (settings.history.all_days, settings.history.max_days) == (7, 365)
     assert settings.key_files == {
         "VOYAGE_API_KEY_FILE": "/run/secrets/voyage",
@@ -207,3 +219,87 @@ def test_the_metrics_listener_is_off_by_default_and_only_ever_on_loopback():
             Settings.from_env({"MEMORY_METRICS_PORT": "9100", "MEMORY_METRICS_HOST": host})
     with pytest.raises(InvalidArgumentError, match="MEMORY_METRICS_PORT must be a TCP port"):
         Settings.from_env({"MEMORY_METRICS_PORT": "http"})
+
+
+# the index's settings ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MEMORY_CHUNK_TOKENS": "32"}, "MEMORY_CHUNK_TOKENS must be a whole number from 64 to 2048, not 32"),
+        ({"MEMORY_CHUNK_TOKENS": "4096"}, "MEMORY_CHUNK_TOKENS must be a whole number from 64 to 2048, not 4096"),
+        ({"MEMORY_CHUNK_TOKENS": "big"}, "MEMORY_CHUNK_TOKENS must be a whole number from 64 to 2048, not 'big'"),
+        ({"MEMORY_CHUNK_OVERLAP": "-1"}, "MEMORY_CHUNK_OVERLAP must be a whole number from 0 to 2048, not -1"),
+        (
+            {"MEMORY_CHUNK_TOKENS": "128", "MEMORY_CHUNK_OVERLAP": "64"},
+            "MEMORY_CHUNK_OVERLAP must be less than half of MEMORY_CHUNK_TOKENS (128), not 64",
+        ),
+        ({"MEMORY_MAX_RESULTS": "0"}, "MEMORY_MAX_RESULTS must be a whole number from 1 to 50, not 0"),
+        ({"MEMORY_MAX_RESULTS": "51"}, "MEMORY_MAX_RESULTS must be a whole number from 1 to 50, not 51"),
+        ({"MEMORY_MIN_SCORE": "1.5"}, "MEMORY_MIN_SCORE must be a number from 0 to 1, not 1.5"),
+        ({"MEMORY_MIN_SCORE": "high"}, "MEMORY_MIN_SCORE must be a number from 0 to 1, not 'high'"),
+        ({"MEMORY_CANDIDATE_MULTIPLIER": "0"}, "MEMORY_CANDIDATE_MULTIPLIER must be a whole number from 1 to 20"),
+        (
+            {"MEMORY_EMBEDDING_CACHE_ENTRIES": "-5"},
+            "MEMORY_EMBEDDING_CACHE_ENTRIES must be a whole number of at least 0",
+        ),
+    ],
+)
+def test_the_index_settings_are_checked_with_an_error_naming_the_variable(env, message):
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env(env)
+    assert str(refused.value).startswith(message)
+
+
+def test_an_index_setting_from_the_file_is_checked_naming_its_key_and_the_environment_wins(tmp_path):
+    path = config(tmp_path, "chunk_tokens = 10\n")
+    with pytest.raises(InvalidArgumentError, match=r"not 10 \(set as chunk_tokens in "):
+        Settings.from_env({}, config_file=path)
+    settings = Settings.from_env({"MEMORY_CHUNK_TOKENS": "200"}, config_file=path)
+    assert settings.engine.chunker.max_tokens == 200 and settings.origins["chunk_tokens"] == "env"
+    assert Settings.from_env({}).engine.chunker.max_tokens == 254  # the default: what the local model reads
+
+
+def test_an_index_may_have_its_own_chunking_and_search_defaults_in_the_file(tmp_path):
+    path = config(
+        tmp_path,
+        "min_score = 0.1\n[indexes.team-docs]\nchunk_tokens = 128\nchunk_overlap = 8\nmax_results = 3\n",
+    )
+    settings = Settings.from_env({}, config_file=path)
+    team = settings.engine.for_index("team-docs")
+    assert (team.chunker.max_tokens, team.chunker.overlap_tokens) == (128, 8)
+    assert (team.search.max_results, team.search.min_score) == (3, 0.1)  # the global min_score carries over
+    assert settings.engine.for_index("other") is settings.engine
+    assert settings.engine.chunker.max_tokens == 254
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[indexes.team]\nport = 1\n", "unknown key 'indexes.team.port'; an index may set chunk_tokens,"),
+        ("[indexes.Team]\nchunk_tokens = 128\n", "[indexes.Team] does not name an index"),
+        ('[indexes.team]\nchunk_tokens = "128"\n', "indexes.team.chunk_tokens must be an integer"),
+        ("indexes = 3\n", "indexes must be tables"),
+        ("[indexes.team]\nchunk_tokens = 100000\n", "not 100000 (set as indexes.team.chunk_tokens in "),
+        ("[indexes.team]\nchunk_overlap = 200\n", "less than half of MEMORY_CHUNK_TOKENS (254), not 200 (set as"),
+    ],
+)
+def test_a_bad_index_table_is_refused_naming_the_index_and_key(tmp_path, text, message):
+    path = config(tmp_path, text)
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env({}, config_file=path)
+    assert message in str(refused.value) and str(path) in str(refused.value)
+
+
+def test_extra_paths_are_checked_naming_the_key_and_become_scan_rules(tmp_path):
+    settings = Settings.from_env({"MEMORY_EXTRA_PATHS": "notes, decisions"})
+    assert settings.extra_paths == ("notes", "decisions")
+    scan = settings.engine.scan
+    assert scan.source_of("notes/a/b.md") == "memory" and scan.source_of("decisions/x.md") == "memory"
+    assert scan.source_of("drafts/x.md") is None and Settings.from_env({}).extra_paths == ()
+    with pytest.raises(InvalidArgumentError, match=r"MEMORY_EXTRA_PATHS: 'memory' cannot be a memory folder"):
+        Settings.from_env({"MEMORY_EXTRA_PATHS": "memory"})
+    path = config(tmp_path, 'extra_paths = ["docs/adr"]\n')
+    with pytest.raises(InvalidArgumentError, match=r"one folder name beside memory/.*\(set as extra_paths in "):
+        Settings.from_env({}, config_file=path)

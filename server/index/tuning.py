@@ -1,0 +1,100 @@
+"""The index's tunable settings (chunking, search defaults, the embedding cache's cap) and their checks. Pure.
+
+Read from environment-style values (`MEMORY_CHUNK_TOKENS=512`); every problem is an InvalidArgumentError naming
+the variable, which `server.settings` turns into the config file's key when the value came from there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from server.index.chunker import ChunkerConfig
+from server.index.errors import InvalidArgumentError
+
+CHUNK_TOKENS_RANGE = (64, 2048)
+MAX_RESULTS_CAP = 50  # memory_search's own cap (server.mcp.tools.MAX_RESULTS: what fits one tool result)
+CANDIDATE_MULTIPLIER_RANGE = (1, 20)
+HEADING_BUDGET = 40  # tokens of heading context at most, a quarter of a small chunk's budget
+
+
+@dataclass(frozen=True)
+class SearchDefaults:
+    """What memory_search uses when the caller gives no value; a caller's own value still wins (within caps)."""
+
+    max_results: int = 8
+    min_score: float = 0.0
+    candidate_multiplier: int = 4  # each side's candidates: max_results times this (at least search.MIN_CANDIDATES)
+
+
+def chunker_config(tokens: int, overlap: int) -> ChunkerConfig:
+    """The chunker for `tokens` per chunk with `overlap` carried over; the heading context scales down with it."""
+    return ChunkerConfig(max_tokens=tokens, overlap_tokens=overlap, heading_budget=min(HEADING_BUDGET, tokens // 4))
+
+
+def chunking_identity(config: ChunkerConfig) -> str:
+    """What an index's chunks were cut with, as stored in its meta: a change means every chunk is cut again."""
+    return json.dumps(asdict(config), sort_keys=True)
+
+
+def chunker_of(identity: str | None) -> ChunkerConfig | None:
+    """The config an identity names, None when it is missing or unreadable."""
+    if not identity:
+        return None
+    try:
+        return ChunkerConfig(**json.loads(identity))
+    except (ValueError, TypeError):
+        return None
+
+
+def chunking_from_env(env: Mapping[str, str]) -> ChunkerConfig:
+    default = ChunkerConfig()
+    low, high = CHUNK_TOKENS_RANGE
+    tokens = whole(env, "MEMORY_CHUNK_TOKENS", default.max_tokens, low, high)
+    overlap = whole(env, "MEMORY_CHUNK_OVERLAP", default.overlap_tokens, 0, high)
+    if overlap >= tokens // 2:
+        raise InvalidArgumentError(
+            f"MEMORY_CHUNK_OVERLAP must be less than half of MEMORY_CHUNK_TOKENS ({tokens}), not {overlap}"
+        )
+    return chunker_config(tokens, overlap)
+
+
+def check_model_limit(config: ChunkerConfig, model: str, max_tokens: int) -> None:
+    """Refuse chunks longer than the model reads: it would silently drop the rest of each one."""
+    if config.max_tokens > max_tokens:
+        raise InvalidArgumentError(
+            f"MEMORY_CHUNK_TOKENS is {config.max_tokens}, but {model} reads at most {max_tokens} tokens of a text "
+            "and would drop the rest of every chunk; set it to at most that"
+        )
+
+
+def search_defaults_from_env(env: Mapping[str, str]) -> SearchDefaults:
+    default = SearchDefaults()
+    low, high = CANDIDATE_MULTIPLIER_RANGE
+    raw = env.get("MEMORY_MIN_SCORE", "").strip()
+    try:
+        min_score = float(raw) if raw else default.min_score
+    except ValueError:
+        raise InvalidArgumentError(f"MEMORY_MIN_SCORE must be a number from 0 to 1, not {raw!r}") from None
+    if not 0 <= min_score <= 1:
+        raise InvalidArgumentError(f"MEMORY_MIN_SCORE must be a number from 0 to 1, not {raw}")
+    return SearchDefaults(
+        max_results=whole(env, "MEMORY_MAX_RESULTS", default.max_results, 1, MAX_RESULTS_CAP),
+        min_score=min_score,
+        candidate_multiplier=whole(env, "MEMORY_CANDIDATE_MULTIPLIER", default.candidate_multiplier, low, high),
+    )
+
+
+def whole(env: Mapping[str, str], key: str, default: int, low: int, high: int | None = None) -> int:
+    """A whole number from `low` to `high` (no upper bound when None), or the default when unset."""
+    raw = env.get(key, "").strip()
+    if not raw:
+        return default
+    bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
+    if not (raw.isascii() and raw.lstrip("-").isdigit()):
+        raise InvalidArgumentError(f"{key} must be a whole number {bounds}, not {raw!r}")
+    value = int(raw)
+    if value < low or (high is not None and value > high):
+        raise InvalidArgumentError(f"{key} must be a whole number {bounds}, not {value}")
+    return value
