@@ -147,7 +147,7 @@ def unpack_archive(archive: Path, into: Path) -> dict[str, Any]:
     seen: dict[str, tuple[str, int]] = {}
     manifest_data: bytes | None = None
     try:
-        with _open_tar(archive) as tar:
+        with _open_tar(archive) as (tar, handle):
             for info in tar:
                 name = info.name
                 if not info.isreg():
@@ -166,6 +166,7 @@ def unpack_archive(archive: Path, into: Path) -> dict[str, Any]:
                     manifest_data = stream.read()
                     continue
                 seen[name] = _copy_member(stream, into, name)
+            _check_end(handle, tar.offset)
     except (tarfile.TarError, EOFError) as exc:
         raise DamagedArchiveError(f"the archive is truncated or not a backup ({type(exc).__name__})") from None
     if manifest_data is None:
@@ -183,13 +184,23 @@ def unpack_archive(archive: Path, into: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _open_tar(archive: Path) -> Iterator[tarfile.TarFile]:
+def _open_tar(archive: Path) -> Iterator[tuple[tarfile.TarFile, IO[bytes]]]:
     try:
         handle = archive.open("rb")
     except FileNotFoundError:
         raise BackupError(f"no archive at {archive}") from None
     with handle, tarfile.open(fileobj=handle, mode="r:") as tar:
-        yield tar
+        yield tar, handle
+
+
+def _check_end(handle: IO[bytes], offset: int) -> None:
+    """The end-of-archive marker (two zero blocks, then zeros to a whole record) follows the last member: a file
+    cut anywhere, even in that padding, is not the archive that was written."""
+    handle.seek(offset)
+    rest = handle.read(tarfile.RECORDSIZE + 2 * tarfile.BLOCKSIZE)
+    whole = os.fstat(handle.fileno()).st_size % tarfile.RECORDSIZE == 0
+    if len(rest) < 2 * tarfile.BLOCKSIZE or rest.strip(b"\0") or handle.read(1) or not whole:
+        raise DamagedArchiveError("the archive is truncated or has bytes after its end")
 
 
 def _copy_member(stream: IO[bytes], into: Path, name: str) -> tuple[str, int]:
