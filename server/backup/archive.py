@@ -206,9 +206,12 @@ def _check_end(handle: IO[bytes], offset: int) -> None:
 def _copy_member(stream: IO[bytes], into: Path, name: str) -> tuple[str, int]:
     """Write one member below `into` (its name checked against the layout already) and hash it."""
     target = into.joinpath(*name.split("/"))
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     hasher, size = hashlib.sha256(), 0
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except (FileExistsError, NotADirectoryError, IsADirectoryError):
+        raise DamagedArchiveError(f"member {name!r} collides with another member (a file and a folder)") from None
     with os.fdopen(fd, "wb") as out:
         while block := stream.read(_BLOCK):
             hasher.update(block)

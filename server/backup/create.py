@@ -31,8 +31,8 @@ def take_backup(
     """Write the archive of `data_dir` and `keys_dir` to `target`; its manifest. `settings` is the TOML text of
     the non-secret settings; `server_key` puts the server's private key in the archive."""
     target = target.absolute()
-    if not (data_dir / "indexes").is_dir():
-        raise BackupError(f"no indexes under {data_dir}: is --data-dir the server's data folder?")
+    if not data_dir.is_dir():
+        raise BackupError(f"no data folder at {data_dir}: is --data-dir the server's?")
     if target.is_dir():
         raise BackupError(f"{target} is a folder; name the archive file to write")
     if not target.parent.is_dir():
@@ -61,7 +61,9 @@ def take_backup(
 
 
 def _index_dirs(data_dir: Path) -> list[Path]:
-    found = []
+    found: list[Path] = []
+    if not (data_dir / "indexes").is_dir():
+        return found  # a server that has no index yet: the keys and settings are still worth keeping
     for entry in sorted((data_dir / "indexes").iterdir()):
         if entry.is_symlink() or not entry.is_dir() or not NAME_PATTERN.match(entry.name):
             continue

@@ -6,8 +6,9 @@ sha256, and the `versions` table holds the bytes of every memory file the mirror
 transaction as the row). What it does not hold (session transcripts, which have no versions, and files recorded
 before the table existed) is read from the disk and kept only if its sha256 is the one the copy records; when a
 file changed in between, the whole index is copied again (`ATTEMPTS`). So the files and the state agree by
-construction. The search index (`index.sqlite3`) is copied the same way right after; if it lags the state (or
-runs ahead of it), the restored server's usual freshness check re-indexes the files that differ.
+construction. The search index (`index.sqlite3`) is copied the same way right after the state; where it differs
+from it (changes in flight, indexed just after they were recorded), the restored server's freshness check on a
+search re-indexes those files.
 """
 
 from __future__ import annotations
@@ -82,7 +83,11 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True, mode=0o700)
         copied = IndexCopy(name)
-        if copy_database(directory / "state.sqlite3", work / "state.sqlite3"):
+        has_state = copy_database(directory / "state.sqlite3", work / "state.sqlite3")
+        # At once: the server indexes a change right after recording it, so the two copies differ by the few
+        # changes in flight (the restored server indexes those on its first search).
+        copy_database(directory / "index.sqlite3", work / "index.sqlite3", vec=True)
+        if has_state:
             changed = _copy_files(directory, work / "state.sqlite3", blobs, copied)
             if changed:
                 log.info("backup: %s: %d files changed while copied; copying again", name, len(changed))
@@ -94,7 +99,6 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
                 time.sleep(RETRY_PAUSE * attempt)
                 continue
         break
-    copy_database(directory / "index.sqlite3", work / "index.sqlite3", vec=True)
     description = read_regular(directory / "index.json")
     if description is not None:
         (work / "index.json").write_bytes(description)

@@ -204,6 +204,7 @@ HOSTILE = {
     "unknown member": [("evil.sh", b"#!/bin/sh\n")],
     "bad index name": [("indexes/../files/memory/a.md", b"x")],
     "duplicate": [("indexes/team/index.json", b"{}"), ("indexes/team/index.json", b"{}")],
+    "file and folder": [("indexes/team/files/memory/a.md", b"x"), ("indexes/team/files/memory/a.md/b.md", b"y")],
 }
 
 
@@ -280,3 +281,14 @@ def _dead_pid() -> int:
         os._exit(0)
     os.waitpid(pid, 0)
     return pid
+
+
+def test_a_server_without_an_index_yet_backs_up_and_restores_its_keys(tmp_path):
+    serve.ensure_server_key(tmp_path / "keys", out=io.StringIO())
+    (tmp_path / "data").mkdir()
+    archive = tmp_path / "b.tar"
+    take_backup(tmp_path / "data", tmp_path / "keys", archive, settings="", server_key=True, server_version="t")
+
+    manifest = restore_archive(archive, tmp_path / "r" / "data", tmp_path / "r" / "keys")
+    assert manifest["indexes"] == {} and manifest["keys_written"] == ["server.key", "server.pub"]
+    assert (tmp_path / "r" / "data" / "indexes").is_dir()
