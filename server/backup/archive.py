@@ -1,5 +1,5 @@
-"""The backup archive: one uncompressed tar whose last member, `manifest.json`, lists every other member with its
-size and sha256, the format version and when it was taken.
+"""The backup archive: one uncompressed tar whose last member, `manifest.json` (`server.backup.manifest`), lists
+every other member with its size and sha256 and seals every byte before it.
 
 Writing (`write_archive`): to a private temporary file (mode 0600) in the target's folder, fsynced, renamed over
 the target, the folder fsynced: a writer killed at any moment leaves the old file or none, never half of one.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -22,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from server.backup.manifest import FORMAT, FORMAT_VERSION, seal, unseal
 from server.errors import BackupError, DamagedArchiveError, InvalidArgumentError
 from server.index.naming import NAME_PATTERN
 from server.mirror.paths import normalise_mirror_path
 
-FORMAT = "memory-server-backup"
-FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SETTINGS = "settings.toml"
 TIMESTAMPS = "handshake-timestamps.json"
@@ -72,10 +70,11 @@ class Member:
     source: Path
 
 
-def _sha256_of(path: Path) -> tuple[str, int]:
+def _sha256_of(path: Path, limit: int | None = None) -> tuple[str, int]:
+    """sha256 and size of the file at `path`, or of its first `limit` bytes."""
     hasher, size = hashlib.sha256(), 0
     with path.open("rb") as handle:
-        while block := handle.read(_BLOCK):
+        while block := handle.read(_BLOCK if limit is None else min(_BLOCK, limit - size)):
             hasher.update(block)
             size += len(block)
     return hasher.hexdigest(), size
@@ -91,7 +90,6 @@ def write_archive(target: Path, members: list[Member], manifest: dict[str, Any],
         digest, size = _sha256_of(member.source)
         listed.append({"name": member.name, "size": size, "sha256": digest})
     manifest = {"format": FORMAT, "version": FORMAT_VERSION, **manifest, "members": listed}
-    data = json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8")
     temp = work / f"archive-{secrets.token_hex(4)}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -101,6 +99,9 @@ def write_archive(target: Path, members: list[Member], manifest: dict[str, Any],
                 for member, entry in zip(members, listed, strict=True):
                     with member.source.open("rb") as source:
                         tar.addfile(_info(member.name, entry["size"]), source)  # our own copies: unchanging
+                handle.flush()
+                manifest["archive_sha256"] = _sha256_of(temp, tar.offset)[0]
+                data = seal(manifest)
                 tar.addfile(_info(MANIFEST, len(data)), _Reader(data))
             handle.flush()
             os.fsync(handle.fileno())
@@ -146,6 +147,7 @@ def unpack_archive(archive: Path, into: Path) -> dict[str, Any]:
     only: the manifest is returned). DamagedArchiveError for anything truncated, altered or hostile."""
     seen: dict[str, tuple[str, int]] = {}
     manifest_data: bytes | None = None
+    manifest_at = 0
     try:
         with _open_tar(archive) as (tar, handle):
             for info in tar:
@@ -163,15 +165,15 @@ def unpack_archive(archive: Path, into: Path) -> dict[str, Any]:
                 if name == MANIFEST:
                     if info.size > MAX_MANIFEST_BYTES:
                         raise DamagedArchiveError("the manifest is implausibly large")
-                    manifest_data = stream.read()
+                    manifest_data, manifest_at = stream.read(), info.offset
+                    _check_end(handle, info.offset_data + info.size)
                     continue
                 seen[name] = _copy_member(stream, into, name)
-            _check_end(handle, tar.offset)
     except (tarfile.TarError, EOFError) as exc:
-        raise DamagedArchiveError(f"the archive is truncated or not a backup ({type(exc).__name__})") from None
+        raise DamagedArchiveError(f"the archive is damaged, truncated or not a backup ({type(exc).__name__})") from None
     if manifest_data is None:
         raise DamagedArchiveError("the archive has no manifest (truncated?)")
-    manifest = _parse_manifest(manifest_data)
+    manifest = unseal(manifest_data)
     listed = {entry["name"]: (entry["sha256"], entry["size"]) for entry in manifest["members"]}
     for name in sorted(set(listed) | set(seen)):
         if name not in seen:
@@ -180,6 +182,8 @@ def unpack_archive(archive: Path, into: Path) -> dict[str, Any]:
             raise DamagedArchiveError(f"member {name} is not listed in the manifest")
         if seen[name] != listed[name]:
             raise DamagedArchiveError(f"member {name} does not match its sha256 or size in the manifest")
+    if _sha256_of(archive, manifest_at) != (manifest["archive_sha256"], manifest_at):
+        raise DamagedArchiveError("the archive's bytes before the manifest were altered (headers or padding)")
     return manifest
 
 
@@ -194,13 +198,15 @@ def _open_tar(archive: Path) -> Iterator[tuple[tarfile.TarFile, IO[bytes]]]:
 
 
 def _check_end(handle: IO[bytes], offset: int) -> None:
-    """The end-of-archive marker (two zero blocks, then zeros to a whole record) follows the last member: a file
-    cut anywhere, even in that padding, is not the archive that was written."""
+    """Only zeros follow the manifest's bytes (its padding, the end-of-archive marker, zeros to a whole record): a
+    file cut anywhere, even in that padding, or altered there, is not the archive that was written."""
+    at = handle.tell()
     handle.seek(offset)
-    rest = handle.read(tarfile.RECORDSIZE + 2 * tarfile.BLOCKSIZE)
+    rest = handle.read(3 * tarfile.RECORDSIZE)
     whole = os.fstat(handle.fileno()).st_size % tarfile.RECORDSIZE == 0
     if len(rest) < 2 * tarfile.BLOCKSIZE or rest.strip(b"\0") or handle.read(1) or not whole:
-        raise DamagedArchiveError("the archive is truncated or has bytes after its end")
+        raise DamagedArchiveError("the archive is truncated, or altered after its manifest")
+    handle.seek(at)
 
 
 def _copy_member(stream: IO[bytes], into: Path, name: str) -> tuple[str, int]:
@@ -218,27 +224,3 @@ def _copy_member(stream: IO[bytes], into: Path, name: str) -> tuple[str, int]:
             size += len(block)
             out.write(block)
     return hasher.hexdigest(), size
-
-
-def _parse_manifest(data: bytes) -> dict[str, Any]:
-    try:
-        manifest = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise DamagedArchiveError("the manifest is not JSON (altered?)") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise DamagedArchiveError("this is not a memory-server backup (no manifest of ours)")
-    if manifest.get("version") != FORMAT_VERSION:
-        raise DamagedArchiveError(f"backup format {manifest.get('version')!r} is not one this server reads")
-    members = manifest.get("members")
-    if not isinstance(members, list) or not all(_is_entry(entry) for entry in members):
-        raise DamagedArchiveError("the manifest's member list is malformed")
-    return manifest
-
-
-def _is_entry(entry: object) -> bool:
-    return (
-        isinstance(entry, dict)
-        and isinstance(entry.get("name"), str)
-        and isinstance(entry.get("size"), int)
-        and isinstance(entry.get("sha256"), str)
-    )

@@ -22,7 +22,7 @@ import apsw
 
 from channel.files import atomic_write
 from server.backup.archive import KEY_FILES, SETTINGS, TIMESTAMPS, fsync_folder, unpack_archive
-from server.callers.config import FILE_MODE
+from server.callers.config import CALLERS_FILE, FILE_MODE
 from server.callers.file import prepare_keys_dir
 from server.errors import BackupError, DamagedArchiveError
 from server.index.store import load_vec, vec_available
@@ -30,7 +30,7 @@ from server.mirror import queries as q
 from server.mirror.state import state_of
 
 RESTORED_SETTINGS = "settings-from-backup.toml"
-KEY_MODES = {"server.key": 0o600, "server.pub": 0o644, "callers.toml": FILE_MODE}
+KEY_MODES = {"server.key": 0o600, "server.pub": 0o644, CALLERS_FILE: FILE_MODE}
 
 
 def verify_archive(archive: Path) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def restore_archive(archive: Path, data_dir: Path, keys_dir: Path) -> dict[str, 
 def _restore(archive: Path, data_dir: Path, keys_dir: Path) -> dict[str, Any]:
     with _staging(data_dir, f".restore-{os.getpid()}") as staging:
         manifest = check_unpacked(archive, staging)
-        keys = _keys_to_write(staging / "keys", keys_dir)
+        keys, kept = _keys_to_write(staging / "keys", keys_dir)
         for name in manifest["indexes"]:
             _point_at_files(staging / "indexes" / name, data_dir / "indexes" / name)
         if keys:
@@ -69,7 +69,7 @@ def _restore(archive: Path, data_dir: Path, keys_dir: Path) -> dict[str, Any]:
         (staging / "indexes").mkdir(exist_ok=True, mode=0o700)
         os.rename(staging / "indexes", data_dir / "indexes")  # the restored data appears in one step
         fsync_folder(data_dir)
-    manifest["keys_written"] = sorted(keys)
+    manifest["keys_written"], manifest["keys_kept"] = sorted(keys), kept
     return manifest
 
 
@@ -154,10 +154,12 @@ def _check_files_agree(state: Path, name: str, hashes: dict[str, str]) -> None:
             raise DamagedArchiveError(f"{name}: {path} differs from the content its state records")
 
 
-def _keys_to_write(staged: Path, keys_dir: Path) -> dict[str, bytes]:
-    """The key files to write: those missing from `keys_dir`. One that is there with other bytes is refused (the
-    server would not be the one the laptops pinned, or the callers not the backed-up ones)."""
+def _keys_to_write(staged: Path, keys_dir: Path) -> tuple[dict[str, bytes], list[str]]:
+    """The key files to write (those missing from `keys_dir`), and those kept as they are though they differ from
+    the backup's. A different server key is refused: the restored server would not be the one the laptops pinned.
+    A different `callers.toml` is kept: it is the operator's newer word on who may connect."""
     wanted: dict[str, bytes] = {}
+    kept: list[str] = []
     for name in KEY_FILES:
         source = staged / name
         if not source.is_file():
@@ -166,13 +168,16 @@ def _keys_to_write(staged: Path, keys_dir: Path) -> dict[str, bytes]:
         target = keys_dir / name
         if target.is_symlink() or target.exists():
             if target.is_symlink() or not target.is_file() or target.read_bytes() != data:
+                if name == CALLERS_FILE and not target.is_symlink():
+                    kept.append(name)
+                    continue
                 raise BackupError(
                     f"{target} already exists and differs from the backup's {name}; move it aside to restore "
                     "the backed-up one, or restore with an empty --keys-dir"
                 )
             continue
         wanted[name] = data
-    return wanted
+    return wanted, kept
 
 
 def _point_at_files(staged: Path, final: Path) -> None:

@@ -82,6 +82,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     print(f"restored {args.file} into {args.data_dir}. {_described(manifest)}")
     written = manifest["keys_written"]
     print(f"key files written to {args.keys_dir}: {', '.join(written) if written else 'none (already there)'}")
+    if manifest["keys_kept"]:
+        print(f"kept the {', '.join(manifest['keys_kept'])} already there: it differs from the backup's")
     if not manifest["server_key"] and not (args.keys_dir / "server.key").exists():
         print("The archive holds no server key: put the original server.key in the keys folder before serving.")
     print(f"The backed-up server's settings (no provider keys): {args.data_dir / RESTORED_SETTINGS}")

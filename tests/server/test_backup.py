@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import json
 import os
+import random
 import stat
 import tarfile
 from collections.abc import Iterator
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from server.backup import snapshot
+from server.backup.archive import Member, write_archive
 from server.backup.create import take_backup
 from server.backup.restore import restore_archive, verify_archive
 from server.cli import serve
@@ -135,15 +136,50 @@ def test_verify_passes_a_sound_archive_and_names_a_flipped_byte(folder, capsys):
     archive = _backup(folder)
     assert main(["backup", "--verify", str(archive)]) == 0
     assert "sound" in capsys.readouterr().out
-    data = bytearray(archive.read_bytes())
     with tarfile.open(archive) as tar:
         member = tar.getmember("indexes/team/files/memory/hosts/3.md")
-    data[member.offset_data + 5] ^= 0x01
-    archive.write_bytes(bytes(data))
+    _flip(archive, member.offset_data + 5)
 
     assert main(["backup", "--verify", str(archive)]) == 1
     err = capsys.readouterr().err
     assert "cannot be trusted" in err and "memory/hosts/3.md does not match its sha256" in err
+
+
+def _flip(archive: Path, offset: int) -> None:
+    data = bytearray(archive.read_bytes())
+    data[offset] ^= 0x01
+    archive.write_bytes(bytes(data))
+
+
+def _places(archive: Path) -> dict[str, int]:
+    """Offsets of every kind of byte in an archive: headers, contents, padding, the manifest, the end."""
+    with tarfile.open(archive) as tar:
+        first, manifest = tar.getmember("settings.toml"), tar.getmember("manifest.json")
+    size = archive.stat().st_size
+    spread = random.Random(7).sample(range(size), 6)
+    return {
+        "a header's name": first.offset + 2,
+        "a header's checksum": first.offset + 150,
+        "a content": first.offset_data + 3,
+        "a padding": first.offset_data + first.size + 1,
+        "the manifest's header": manifest.offset + 124,
+        "the manifest": manifest.offset_data + manifest.size // 2,
+        "the manifest's last byte": manifest.offset_data + manifest.size - 2,
+        "the end marker": manifest.offset_data + manifest.size + 600,
+        "the last byte": size - 1,
+        **{f"anywhere ({offset})": offset for offset in spread},
+    }
+
+
+def test_verify_catches_a_flipped_byte_wherever_it_is(folder):
+    archive = _backup(folder)
+    sound = archive.read_bytes()
+    for where, offset in _places(archive).items():
+        archive.write_bytes(sound)
+        _flip(archive, offset)
+        with pytest.raises(DamagedArchiveError):
+            verify_archive(archive)
+            pytest.fail(f"a flipped byte in {where} went unnoticed")
 
 
 @pytest.mark.parametrize("keep", [0.3, 0.9, 0.999])
@@ -177,12 +213,15 @@ def _members(archive: Path) -> dict[str, bytes]:
 
 
 def _rewritten(target: Path, members: dict[str, bytes]) -> Path:
-    """An archive of `members` with a manifest that lists them truthfully (a forger's, or a bug's)."""
-    import hashlib
-
-    listed = [{"name": n, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()} for n, d in members.items()]
-    manifest = {"format": "memory-server-backup", "version": 1, "indexes": {"team": {}}, "members": listed}
-    return _tar(target, [*members.items(), ("manifest.json", json.dumps(manifest).encode())])
+    """An archive of `members`, sealed and listed truthfully (what a forger or a bug could write)."""
+    work = target.with_name("forged")
+    work.mkdir()
+    listed = []
+    for number, (name, data) in enumerate(members.items()):
+        (work / str(number)).write_bytes(data)
+        listed.append(Member(name, work / str(number)))
+    write_archive(target, listed, {"indexes": {"team": {}}}, work)
+    return target
 
 
 def _tar(target: Path, entries: list[tuple[str, bytes]], links: tuple[tuple[str, str, bytes], ...] = ()) -> Path:
@@ -247,6 +286,16 @@ def test_restore_refuses_a_different_server_key_and_writes_nothing(folder, tmp_p
     with pytest.raises(BackupError, match=r"differs from the backup's server\.key"):
         restore_archive(archive, other / "data", other / "keys")
     assert not (other / "data").exists()
+
+
+def test_restore_keeps_a_newer_callers_file_and_says_so(folder, tmp_path):
+    (folder / "keys" / "callers.toml").write_text("# the backed-up callers\n", "utf-8")
+    archive = _backup(folder)
+    (folder / "keys" / "callers.toml").write_text("# edited after the backup\n", "utf-8")
+
+    manifest = restore_archive(archive, tmp_path / "r" / "data", folder / "keys")
+    assert manifest["keys_kept"] == ["callers.toml"] and manifest["keys_written"] == []
+    assert (folder / "keys" / "callers.toml").read_text("utf-8") == "# edited after the backup\n"
 
 
 def test_no_provider_key_or_key_file_reaches_the_archive(folder, tmp_path, monkeypatch, capsys):
