@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 from server.callers.config import CallersFileError
 from server.errors import (
+    BackupError,
     ConflictError,
     CorruptIndexError,
+    DamagedArchiveError,
     EmbeddingError,
     EmbeddingUnavailableError,
     EngineError,
@@ -61,6 +63,8 @@ ERROR_TABLE: dict[type[Exception], ErrorAnswer] = {
     StorageFullError: ErrorAnswer(507, "insufficient_storage"),
     # A push writes under the mirror's lock with the hash it just read: a conflict there is the server's fault.
     ConflictError: _INTERNAL,
+    DamagedArchiveError: _INTERNAL,  # backups and restores run from the operator's command line only
+    BackupError: _INTERNAL,
     CallersFileError: _INTERNAL,  # the operator's file; never a caller's doing
     UnknownIndexError: _INTERNAL,
     CorruptIndexError: _INTERNAL,

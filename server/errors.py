@@ -22,8 +22,10 @@ from server.index.errors import (
 )
 
 __all__ = [
+    "BackupError",
     "ConflictError",
     "CorruptIndexError",
+    "DamagedArchiveError",
     "EmbeddingError",
     "EmbeddingUnavailableError",
     "EngineError",
@@ -37,6 +39,15 @@ __all__ = [
     "UnknownIndexError",
     "UnsafePathError",
 ]
+
+
+class BackupError(EngineError):
+    """A backup could not be taken, or an archive cannot be restored here; nothing was written at the target
+    (`server.backup`). Only the operator's command line sees it."""
+
+
+class DamagedArchiveError(BackupError):
+    """An archive is truncated, altered or hostile (a hash, a size, a database or a member name is wrong)."""
 
 
 class PermissionDeniedError(EngineError):

@@ -25,6 +25,7 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/e2e/test_sync_e2e.py",
     "tests/e2e/test_extra_paths_e2e.py",
     "tests/e2e/test_history_e2e.py",
+    "tests/e2e/test_backup_e2e.py",
     "tests/e2e/test_transcripts_e2e.py",
     "tests/e2e/test_proxy_product.py",
     "tests/e2e/test_server_e2e.py",

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from server.cli import backup as backup_cli
 from server.cli import config as config_cli
 from server.cli import selfcheck, serve
 from server.errors import EngineError, InvalidArgumentError
@@ -83,6 +84,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     _register_admin(commands)
     serve.register(commands, settings)
     config_cli.register(commands)
+    backup_cli.register(commands)
     selfcheck.register(commands)
     return parser
 

@@ -1,0 +1,343 @@
+"""Backups in process: a real MemoryService (SQLite, sqlite-vec, the mirror) backed up, checked and restored; damaged
+and hostile archives refused before anything is written; provider keys never archived."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import random
+import stat
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.backup import snapshot
+from server.backup.archive import Member, write_archive
+from server.backup.create import take_backup
+from server.backup.restore import restore_archive, verify_archive
+from server.cli import serve
+from server.cli.main import main
+from server.errors import BackupError, DamagedArchiveError
+from server.memory.caller import CallerContext
+from server.memory.service import MemoryService
+from syncproto.paths import session_file_path
+from tests.fakes.embedder import HashingEmbedder
+
+ALICE = CallerContext("alice", "SHA256:alice", {"team": "rw"}, "team", "rw")
+SESSION = session_file_path("alice", dt.date(2026, 5, 1), "s1", 1)
+QUERIES = ("kestrel staging host", "blue-green deploys", "what did alice say in the session")
+CANARY = "sk-proj-canary0123456789abcdefABCDEF0123456789"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A data folder with memory files, an overwrite (history), a session transcript (no versions) and keys."""
+    serve.ensure_server_key(tmp_path / "keys", out=io.StringIO())
+    service = MemoryService(tmp_path / "data", HashingEmbedder(), rescan_interval=0.0)
+    try:
+        for number in range(12):
+            text = f"# Host {number}\n\nThe staging host {number} is kestrel-{number}; deploys are blue-green.\n"
+            service.write(ALICE, text, path=f"memory/hosts/{number}.md", mode="replace", expected_hash="absent")
+        first = service.get(ALICE, "memory/hosts/0.md")
+        retired = "# Host 0\n\nRetired.\n"
+        service.write(ALICE, retired, path="memory/hosts/0.md", mode="replace", expected_hash=first.hash)
+        service.indexes.get("team").mirror.write(SESSION, "alice said the session was about kestrel\n", caller="alice")
+    finally:
+        service.close()
+    return tmp_path
+
+
+def _answers(data_dir: Path) -> list[list[tuple[str, int, float, str]]]:
+    service = MemoryService(data_dir, HashingEmbedder(), rescan_interval=0.0)
+    try:
+        return [
+            [(hit.path, hit.start_line, hit.score, hit.snippet) for hit in service.search(ALICE, query).hits]
+            for query in QUERIES
+        ]
+    finally:
+        service.close()
+
+
+def _backup(folder: Path, target: Path | None = None) -> Path:
+    target = target or folder / "backup.tar"
+    take_backup(folder / "data", folder / "keys", target, settings="", server_key=True, server_version="test")
+    return target
+
+
+def test_a_restored_folder_answers_the_same_searches_with_its_history_and_transcripts(folder, tmp_path):
+    before = _answers(folder / "data")
+    archive = _backup(folder)
+    restored = tmp_path / "restored"
+
+    manifest = restore_archive(archive, restored / "data", restored / "keys")
+
+    assert manifest["indexes"] == {"team": {"revision": 14, "files": 13}}
+    assert _answers(restored / "data") == before and all(before)
+    mirror = restored / "data" / "indexes" / "team" / "files"
+    assert (mirror / SESSION).read_text("utf-8") == "alice said the session was about kestrel\n"
+    service = MemoryService(restored / "data", HashingEmbedder())
+    try:
+        versions = service.indexes.get("team").mirror.history.versions("memory/hosts/0.md")
+        assert [v.change for v in versions] == ["write", "write"]
+    finally:
+        service.close()
+    assert (restored / "keys" / "server.key").read_bytes() == (folder / "keys" / "server.key").read_bytes()
+
+
+def test_the_server_key_is_restored_private_and_the_archive_is_written_private(folder, tmp_path):
+    archive = _backup(folder)
+    restore_archive(archive, tmp_path / "r" / "data", tmp_path / "r" / "keys")
+
+    assert stat.S_IMODE(archive.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "r" / "keys" / "server.key").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "r" / "keys").stat().st_mode) == 0o700
+
+
+def test_a_transcript_changed_after_the_state_copy_is_copied_again_at_its_new_content(folder, monkeypatch):
+    copies = []
+    copy = snapshot.copy_database
+
+    def copy_then_append(source: Path, target: Path, *, vec: bool = False) -> bool:
+        done = copy(source, target, vec=vec)
+        if source.name == "state.sqlite3" and not copies:
+            service = MemoryService(folder / "data", HashingEmbedder())
+            try:  # the server appends to the transcript right after the copy: the disk no longer matches it
+                service.indexes.get("team").mirror.write(SESSION, "appended later\n", caller="alice")
+            finally:
+                service.close()
+        copies.append(source.name)
+        return done
+
+    monkeypatch.setattr(snapshot, "copy_database", copy_then_append)
+    manifest = take_backup(
+        folder / "data", folder / "keys", folder / "b.tar", settings="", server_key=True, server_version="t"
+    )
+
+    assert copies.count("state.sqlite3") == 2 and manifest["indexes"]["team"]["revision"] == 15
+    with tarfile.open(folder / "b.tar") as tar:
+        member = tar.extractfile(f"indexes/team/files/{SESSION}")
+        assert member is not None and member.read() == b"appended later\n"
+
+
+def test_a_file_that_keeps_changing_fails_the_backup_and_leaves_no_archive(folder, monkeypatch):
+    monkeypatch.setattr(snapshot, "RETRY_PAUSE", 0.0)
+    session = folder / "data" / "indexes" / "team" / "files" / SESSION
+    session.write_text("edited behind the server's back, never recorded\n", "utf-8")
+
+    with pytest.raises(BackupError, match="kept changing"):
+        _backup(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["data", "keys"]
+
+
+def test_verify_passes_a_sound_archive_and_names_a_flipped_byte(folder, capsys):
+    archive = _backup(folder)
+    assert main(["backup", "--verify", str(archive)]) == 0
+    assert "sound" in capsys.readouterr().out
+    with tarfile.open(archive) as tar:
+        member = tar.getmember("indexes/team/files/memory/hosts/3.md")
+    _flip(archive, member.offset_data + 5)
+
+    assert main(["backup", "--verify", str(archive)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot be trusted" in err and "memory/hosts/3.md does not match its sha256" in err
+
+
+def _flip(archive: Path, offset: int) -> None:
+    data = bytearray(archive.read_bytes())
+    data[offset] ^= 0x01
+    archive.write_bytes(bytes(data))
+
+
+def _places(archive: Path) -> dict[str, int]:
+    """Offsets of every kind of byte in an archive: headers, contents, padding, the manifest, the end."""
+    with tarfile.open(archive) as tar:
+        first, manifest = tar.getmember("settings.toml"), tar.getmember("manifest.json")
+    size = archive.stat().st_size
+    spread = random.Random(7).sample(range(size), 6)
+    return {
+        "a header's name": first.offset + 2,
+        "a header's checksum": first.offset + 150,
+        "a content": first.offset_data + 3,
+        "a padding": first.offset_data + first.size + 1,
+        "the manifest's header": manifest.offset + 124,
+        "the manifest": manifest.offset_data + manifest.size // 2,
+        "the manifest's last byte": manifest.offset_data + manifest.size - 2,
+        "the end marker": manifest.offset_data + manifest.size + 600,
+        "the last byte": size - 1,
+        **{f"anywhere ({offset})": offset for offset in spread},
+    }
+
+
+def test_verify_catches_a_flipped_byte_wherever_it_is(folder):
+    archive = _backup(folder)
+    sound = archive.read_bytes()
+    for where, offset in _places(archive).items():
+        archive.write_bytes(sound)
+        _flip(archive, offset)
+        with pytest.raises(DamagedArchiveError):
+            verify_archive(archive)
+            pytest.fail(f"a flipped byte in {where} went unnoticed")
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.9, 0.999])
+def test_verify_refuses_a_truncated_archive(folder, keep):
+    archive = _backup(folder)
+    data = archive.read_bytes()
+    archive.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(DamagedArchiveError, match=r"truncated|no manifest"):
+        verify_archive(archive)
+
+
+def test_verify_finds_a_database_that_is_not_sound_even_when_its_hash_is_listed(folder, tmp_path):
+    archive = _backup(folder)
+    members = _members(archive)
+    members["indexes/team/index.sqlite3"] = members["indexes/team/index.sqlite3"][:4096] + b"\0" * 8192
+    with pytest.raises(DamagedArchiveError, match=r"index\.sqlite3"):
+        verify_archive(_rewritten(tmp_path / "bad.tar", members))
+
+
+def test_verify_finds_files_that_disagree_with_the_state(folder, tmp_path):
+    archive = _backup(folder)
+    members = _members(archive)
+    members["indexes/team/files/memory/hosts/5.md"] = b"not what the state records\n"
+    with pytest.raises(DamagedArchiveError, match=r"memory/hosts/5\.md differs"):
+        verify_archive(_rewritten(tmp_path / "bad.tar", members))
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.name != "manifest.json"}  # type: ignore[union-attr]
+
+
+def _rewritten(target: Path, members: dict[str, bytes]) -> Path:
+    """An archive of `members`, sealed and listed truthfully (what a forger or a bug could write)."""
+    work = target.with_name("forged")
+    work.mkdir()
+    listed = []
+    for number, (name, data) in enumerate(members.items()):
+        (work / str(number)).write_bytes(data)
+        listed.append(Member(name, work / str(number)))
+    write_archive(target, listed, {"indexes": {"team": {}}}, work)
+    return target
+
+
+def _tar(target: Path, entries: list[tuple[str, bytes]], links: tuple[tuple[str, str, bytes], ...] = ()) -> Path:
+    with tarfile.open(target, "w") as tar:
+        for name, data in entries:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, link, kind in links:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, link
+            tar.addfile(info)
+    return target
+
+
+HOSTILE = {
+    "absolute path": [("/tmp/evil.md", b"x")],
+    "dot-dot": [("indexes/team/files/../../../evil.md", b"x")],
+    "unknown member": [("evil.sh", b"#!/bin/sh\n")],
+    "bad index name": [("indexes/../files/memory/a.md", b"x")],
+    "duplicate": [("indexes/team/index.json", b"{}"), ("indexes/team/index.json", b"{}")],
+    "file and folder": [("indexes/team/files/memory/a.md", b"x"), ("indexes/team/files/memory/a.md/b.md", b"y")],
+}
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Iterator[Path]:
+    """A folder beside the restore target that nothing may ever write into."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    yield outside
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_archive_is_refused_before_anything_is_written(case, tmp_path, victim):
+    archive = _tar(tmp_path / "hostile.tar", HOSTILE[case])
+    with pytest.raises(DamagedArchiveError):
+        restore_archive(archive, tmp_path / "data", victim / "keys")
+    assert not (tmp_path / "data").exists() and not (tmp_path / "evil.md").exists()
+
+
+@pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE])
+def test_a_link_member_is_refused_and_never_followed(kind, tmp_path, victim):
+    links = (("indexes/team/files/memory/a.md", str(victim / "planted.md"), kind),)
+    archive = _tar(tmp_path / "hostile.tar", [], links)
+    with pytest.raises(DamagedArchiveError, match="not a regular file"):
+        restore_archive(archive, tmp_path / "data", tmp_path / "keys")
+    assert not (tmp_path / "data").exists()
+
+
+def test_restore_refuses_a_data_folder_that_is_not_empty(folder, tmp_path):
+    archive = _backup(folder)
+    with pytest.raises(BackupError, match="not empty"):
+        restore_archive(archive, folder / "data", tmp_path / "keys")
+
+
+def test_restore_refuses_a_different_server_key_and_writes_nothing(folder, tmp_path):
+    archive = _backup(folder)
+    other = tmp_path / "other"
+    serve.ensure_server_key(other / "keys", out=io.StringIO())
+    with pytest.raises(BackupError, match=r"differs from the backup's server\.key"):
+        restore_archive(archive, other / "data", other / "keys")
+    assert not (other / "data").exists()
+
+
+def test_restore_keeps_a_newer_callers_file_and_says_so(folder, tmp_path):
+    (folder / "keys" / "callers.toml").write_text("# the backed-up callers\n", "utf-8")
+    archive = _backup(folder)
+    (folder / "keys" / "callers.toml").write_text("# edited after the backup\n", "utf-8")
+
+    manifest = restore_archive(archive, tmp_path / "r" / "data", folder / "keys")
+    assert manifest["keys_kept"] == ["callers.toml"] and manifest["keys_written"] == []
+    assert (folder / "keys" / "callers.toml").read_text("utf-8") == "# edited after the backup\n"
+
+
+def test_no_provider_key_or_key_file_reaches_the_archive(folder, tmp_path, monkeypatch, capsys):
+    key_file = tmp_path / "voyage.key"
+    key_file.write_text(CANARY, "utf-8")
+    key_file.chmod(0o600)
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    monkeypatch.setenv("VOYAGE_API_KEY_FILE", str(key_file))
+    monkeypatch.setenv("MEMORY_VOYAGE_BASE_URL", f"https://user:{CANARY}@voyage.example")
+    archive = tmp_path / "b.tar"
+    argv = ["--data-dir", str(folder / "data"), "--keys-dir", str(folder / "keys"), "backup", str(archive)]
+
+    assert main(argv) == 0
+    data = archive.read_bytes()
+    assert CANARY.encode() not in data and str(key_file).encode() not in data
+    settings = _members(archive)["settings.toml"].decode()
+    assert 'voyage_base_url = "https://***@voyage.example"' in settings
+    assert CANARY not in capsys.readouterr().out
+
+
+def test_a_second_backup_removes_the_work_folder_a_killed_one_left(folder):
+    stale = folder / f".backup.tar.{_dead_pid()}.backup"
+    stale.mkdir()
+    (stale / "archive-1.tmp").write_bytes(b"half")
+    _backup(folder)
+    assert not stale.exists() and verify_archive(folder / "backup.tar")["indexes"]
+
+
+def _dead_pid() -> int:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def test_a_server_without_an_index_yet_backs_up_and_restores_its_keys(tmp_path):
+    serve.ensure_server_key(tmp_path / "keys", out=io.StringIO())
+    (tmp_path / "data").mkdir()
+    archive = tmp_path / "b.tar"
+    take_backup(tmp_path / "data", tmp_path / "keys", archive, settings="", server_key=True, server_version="t")
+
+    manifest = restore_archive(archive, tmp_path / "r" / "data", tmp_path / "r" / "keys")
+    assert manifest["indexes"] == {} and manifest["keys_written"] == ["server.key", "server.pub"]
+    assert (tmp_path / "r" / "data" / "indexes").is_dir()
