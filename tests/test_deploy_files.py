@@ -15,7 +15,7 @@ from setuptools import find_packages
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
-NEVER_SENT = ("keys/", "tests/", ".venv/", ".git/", ".data/", "bench/", "config/")
+NEVER_SENT = ("keys/", "backups/", "tests/", ".venv/", ".git/", ".data/", "bench/", "config/")
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -56,7 +56,8 @@ def test_the_build_context_holds_every_shipped_module_and_no_keys_data_settings_
     local = shutil.ignore_patterns(".venv", ".git", ".data", "*cache*", ".hypothesis", "__pycache__")
     shutil.copytree(REPO, tree, ignore=local)
     planted = ["keys/server.key", "keys/callers.toml", ".env", "config/memory-server.toml", ".data/server/x.sqlite3",
-               ".venv/bin/python", ".git/config", "notes/secret.pem", "server/index.sqlite3"]  # fmt: skip
+               ".venv/bin/python", ".git/config", "notes/secret.pem", "server/index.sqlite3",
+               "backups/memory-2026-11-25.tar"]  # fmt: skip
     for relative in planted:
         (tree / relative).parent.mkdir(parents=True, exist_ok=True)
         (tree / relative).write_text("must not reach a build\n")
