@@ -234,8 +234,23 @@ def test_a_corrupt_database_is_detected_and_rebuilt_from_the_files(tmp_path, fol
         reopened.close()
 
 
+class GatedEmbedder(HashingEmbedder):
+    """Embeds on other threads (the background rebuild) only once `open` is set, so 'meanwhile' lasts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = threading.Event()
+        self.open.set()
+
+    def embed(self, texts, *, kind="document"):
+        if threading.current_thread() is not threading.main_thread():
+            assert self.open.wait(timeout=30), "the test never let the rebuild embed"
+        return super().embed(texts, kind=kind)
+
+
 def test_a_database_corrupted_while_serving_is_rebuilt_with_keyword_search_meanwhile(tmp_path, folder):
-    index = MemoryIndex.open(tmp_path / "data", "live", HashingEmbedder(), create=True)
+    embedder = GatedEmbedder()
+    index = MemoryIndex.open(tmp_path / "data", "live", embedder, create=True)
     try:
         index.index(folder)
         assert index.search("webhook idempotent processed events").mode == "hybrid"
@@ -244,7 +259,9 @@ def test_a_database_corrupted_while_serving_is_rebuilt_with_keyword_search_meanw
             handle.seek(4096)
             handle.write(bytes(index.db_path.stat().st_size - 4096))
 
+        embedder.open.clear()  # the background rebuild of the vectors waits until the search below has answered
         meanwhile = index.search("webhook idempotent processed events")
+        embedder.open.set()
         assert meanwhile.mode == "keyword" and "rebuilt" in (meanwhile.notice or "")
         assert meanwhile.hits[0].path == "memory/2026-11-18.md"
         assert list(index.db_path.parent.glob("index.sqlite3.corrupt-*")), "the damaged file is kept for inspection"
