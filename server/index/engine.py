@@ -22,7 +22,8 @@ from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_cha
 from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentError, UnknownIndexError
 from server.index.fusion import FusionWeights
 from server.index.indexer import Indexer, IndexReport
-from server.index.migrations import SCHEMA_VERSION
+from server.index.labelled_files import FileLabels, file_labels
+from server.index.migrations import RELABEL_KEY, SCHEMA_VERSION
 from server.index.naming import index_dir, validate_name
 from server.index.rebuild_progress import RebuildProgress
 from server.index.scan import ScanConfig
@@ -67,6 +68,11 @@ class MemoryIndex:
         self._rebuild_progress: RebuildProgress | None = None
         self._rebuild_stop = threading.Event()
         self.store = self._open_store()
+        if self.store.get_meta(RELABEL_KEY) is not None:  # once, after the upgrade that added labels
+            root = self.root
+            if root is not None and root.is_dir():
+                self._guard(lambda: self._indexer().run(root))  # unchanged chunk texts: vectors from the cache
+            self.store.set_meta(RELABEL_KEY, None)
 
     @classmethod
     def open(
@@ -345,6 +351,10 @@ class MemoryIndex:
         return {
             str(path): str(digest) for path, digest in self.store.connection().execute("SELECT path, hash FROM files")
         }
+
+    def file_labels(self, tags: tuple[str, ...] = (), category: str | None = None) -> dict[str, FileLabels]:
+        """The tags and categories of each file with a chunk that has one of `tags` and `category` (all files)."""
+        return self._guard(lambda: file_labels(self.store.connection(), tags, category))
 
     def last_change(self) -> float | None:
         """When the index last changed (epoch seconds), None before its first change."""

@@ -4,6 +4,7 @@ listing."""
 from __future__ import annotations
 
 from server.errors import InvalidArgumentError
+from server.index.labelled_files import FileLabels
 from server.indexes.registry import OpenIndex
 from server.indexes.storage import FileStore
 from server.memory import sections
@@ -95,8 +96,9 @@ def version_file(mirror: FileStore, path: str, version: int) -> tuple[MirrorFile
     return MirrorFile(path, text, v.hash, count_lines(text), v.size, v.revision, v.updated_by, v.updated_at), v
 
 
-def list_page(files: list[FileState], after: str | None, limit: int) -> ListOutput:
-    """The page of `files` (sorted by path) after the cursor's path `after`, at most `limit` long."""
+def list_page(files: list[FileState], after: str | None, limit: int, labels: dict[str, FileLabels]) -> ListOutput:
+    """The page of `files` (sorted by path) after the cursor's path `after`, at most `limit` long, with each
+    file's `labels` (as indexed)."""
     total = len(files)
     if after is not None:
         files = [f for f in files if f.path > after]
@@ -111,6 +113,8 @@ def list_page(files: list[FileState], after: str | None, limit: int) -> ListOutp
                 hash=f.hash or "",
                 updated_at=f.updated_at,
                 updated_by=f.updated_by,
+                tags=list(labels[f.path].tags) if f.path in labels else [],
+                categories=list(labels[f.path].categories) if f.path in labels else [],
             )
             for f in shown
         ],

@@ -29,6 +29,7 @@ from server.errors import (
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
 from server.index.engine import EngineSettings
+from server.index.labels import labels_argument
 from server.index.search import build_options
 from server.indexes.registry import RESCAN_SECONDS, IndexRegistry, OpenIndex
 from server.indexes.storage import Backend, SqliteBackend
@@ -182,8 +183,11 @@ class MemoryService:
         date_from: str | None = None,
         date_to: str | None = None,
         scope: Literal["index", "all"] = "index",
+        tags: builtins.list[str] | None = None,
+        category: str | None = None,
     ) -> SearchOutput:
-        """Hybrid search of the caller's index (`scope="all"`: and of every other index it may read)."""
+        """Hybrid search of the caller's index (`scope="all"`: and of every other index it may read); with `tags`
+        and `category`, of chunks with any of those tags and that category only."""
         with self._call():
             name, _access = authorise(caller)
             if scope not in ("index", "all"):
@@ -197,6 +201,8 @@ class MemoryService:
                 path_prefix=normalise_memory_prefix(path, argument="path"),
                 date_from=date_from,
                 date_to=date_to,
+                tags=tags,
+                category=category,
             )
             names = [name]
             if scope == "all":
@@ -243,6 +249,8 @@ class MemoryService:
         idempotency_key: str | None = None,
         timezone: str | None = None,
         heading: str | None = None,
+        tags: builtins.list[str] | None = None,
+        category: str | None = None,
     ) -> WriteOutput:
         """Append to a file (default: today's daily log in `timezone`) or replace one whose current hash the
         caller names (`expected_hash`, or "absent" for a new file); with `heading`, only under or of that section
@@ -252,7 +260,7 @@ class MemoryService:
             change = check_write(
                 caller.name, content, path=path, mode=mode, topic=topic, heading=heading,
                 expected_hash=expected_hash, idempotency_key=idempotency_key, timezone=timezone,
-                now=self.clock(), redact_writes=self.redact_writes,
+                now=self.clock(), redact_writes=self.redact_writes, tags=tags, category=category,
             )  # fmt: skip
             key, request = change.key, change.request
             handle = self.indexes.get(name)
@@ -292,9 +300,12 @@ class MemoryService:
         date_to: str | None = None,
         cursor: str | None = None,
         limit: int = 200,
+        tags: builtins.list[str] | None = None,
+        category: str | None = None,
     ) -> ListOutput:
         """Memory files and session transcripts sorted by path, `limit` per page; date bounds keep only daily
-        logs and transcripts (by the day they began) in the range."""
+        logs and transcripts (by the day they began) in the range; `tags` and `category`, files with a chunk
+        that has any of the tags and the category (as the index knows them)."""
         with self._call():
             name, _access = authorise(caller)
             clean_prefix = normalise_memory_prefix(prefix)
@@ -303,9 +314,11 @@ class MemoryService:
                 raise InvalidArgumentError("date_from is after date_to")
             if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
                 raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIST_LIMIT}")
-            after = decode_cursor(cursor)
-            files = self.indexes.get(name).mirror.list(clean_prefix, low, high)
-            return list_page(files, after, limit)
+            after, wanted = decode_cursor(cursor), labels_argument(tags, category)
+            handle = self.indexes.get(name)
+            files = handle.mirror.list(clean_prefix, low, high)
+            labels = handle.index.file_labels(wanted.tags, wanted.category)
+            return list_page([f for f in files if f.path in labels] if wanted else files, after, limit, labels)
 
     def resource_paths(self, caller: CallerContext) -> builtins.list[str]:
         """Every memory file of the caller's index, sorted, for `memory://` resources."""

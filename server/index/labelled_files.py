@@ -1,0 +1,29 @@
+"""The labels of whole files, for `memory_list`: every tag and category found in each file's chunks, and which
+files have a chunk that passes tag and category filters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apsw
+
+from server.index.queries import Filters, file_labels_sql
+
+
+@dataclass(frozen=True)
+class FileLabels:
+    tags: tuple[str, ...]  # sorted
+    categories: tuple[str, ...]  # sorted
+
+
+def file_labels(db: apsw.Connection, tags: tuple[str, ...] = (), category: str | None = None) -> dict[str, FileLabels]:
+    """Per indexed file with a chunk having any of `tags` and `category` (every file without filters), its labels."""
+    sql, params = file_labels_sql(Filters(tags=tags, category=category))
+    return {
+        str(path): FileLabels(_words(found_tags), _words(found_categories))
+        for path, found_tags, found_categories in db.execute(sql, params)
+    }
+
+
+def _words(joined: object) -> tuple[str, ...]:
+    return tuple(sorted(str(joined).split(","))) if joined else ()
