@@ -11,6 +11,11 @@ the call returns, and an `idempotency_key` makes a retry return the first answer
 With a `heading` (`server.memory.sections`), an append goes under that section, created when missing; in a daily
 log, or with a topic, as a timed entry one level below it (`### HH:MM — topic`). A replace with a heading replaces
 only that section, guarded by the section's hash ("absent": the section must not exist yet, and is created).
+
+With `tags` and `category`, an append to a daily log carries them on its new entry's heading
+(`## HH:MM — topic [tags: a, b] [category: x]`, `server.index.labels`); every other write, with or without a
+heading, merges them into the file's front matter (`server.index.frontmatter`: created when missing, tags added,
+the category replaced; a replace keeps the front matter its content brings, with the labels added).
 """
 
 from __future__ import annotations
@@ -192,7 +197,8 @@ def write_locked(handle: OpenIndex, req: WriteRequest) -> tuple[WriteOutput, Ide
     if req.labels and not req.inline_labels:
         labelled = with_front_matter(text, req.labels)
         moved = count_lines(labelled) - count_lines(text)  # the block grew at the top: the written lines moved
-        text, first, last = labelled, first + moved, last + moved
+        whole = req.mode == "replace" and edit is None  # the whole file is what was written
+        text, first, last = labelled, first if whole else first + moved, last + moved
     data = text.encode("utf-8")
     if len(data) > handle.mirror.max_file_bytes:
         raise InvalidArgumentError(
