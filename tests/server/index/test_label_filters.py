@@ -9,6 +9,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from server.index import filtered
 from server.index.engine import MemoryIndex
 from server.index.labelled_files import FileLabels
 from server.index.migrations import SCHEMA_VERSION
@@ -129,3 +130,24 @@ def test_an_index_from_before_labels_is_rechunked_on_upgrade_without_the_model(
         assert upgraded.index(folder).files_indexed == 0  # re-chunked once, then unchanged as before
     finally:
         upgraded.close()
+
+
+def test_a_filter_that_keeps_most_chunks_overfetches_a_knn_and_ranks_as_the_exact_scan_does(
+    tmp_path: Path, embedder: HashingEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "wide"
+    (root / "memory").mkdir(parents=True)
+    for n in range(30):
+        tag = "wide" if n % 10 else "narrow"
+        (root / "memory" / f"n{n:02d}.md").write_text(f"---\ntags: [{tag}]\n---\n# Note {n}\n\nDeploy step {n}.\n")
+    opened = MemoryIndex.open(tmp_path / "data", "wide", embedder, create=True)
+    try:
+        opened.index(root)
+        options = build_options(limit=5, mode="vector", tags=["wide"])
+        exact = [(h.path, round(h.score, 4)) for h in opened.search("deploy step 7", options).hits]
+        monkeypatch.setattr(filtered, "EXACT_MAX_CHUNKS", 3)  # 27 chunks pass: the KNN path
+        overfetched = [(h.path, round(h.score, 4)) for h in opened.search("deploy step 7", options).hits]
+    finally:
+        opened.close()
+    assert overfetched == exact and len(exact) == 5
+    assert exact[0][0] == "memory/n07.md" and all(not path.endswith(("00.md", "10.md", "20.md")) for path, _ in exact)
