@@ -23,9 +23,11 @@ from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentE
 from server.index.fusion import FusionWeights
 from server.index.indexer import Indexer, IndexReport
 from server.index.labelled_files import FileLabels, file_labels
-from server.index.migrations import RELABEL_KEY, SCHEMA_VERSION
+from server.index.labels import Labels
+from server.index.migrations import SCHEMA_VERSION
 from server.index.naming import index_dir, validate_name
 from server.index.rebuild_progress import RebuildProgress
+from server.index.relabel import start_relabel
 from server.index.scan import ScanConfig
 from server.index.search import SearchOptions, SearchResult, search
 from server.index.status import IndexStatus
@@ -67,12 +69,9 @@ class MemoryIndex:
         self._rebuild_target: Embedder | None = None
         self._rebuild_progress: RebuildProgress | None = None
         self._rebuild_stop = threading.Event()
+        self.closing = threading.Event()
         self.store = self._open_store()
-        if self.store.get_meta(RELABEL_KEY) is not None:  # once, after the upgrade that added labels
-            root = self.root
-            if root is not None and root.is_dir():
-                self._guard(lambda: self._indexer().run(root))  # unchanged chunk texts: vectors from the cache
-            self.store.set_meta(RELABEL_KEY, None)
+        self.relabel_thread = start_relabel(self)  # once, after the upgrade that added labels
 
     @classmethod
     def open(
@@ -146,8 +145,10 @@ class MemoryIndex:
             return operation()
 
     def close(self) -> None:
+        self.closing.set()
         self.stop_rebuild()
-        self.store.close()
+        with self._write_lock:  # after the indexing run in flight (a re-chunk's batch)
+            self.store.close()
 
     # vectors ------------------------------------------------------------------------------------------
 
@@ -330,8 +331,7 @@ class MemoryIndex:
         return value
 
     def _pending_count(self) -> int:
-        space = live_space(self.store) if self.store.vec_loaded else None
-        return count_missing(self.store, space) if space is not None else 0
+        return count_missing(self.store, space) if self.store.vec_loaded and (space := live_space(self.store)) else 0
 
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
         result = self._guard(lambda: self._search(query, options or SearchOptions()))
@@ -352,9 +352,9 @@ class MemoryIndex:
             str(path): str(digest) for path, digest in self.store.connection().execute("SELECT path, hash FROM files")
         }
 
-    def file_labels(self, tags: tuple[str, ...] = (), category: str | None = None) -> dict[str, FileLabels]:
-        """The tags and categories of each file with a chunk that has one of `tags` and `category` (all files)."""
-        return self._guard(lambda: file_labels(self.store.connection(), tags, category))
+    def file_labels(self, wanted: Labels, paths: Collection[str] | None = None) -> dict[str, FileLabels]:
+        """Each file's tags and categories: of files with a chunk `wanted` passes (all files), among `paths`."""
+        return self._guard(lambda: file_labels(self.store.connection(), wanted, paths))
 
     def last_change(self) -> float | None:
         """When the index last changed (epoch seconds), None before its first change."""

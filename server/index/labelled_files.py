@@ -3,10 +3,12 @@ files have a chunk that passes tag and category filters."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import apsw
 
+from server.index.labels import Labels
 from server.index.queries import Filters, file_labels_sql
 
 
@@ -16,9 +18,10 @@ class FileLabels:
     categories: tuple[str, ...]  # sorted
 
 
-def file_labels(db: apsw.Connection, tags: tuple[str, ...] = (), category: str | None = None) -> dict[str, FileLabels]:
-    """Per indexed file with a chunk having any of `tags` and `category` (every file without filters), its labels."""
-    sql, params = file_labels_sql(Filters(tags=tags, category=category))
+def file_labels(db: apsw.Connection, wanted: Labels, paths: Collection[str] | None = None) -> dict[str, FileLabels]:
+    """Per indexed file (among `paths` when given) with a chunk having any of the `wanted` tags and its category
+    (every file when `wanted` is empty), every tag and category of the file."""
+    sql, params = file_labels_sql(Filters(tags=wanted.tags, category=wanted.category), paths)
     return {
         str(path): FileLabels(_words(found_tags), _words(found_categories))
         for path, found_tags, found_categories in db.execute(sql, params)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 _TABLE_NAME = re.compile(r"^vectors_[0-9]{1,9}$")
@@ -74,15 +75,18 @@ def labelled_chunks_sql(filters: Filters) -> tuple[str, list[object]]:
     return sql, params
 
 
-def file_labels_sql(filters: Filters) -> tuple[str, list[object]]:
-    """Per file that has a chunk passing the tag and category filters (every file without them): its path, the
-    tags of all its chunks and their categories (each space-separated, unordered)."""
+def file_labels_sql(filters: Filters, paths: Collection[str] | None = None) -> tuple[str, list[object]]:
+    """Per file (among `paths`, when given) that has a chunk passing the tag and category filters (every file
+    without them): its path, the tags of all its chunks and their categories (each comma-separated, unordered)."""
     conditions, params = _label_conditions(filters)
-    where = f" WHERE f.id IN (SELECT c.file_id FROM chunks c WHERE {' AND '.join(conditions)})" if conditions else ""
+    where = [f"f.id IN (SELECT c.file_id FROM chunks c WHERE {' AND '.join(conditions)})"] if conditions else []
+    if paths is not None:
+        where.append(f"f.path IN ({', '.join('?' for _ in paths)})")
+        params.extend(paths)
     sql = (
         "SELECT f.path, (SELECT group_concat(DISTINCT t.tag) FROM chunk_tags t JOIN chunks c ON c.id = t.chunk_id"
         " WHERE c.file_id = f.id), (SELECT group_concat(DISTINCT c.category) FROM chunks c"
-        f" WHERE c.file_id = f.id AND c.category != '') FROM files f{where}"
+        f" WHERE c.file_id = f.id AND c.category != '') FROM files f{' WHERE ' if where else ''}{' AND '.join(where)}"
     )
     return sql, params
 

@@ -42,7 +42,7 @@ from server.memory.arguments import (
     valid_index_name,
 )
 from server.memory.caller import CallerContext, authorise
-from server.memory.reading import list_page, read_lines
+from server.memory.reading import list_files, read_lines
 from server.memory.results import (
     CallerSyncEntry,
     DeleteOutput,
@@ -316,9 +316,7 @@ class MemoryService:
                 raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIST_LIMIT}")
             after, wanted = decode_cursor(cursor), labels_argument(tags, category)
             handle = self.indexes.get(name)
-            files = handle.mirror.list(clean_prefix, low, high)
-            labels = handle.index.file_labels(wanted.tags, wanted.category)
-            return list_page([f for f in files if f.path in labels] if wanted else files, after, limit, labels)
+            return list_files(handle, handle.mirror.list(clean_prefix, low, high), after, limit, wanted)
 
     def resource_paths(self, caller: CallerContext) -> builtins.list[str]:
         """Every memory file of the caller's index, sorted, for `memory://` resources."""

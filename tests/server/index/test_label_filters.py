@@ -9,10 +9,11 @@ from pathlib import Path
 import apsw
 import pytest
 
-from server.index import filtered
+from server.index import filtered, relabel
 from server.index.engine import MemoryIndex
 from server.index.labelled_files import FileLabels
-from server.index.migrations import SCHEMA_VERSION
+from server.index.labels import Labels
+from server.index.migrations import RELABEL_KEY, SCHEMA_VERSION
 from server.index.search import build_options
 from tests.fakes.embedder import HashingEmbedder
 
@@ -84,21 +85,23 @@ def test_front_matter_and_inline_labels_are_not_text_and_lines_stay_the_files(in
 
 
 def test_file_labels_list_every_tag_and_category_of_a_file_and_filter_like_search(index: MemoryIndex) -> None:
-    everything = index.file_labels()
+    everything = index.file_labels(Labels())
     assert everything["memory/2024-05-01.md"] == FileLabels(("redis",), ("pattern",))
     assert everything["memory/other-00.md"] == FileLabels((), ())
-    assert set(index.file_labels(("redis", "postgres"))) == {"memory/2024-05-01.md", "memory/decisions.md"}
-    assert set(index.file_labels((), "decision")) == {"memory/decisions.md"}
-    assert index.file_labels(("redis",), "decision") == {}
+    assert set(index.file_labels(Labels(("redis", "postgres")))) == {"memory/2024-05-01.md", "memory/decisions.md"}
+    assert set(index.file_labels(Labels((), "decision"))) == {"memory/decisions.md"}
+    assert index.file_labels(Labels(("redis",), "decision")) == {}
+    assert set(index.file_labels(Labels(), ["memory/decisions.md", "gone.md"])) == {"memory/decisions.md"}
+    assert index.file_labels(Labels(("redis",)), ["memory/decisions.md"]) == {}
 
 
 def test_editing_front_matter_retags_the_file_on_the_next_run(index: MemoryIndex, folder: Path) -> None:
     (folder / "memory" / "decisions.md").write_text(DECISIONS.replace("postgres]", "postgres, billing]"))
     index.index(folder)
-    assert set(index.file_labels(("billing",))) == {"memory/decisions.md"}
+    assert set(index.file_labels(Labels(("billing",)))) == {"memory/decisions.md"}
     (folder / "memory" / "decisions.md").write_text(DECISIONS.replace("---\ntags", "--\ntags"))  # now malformed
     index.index(folder)
-    assert index.file_labels(("database",)) == {}
+    assert index.file_labels(Labels(("database",))) == {}
     assert index.search("category decision", build_options(mode="keyword")).hits[0].path == "memory/decisions.md"
 
 
@@ -112,7 +115,7 @@ def _as_schema_3(db_path: Path) -> None:
     db.close()
 
 
-def test_an_index_from_before_labels_is_rechunked_on_upgrade_without_the_model(
+def test_an_index_from_before_labels_is_rechunked_in_the_background_on_upgrade_without_the_model(
     tmp_path: Path, embedder: HashingEmbedder, folder: Path
 ) -> None:
     old = MemoryIndex.open(tmp_path / "data", "demo", embedder, create=True)
@@ -124,7 +127,11 @@ def test_an_index_from_before_labels_is_rechunked_on_upgrade_without_the_model(
     upgraded = MemoryIndex.open(tmp_path / "data", "demo", embedder)
     try:
         assert upgraded.status().schema_version == SCHEMA_VERSION == 4
-        assert embedder.embedded == embedded  # every chunk text was in the embedding cache
+        assert upgraded.search("billing service", build_options(limit=3)).hits  # served meanwhile, as it was
+        assert upgraded.relabel_thread is not None
+        upgraded.relabel_thread.join(timeout=30)
+        assert upgraded.store.get_meta(RELABEL_KEY) is None
+        assert embedder.embedded == embedded + 1  # the query; every chunk text was in the embedding cache
         found = upgraded.search("billing service", build_options(tags=["postgres"]))
         assert found.mode == "hybrid" and [h.path for h in found.hits] == ["memory/decisions.md"]
         assert upgraded.index(folder).files_indexed == 0  # re-chunked once, then unchanged as before
@@ -151,3 +158,26 @@ def test_a_filter_that_keeps_most_chunks_overfetches_a_knn_and_ranks_as_the_exac
         opened.close()
     assert overfetched == exact and len(exact) == 5
     assert exact[0][0] == "memory/n07.md" and all(not path.endswith(("00.md", "10.md", "20.md")) for path, _ in exact)
+
+
+def test_closing_stops_the_rechunk_and_the_next_open_goes_on(
+    tmp_path: Path, embedder: HashingEmbedder, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = MemoryIndex.open(tmp_path / "data", "demo", embedder, create=True)
+    old.index(folder)
+    old.close()
+    _as_schema_3(tmp_path / "data" / "indexes" / "demo" / "index.sqlite3")
+    monkeypatch.setattr(relabel, "RELABEL_BATCH_FILES", 1)
+    first = MemoryIndex.open(tmp_path / "data", "demo", embedder)
+    first.close()  # most likely in the middle of its 102 batches
+    assert first.relabel_thread is not None
+    first.relabel_thread.join(timeout=30)
+    second = MemoryIndex.open(tmp_path / "data", "demo", embedder)
+    try:
+        if second.relabel_thread is not None:
+            second.relabel_thread.join(timeout=30)
+        assert second.store.get_meta(RELABEL_KEY) is None
+        assert all(second.indexed_files().values())
+        assert set(second.file_labels(Labels(("postgres",)))) == {"memory/decisions.md"}
+    finally:
+        second.close()
