@@ -29,6 +29,7 @@ def test_a_daily_log_entry_carries_its_labels_on_its_heading(service: MemoryServ
         "## 22:30\n\nLunch was soup."
     )
     assert (out.start_line, out.end_line) == (3, 5)
+    assert service.get(ALICE, out.path, heading="22:30 — database").content.endswith("Chose PostgreSQL.")
     hits = service.search(ALICE, "PostgreSQL soup", tags=["postgres"]).hits
     assert [(h.heading, h.tags, h.category) for h in hits] == [
         ("2024-05-01 > 22:30 — database", ["db", "postgres"], "decision")
