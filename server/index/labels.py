@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from server.index.errors import InvalidArgumentError
+
 MAX_TAGS = 16
 MAX_TAG_CHARS = 40
 MAX_CATEGORY_CHARS = 32
@@ -107,8 +109,6 @@ def render_inline(labels: Labels) -> str:
 
 def labels_argument(tags: object, category: object) -> Labels:
     """The `tags` and `category` arguments of a tool call, normalised; InvalidArgumentError names the bad one."""
-    from server.index.errors import InvalidArgumentError
-
     rule = f"1 to {MAX_TAG_CHARS} characters of a-z, 0-9, '_', '.', '-'"
     clean: tuple[str, ...] = ()
     if tags is not None:

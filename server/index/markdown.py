@@ -46,8 +46,8 @@ def heading_title(line: str) -> tuple[int, str] | None:
     match = _HEADING.match(line)
     if match is None:
         return None
-    if line.endswith("]"):
-        match = _HEADING.match(split_inline(line)[0]) or match
+    if line.rstrip().endswith("]"):
+        match = _HEADING.match(split_inline(line.rstrip())[0]) or match
     title = _CLOSING_HASHES.sub("", match.group(2) or "").strip()
     return len(match.group(1)), title[:MAX_HEADING_CHARS]
 

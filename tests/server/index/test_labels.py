@@ -70,6 +70,7 @@ def test_rendered_inline_labels_parse_back() -> None:
 def test_a_heading_title_leaves_its_labels_out() -> None:
     assert heading_title("## 14:05 — deploy [tags: ci] [category: fact]") == (2, "14:05 — deploy")
     assert heading_title("## plain [link]") == (2, "plain [link]")
+    assert heading_title("### spaced [tags: ci]  \t") == (3, "spaced")
 
 
 FRONT = "---\ntags: [Database, postgres]\ncategory: decision\ntitle: Billing\n---\n# Billing\n\nWe use Postgres.\n"
