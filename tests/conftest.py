@@ -28,6 +28,7 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/e2e/test_backup_e2e.py",
     "tests/e2e/test_transcripts_e2e.py",
     "tests/e2e/test_proxy_product.py",
+    "tests/e2e/test_labels_e2e.py",
     "tests/e2e/test_server_e2e.py",
     "tests/e2e/test_terminal_commands.py",
     "tests/e2e/test_memory_browser.py",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -22,9 +21,12 @@ from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_cha
 from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentError, UnknownIndexError
 from server.index.fusion import FusionWeights
 from server.index.indexer import Indexer, IndexReport
-from server.index.naming import index_dir, validate_name
+from server.index.labelled_files import FileLabels, file_labels
+from server.index.labels import Labels
+from server.index.naming import index_dir, validate_name, write_info
 from server.index.rebuild_progress import RebuildProgress
 from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, remove_strays
+from server.index.relabel import start_relabel
 from server.index.scan import ScanConfig
 from server.index.search import SearchOptions, SearchResult, search
 from server.index.status import IndexStatus, index_status
@@ -78,8 +80,10 @@ class MemoryIndex:
         self.rebuild_progress: RebuildProgress | None = None
         self._rebuild_stop = threading.Event()
         self.rechunker = Rechunker(self)
+        self.closing = threading.Event()
         self.store = self._open_store()
         remove_strays(self.directory, self.info())
+        self.relabel_thread = start_relabel(self)  # once, after the upgrade that added labels
 
     @classmethod
     def open(
@@ -96,7 +100,7 @@ class MemoryIndex:
             if not create:
                 raise UnknownIndexError(f"there is no index named {name!r}")
             directory.mkdir(parents=True, exist_ok=True)
-            _write_json(directory / "index.json", {"root": None, "created_at": time.time()})
+            write_info(directory, {"root": None, "created_at": time.time()})
         return cls(name, directory, embedder, settings or EngineSettings())
 
     # the database ---------------------------------------------------------------------------------------
@@ -121,7 +125,7 @@ class MemoryIndex:
     def update_info(self, **values: object) -> None:
         """Set (None: remove) entries of index.json, atomically."""
         info = {**self.info(), **values}
-        _write_json(self.directory / "index.json", {k: v for k, v in info.items() if v is not None})
+        write_info(self.directory, {k: v for k, v in info.items() if v is not None})
 
     def _open_store(self) -> Store:
         try:
@@ -159,10 +163,12 @@ class MemoryIndex:
             return operation()
 
     def close(self) -> None:
+        self.closing.set()
         self.stop_rebuild()
         self.rechunker.stop()
         self.rechunker.close_retired()
-        self.store.close()
+        with self.write_lock:  # after the indexing run in flight (a re-chunk's batch)
+            self.store.close()
 
     # vectors ------------------------------------------------------------------------------------------
 
@@ -246,7 +252,7 @@ class MemoryIndex:
             return None
         self._rebuild_stop.clear()
         self._rebuild_target = target
-        progress = self.rebuild_progress = RebuildProgress(self._chunk_count())
+        progress = self.rebuild_progress = RebuildProgress(self.store.chunk_count())
 
         def run() -> None:
             try:
@@ -352,14 +358,8 @@ class MemoryIndex:
                     log.warning("pending chunks stay keyword-only: %s", exc)
             return report
 
-    def _chunk_count(self) -> int:
-        value = self.store.connection().execute("SELECT count(*) FROM chunks").fetchall()[0][0]
-        assert isinstance(value, int), "count(*) is an integer"
-        return value
-
     def pending_count(self) -> int:
-        space = live_space(self.store) if self.store.vec_loaded else None
-        return count_missing(self.store, space) if space is not None else 0
+        return count_missing(self.store, space) if self.store.vec_loaded and (space := live_space(self.store)) else 0
 
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
         result = self._guard(lambda: self._search(query, options or SearchOptions()))
@@ -383,13 +383,11 @@ class MemoryIndex:
             str(path): str(digest) for path, digest in self.store.connection().execute("SELECT path, hash FROM files")
         }
 
+    def file_labels(self, wanted: Labels, paths: Collection[str] | None = None) -> dict[str, FileLabels]:
+        """Each file's tags and categories: of files with a chunk `wanted` passes (all files), among `paths`."""
+        return self._guard(lambda: file_labels(self.store.connection(), wanted, paths))
+
     def last_change(self) -> float | None:
         """When the index last changed (epoch seconds), None before its first change."""
         raw = self.store.get_meta("last_change")
         return float(raw) if raw else None
-
-
-def _write_json(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", "utf-8")
-    os.replace(tmp, path)

@@ -17,8 +17,10 @@ import apsw
 from server.index.chunker import Chunk, ChunkerConfig, chunk_markdown
 from server.index.embeddings.base import Embedder, Tokenizer
 from server.index.errors import EmbeddingError, InvalidArgumentError
+from server.index.labels import Labels
 from server.index.scan import ScanConfig, UnreadableFile, day_of, decode_memory
 from server.index.store import Store
+from server.index.tagging import labelled_text
 from server.index.vectors import VectorSpace, embed_missing
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ class _Prepared:
     mtime_ns: int
     lines: int
     chunks: list[Chunk]
+    labels: list[Labels]  # of each chunk
 
 
 def count_memory_files(root: Path, config: ScanConfig | None = None) -> int:
@@ -174,10 +177,13 @@ class Indexer:
             log.warning("skipping %s: %s", relpath, reason)
             report.skipped.append((relpath, reason))
             return None
-        chunks = chunk_markdown(text, self.tokenizer, self.chunker)
+        labelled = labelled_text(text)
+        chunks = chunk_markdown(labelled.text, self.tokenizer, self.chunker)
+        # A chunk's last line: a chunk led by empty headings ends in the section its text belongs to.
+        labels = [labelled.at(chunk.end_line) for chunk in chunks]
         lines = text.count("\n") + 1 if text else 0
         digest = hashlib.sha256(data).hexdigest()
-        return _Prepared(relpath, source, digest, len(data), info.st_mtime_ns, lines, chunks)
+        return _Prepared(relpath, source, digest, len(data), info.st_mtime_ns, lines, chunks, labels)
 
     def _write_batch(self, batch: list[_Prepared], report: IndexReport, on_file: Callable[[str], None] | None) -> None:
         if not batch:
@@ -219,10 +225,10 @@ class Indexer:
                     (p.relpath, p.source, p.digest, p.size, p.mtime_ns, p.lines, day, time.time()),
                 )
                 file_id = db.last_insert_rowid()
-            for ordinal, chunk in enumerate(p.chunks):
+            for ordinal, (chunk, labels) in enumerate(zip(p.chunks, p.labels, strict=True)):
                 db.execute(
-                    "INSERT INTO chunks(file_id, ordinal, start_line, end_line, heading, context, text, hash, tokens)"
-                    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO chunks(file_id, ordinal, start_line, end_line, heading, context, text, hash, tokens,"
+                    " tags, category) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         file_id,
                         ordinal,
@@ -233,13 +239,18 @@ class Indexer:
                         chunk.text,
                         chunk.hash,
                         chunk.tokens,
+                        " ".join(labels.tags),
+                        labels.category or "",
                     ),
                 )
+                chunk_id = db.last_insert_rowid()
+                for tag in labels.tags:
+                    db.execute("INSERT INTO chunk_tags(tag, chunk_id) VALUES(?, ?)", (tag, chunk_id))
                 vector = vectors.get(chunk.hash)
                 if vector is not None and self.space is not None:
                     db.execute(
                         f"INSERT INTO {self.space.table}(chunk_id, embedding, source, path, day) VALUES(?, ?, ?, ?, ?)",
-                        (db.last_insert_rowid(), vector, p.source, p.relpath, day or ""),
+                        (chunk_id, vector, p.source, p.relpath, day or ""),
                     )
             self.store.set_meta("last_change", str(time.time()), db)
 
@@ -259,6 +270,7 @@ class Indexer:
     def _delete_chunks(self, db: apsw.Connection, file_id: int) -> None:
         for table in self._vector_tables():
             db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id = ?)", (file_id,))
+        db.execute("DELETE FROM chunk_tags WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id = ?)", (file_id,))
         db.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
 
     def _vector_tables(self) -> list[str]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from server.index.labels import split_inline
+
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
 _CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -39,10 +41,13 @@ def split_lines(text: str) -> list[str]:
 
 
 def heading_title(line: str) -> tuple[int, str] | None:
-    """(level, title) when `line` is an ATX heading, else None."""
+    """(level, title) when `line` is an ATX heading, else None; trailing inline labels (`[tags: a]`,
+    `server.index.labels`) are not part of the title."""
     match = _HEADING.match(line)
     if match is None:
         return None
+    if line.rstrip().endswith("]"):
+        match = _HEADING.match(split_inline(line.rstrip())[0]) or match
     title = _CLOSING_HASHES.sub("", match.group(2) or "").strip()
     return len(match.group(1)), title[:MAX_HEADING_CHARS]
 

@@ -90,10 +90,35 @@ def m003_embedding_cache_used_at(db: apsw.Connection) -> None:
     )
 
 
+RELABEL_KEY = "relabel_files"  # meta: every file is to be chunked again once (see MemoryIndex)
+
+
+def m004_labels(db: apsw.Connection) -> None:
+    """Tags and a category per chunk (`server.index.tagging`): the chunk's own columns for hits, a tag table for
+    filters. Every file is marked changed, so the engine chunks it again once (front matter stops being text);
+    chunks whose text did not change take their vectors from the embedding cache, not the model."""
+    db.execute(
+        f"""
+        ALTER TABLE chunks ADD COLUMN tags TEXT NOT NULL DEFAULT '';
+        ALTER TABLE chunks ADD COLUMN category TEXT NOT NULL DEFAULT '';
+        CREATE INDEX chunks_by_category ON chunks(category) WHERE category != '';
+        CREATE TABLE chunk_tags(
+            tag TEXT NOT NULL,
+            chunk_id INTEGER NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+            PRIMARY KEY(tag, chunk_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX chunk_tags_by_chunk ON chunk_tags(chunk_id);
+        UPDATE files SET hash = '', mtime_ns = -1;
+        INSERT INTO meta(key, value) SELECT '{RELABEL_KEY}', '1' WHERE EXISTS (SELECT 1 FROM files);
+        """
+    )
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     m001_initial,
     m002_embedding_cache_rowid,
     m003_embedding_cache_used_at,
+    m004_labels,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,9 +1,12 @@
-"""Index names and the folders they become."""
+"""Index names, the folders they become, and the `index.json` each folder holds."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
+from typing import Any
 
 from server.index.errors import InvalidArgumentError
 
@@ -21,3 +24,11 @@ def validate_name(name: str) -> str:
 
 def index_dir(data_dir: Path, name: str) -> Path:
     return data_dir / "indexes" / validate_name(name)
+
+
+def write_info(directory: Path, value: dict[str, Any]) -> None:
+    """Replace `index.json` in an index's folder in one rename."""
+    path = directory / "index.json"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2) + "\n", "utf-8")
+    os.replace(tmp, path)

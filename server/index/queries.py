@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 _TABLE_NAME = re.compile(r"^vectors_[0-9]{1,9}$")
@@ -16,6 +17,13 @@ class Filters:
     path_prefix: str = ""
     date_from: str | None = None
     date_to: str | None = None
+    tags: tuple[str, ...] = ()  # a chunk with any of these tags passes
+    category: str | None = None
+
+    @property
+    def labelled(self) -> bool:
+        """Filters on tags or category: those live on chunks, not in the vector table's metadata."""
+        return bool(self.tags or self.category)
 
 
 def prefix_upper_bound(prefix: str) -> str:
@@ -39,6 +47,50 @@ def _file_conditions(filters: Filters, alias: str) -> tuple[list[str], list[obje
     return conditions, params
 
 
+def _label_conditions(filters: Filters) -> tuple[list[str], list[object]]:
+    """The tag and category conditions, on chunks `c`."""
+    conditions: list[str] = []
+    params: list[object] = []
+    if filters.category:
+        conditions.append("c.category = ?")
+        params.append(filters.category)
+    if filters.tags:
+        marks = ", ".join("?" for _ in filters.tags)
+        conditions.append(f"c.id IN (SELECT chunk_id FROM chunk_tags WHERE tag IN ({marks}))")
+        params.extend(filters.tags)
+    return conditions, params
+
+
+def _chunk_conditions(filters: Filters) -> tuple[list[str], list[object]]:
+    """Every condition of `filters`, on chunks `c` joined to files `f`."""
+    conditions, params = _file_conditions(filters, "f")
+    more, more_params = _label_conditions(filters)
+    return conditions + more, params + more_params
+
+
+def labelled_chunks_sql(filters: Filters) -> tuple[str, list[object]]:
+    """The chunks that pass filters with tags or category: the set the vector side ranks exactly."""
+    conditions, params = _chunk_conditions(filters)
+    sql = f"SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id WHERE {' AND '.join(conditions) or '1'}"
+    return sql, params
+
+
+def file_labels_sql(filters: Filters, paths: Collection[str] | None = None) -> tuple[str, list[object]]:
+    """Per file (among `paths`, when given) that has a chunk passing the tag and category filters (every file
+    without them): its path, the tags of all its chunks and their categories (each comma-separated, unordered)."""
+    conditions, params = _label_conditions(filters)
+    where = [f"f.id IN (SELECT c.file_id FROM chunks c WHERE {' AND '.join(conditions)})"] if conditions else []
+    if paths is not None:
+        where.append(f"f.path IN ({', '.join('?' for _ in paths)})")
+        params.extend(paths)
+    sql = (
+        "SELECT f.path, (SELECT group_concat(DISTINCT t.tag) FROM chunk_tags t JOIN chunks c ON c.id = t.chunk_id"
+        " WHERE c.file_id = f.id), (SELECT group_concat(DISTINCT c.category) FROM chunks c"
+        f" WHERE c.file_id = f.id AND c.category != '') FROM files f{' WHERE ' if where else ''}{' AND '.join(where)}"
+    )
+    return sql, params
+
+
 # The keyword side scores the whole match once into this per-connection temp table, then reads the best rows and
 # the vector candidates' rows from it. FTS5 computes bm25 for every matching row whatever the LIMIT, so the match
 # is the cost and is paid once; asking FTS5 for `rowid IN (...)` instead re-runs the query per rowid, recomputing
@@ -54,7 +106,7 @@ FILL_KEYWORD_SCORES = (
 
 def keyword_best_sql(filters: Filters, limit: int) -> tuple[str, list[object]]:
     """The `limit` best-scored rows of the keyword scores (more negative bm25 is better) that pass the filters."""
-    conditions, params = _file_conditions(filters, "f")
+    conditions, params = _chunk_conditions(filters)
     if not conditions:
         return "SELECT id, rank FROM temp.keyword_scores ORDER BY rank LIMIT ?", [limit]
     sql = (
@@ -119,7 +171,7 @@ def spans_sql(chunk_ids: list[int]) -> tuple[str, list[object]]:
 def hits_sql(chunk_ids: list[int]) -> tuple[str, list[object]]:
     marks = ", ".join("?" for _ in chunk_ids)
     sql = (
-        "SELECT c.id, f.path, f.source, f.day, c.start_line, c.end_line, c.heading, c.text, f.indexed_at"
-        f" FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})"
+        "SELECT c.id, f.path, f.source, f.day, c.start_line, c.end_line, c.heading, c.text, f.indexed_at, c.tags,"
+        f" c.category FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})"
     )
     return sql, list(chunk_ids)

@@ -15,21 +15,21 @@ import numpy as np
 
 from server.index.embeddings.base import Embedder
 from server.index.errors import EmbeddingError, InvalidArgumentError
+from server.index.filtered import filtered_similarities, similarities_of
 from server.index.fts import match_expression, query_terms
 from server.index.fusion import FusionWeights, Scored, fuse
+from server.index.labels import labels_argument
 from server.index.places import Place, Span, merge_places
 from server.index.queries import (
     CLEAR_KEYWORD_SCORES,
     CREATE_KEYWORD_SCORES,
     FILL_KEYWORD_SCORES,
     Filters,
-    cached_vectors_by_id_sql,
     hits_sql,
     keyword_best_sql,
     keyword_scores_of_sql,
     spans_sql,
     vector_sql,
-    vectors_by_id_sql,
 )
 from server.index.snippets import make_snippet
 from server.index.store import Store
@@ -74,6 +74,8 @@ class Hit:
     matched_by: MatchedBy = "vector"
     vector_rank: int | None = None  # 1-based place among the vector candidates, None when KNN did not return it
     keyword_rank: int | None = None  # 1-based place among the keyword matches, None when it matched no query word
+    tags: tuple[str, ...] = ()
+    category: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -88,6 +90,8 @@ class Hit:
             "matched_by": self.matched_by,
             "vector_rank": self.vector_rank,
             "keyword_rank": self.keyword_rank,
+            "tags": list(self.tags),
+            "category": self.category,
         }
 
 
@@ -132,6 +136,8 @@ def build_options(
     date_from: str | None = None,
     date_to: str | None = None,
     mode: str = "auto",
+    tags: list[str] | None = None,
+    category: str | None = None,
 ) -> SearchOptions:
     """Validate user-supplied search arguments into options; every problem is an InvalidArgumentError."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
@@ -146,11 +152,14 @@ def build_options(
     days = [_check_day(d, name) for d, name in ((date_from, "date_from"), (date_to, "date_to"))]
     if days[0] and days[1] and days[0] > days[1]:
         raise InvalidArgumentError("date_from is after date_to")
+    labels = labels_argument(tags, category)
     filters = Filters(
         sources=tuple(dict.fromkeys(sources or ())),
         path_prefix=normalise_prefix(path_prefix or ""),
         date_from=days[0],
         date_to=days[1],
+        tags=labels.tags,
+        category=labels.category,
     )
     return SearchOptions(limit=limit, min_score=float(min_score), filters=filters, mode=mode)  # type: ignore[arg-type]
 
@@ -228,9 +237,12 @@ def search(
         elif options.mode == "vector" and notice is None:
             notice = "vector search is unavailable"
         if query_vector is not None and space is not None:
-            sql, params = vector_sql(space.table, options.filters, candidates)
-            params[0] = query_vector.astype(np.float32).tobytes()
-            similarities = {chunk: 1.0 - distance for chunk, distance in db.execute(sql, params)}
+            if options.filters.labelled:  # ranked exactly among the chunks that pass (server.index.filtered)
+                similarities = filtered_similarities(db, space, query_vector, options.filters, candidates)
+            else:
+                sql, params = vector_sql(space.table, options.filters, candidates)
+                params[0] = query_vector.astype(np.float32).tobytes()
+                similarities = {chunk: 1.0 - distance for chunk, distance in db.execute(sql, params)}
     finally:
         vector_ids.set_result(list(similarities))  # the keyword side never waits for a search that failed
     # Both sides score every candidate: the keyword side also reads the vector candidates' BM25.
@@ -283,20 +295,8 @@ def _complete_similarities(
 ) -> None:
     """Exact cosine for keyword candidates that the KNN did not return."""
     missing = [c for c in ranks if c not in similarities]
-    if not missing or space is None:
-        return
-    sql, params = cached_vectors_by_id_sql(space.provider, space.model, missing)
-    size = space.dimensions * 4
-    found = {chunk: blob for chunk, blob in db.execute(sql, params) if len(blob) == size}
-    rest = [c for c in missing if c not in found]
-    if rest:  # not in the cache (an index written before it, or a vector inserted directly): ask vec0
-        sql, params = vectors_by_id_sql(space.table, rest)
-        found.update((chunk, blob) for chunk, blob in db.execute(sql, params) if len(blob) == size)
-    if found:
-        ids = list(found)
-        matrix = np.frombuffer(b"".join(found[c] for c in ids), dtype=np.float32).reshape(len(ids), -1)
-        for chunk, similarity in zip(ids, (matrix @ query_vector).tolist(), strict=True):
-            similarities[chunk] = similarity
+    if missing and space is not None:
+        similarities.update(similarities_of(db, space, query_vector, missing))
 
 
 def _spans(db: apsw.Connection, scored: list[Scored]) -> list[Span]:
@@ -321,7 +321,7 @@ def _load_hits(
         row = rows.get(place.chunk_ids[0])
         if row is None:  # deleted between the candidate query and now
             continue
-        chunk_id, path, source, _day, _start, _end, heading, text, indexed_at = row
+        chunk_id, path, source, _day, _start, _end, heading, text, indexed_at, tags, category = row
         best = scores[chunk_id]
         start, end = place.start_line, place.end_line
         hits.append(
@@ -341,6 +341,8 @@ def _load_hits(
                 matched_by=found.matched_by(chunk_id),
                 vector_rank=found.vector.get(chunk_id),
                 keyword_rank=found.keyword.get(chunk_id),
+                tags=tuple(tags.split()),
+                category=category or None,
             )
         )
     return hits

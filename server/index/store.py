@@ -115,6 +115,11 @@ class Store:
                 (key, value),
             )
 
+    def chunk_count(self) -> int:
+        value = self.connection().execute("SELECT count(*) FROM chunks").fetchall()[0][0]
+        assert isinstance(value, int), "count(*) is an integer"
+        return value
+
     def size_bytes(self) -> int:
         total = 0
         for suffix in ("", "-wal", "-shm"):

@@ -75,6 +75,12 @@ Heading = Annotated[
         " level or higher, subsections included"
     ),
 ]
+TagFilter = Annotated[
+    list[str] | None, Field(description="only passages with any of these tags, e.g. ['database']", max_length=16)
+]
+CategoryFilter = Annotated[
+    str | None, Field(description="only passages of this category (exact), e.g. decision, pattern, preference, fact")
+]
 Hash = Annotated[
     str | None,
     Field(description="sha256 of the file's current content (from memory_get or memory_list); 'absent' for none"),
@@ -108,6 +114,8 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             Literal["index", "all"],
             Field(description="'index': this project's memory; 'all': also every other memory you may read"),
         ] = "index",
+        tags: TagFilter = None,
+        category: CategoryFilter = None,
     ) -> Annotated[CallToolResult, SearchOutput]:
         """Search memory (meaning and keywords) for notes, decisions and past work. Returns the best passages
         with a path#Lx-Ly citation, heading, snippet and score; read more around a hit with memory_get."""
@@ -124,6 +132,8 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             date_from=date_from,
             date_to=date_to,
             scope=scope,
+            tags=tags,
+            category=category,
         )
         return compact(fit_search(found))
 
@@ -182,6 +192,19 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         idempotency_key: Annotated[
             str | None, Field(description="any unique string: a retried call with the same key writes only once")
         ] = None,
+        tags: Annotated[
+            list[str] | None,
+            Field(
+                description="tags for what you write, e.g. ['database', 'postgres'] (lower case a-z 0-9 _ . -). In a"
+                " daily log they label the new entry ('## HH:MM — topic [tags: ...]'); elsewhere they are added to"
+                " the file's front matter",
+                max_length=16,
+            ),
+        ] = None,
+        category: Annotated[
+            str | None,
+            Field(description="one word, stored like tags: decision, pattern, preference, fact, convention, lesson"),
+        ] = None,
     ) -> Annotated[CallToolResult, WriteOutput]:
         """Store a note in memory. By default appends to today's daily log under a '## HH:MM — topic' heading;
         with heading, under that section. 'replace' rewrites a whole file (or one section) and is refused (with
@@ -199,6 +222,8 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             expected_hash=expected_hash,
             idempotency_key=idempotency_key,
             timezone=_header(ctx, TIMEZONE_HEADER),
+            tags=tags,
+            category=category,
         )
         return compact(written)
 
@@ -210,6 +235,8 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         date_to: Annotated[str | None, Field(description="only daily logs up to this day, YYYY-MM-DD")] = None,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
         limit: Annotated[int, Field(description="files per page", ge=1, le=MAX_LIST_PAGE)] = 100,
+        tags: TagFilter = None,
+        category: CategoryFilter = None,
     ) -> Annotated[CallToolResult, ListOutput]:
         """List memory files with size, lines, hash and who changed them when, sorted by path."""
         caller = tool_caller(ctx)
@@ -222,6 +249,8 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             date_to=date_to,
             cursor=cursor,
             limit=limit,
+            tags=tags,
+            category=category,
         )
         return compact(fit_list(listed))
 

@@ -3,7 +3,11 @@ listing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from server.errors import InvalidArgumentError
+from server.index.labelled_files import FileLabels
+from server.index.labels import Labels
 from server.indexes.registry import OpenIndex
 from server.indexes.storage import FileStore
 from server.memory import sections
@@ -95,12 +99,25 @@ def version_file(mirror: FileStore, path: str, version: int) -> tuple[MirrorFile
     return MirrorFile(path, text, v.hash, count_lines(text), v.size, v.revision, v.updated_by, v.updated_at), v
 
 
-def list_page(files: list[FileState], after: str | None, limit: int) -> ListOutput:
-    """The page of `files` (sorted by path) after the cursor's path `after`, at most `limit` long."""
+def list_files(handle: OpenIndex, files: list[FileState], after: str | None, limit: int, wanted: Labels) -> ListOutput:
+    """`list_page` of the `files` with a chunk that has any `wanted` tag and its category (all without), each with
+    its tags and categories as the index knows them."""
+    if wanted:
+        matching = handle.index.file_labels(wanted)
+        return list_page([f for f in files if f.path in matching], after, limit, lambda _paths: matching)
+    return list_page(files, after, limit, lambda paths: handle.index.file_labels(wanted, paths))
+
+
+def list_page(
+    files: list[FileState], after: str | None, limit: int, labels_of: Callable[[list[str]], dict[str, FileLabels]]
+) -> ListOutput:
+    """The page of `files` (sorted by path) after the cursor's path `after`, at most `limit` long, with the labels
+    `labels_of` gives for its paths."""
     total = len(files)
     if after is not None:
         files = [f for f in files if f.path > after]
     shown = files[:limit]
+    labels = labels_of([f.path for f in shown])
     return ListOutput(
         files=[
             FileEntry(
@@ -111,6 +128,8 @@ def list_page(files: list[FileState], after: str | None, limit: int) -> ListOutp
                 hash=f.hash or "",
                 updated_at=f.updated_at,
                 updated_by=f.updated_by,
+                tags=list(labels[f.path].tags) if f.path in labels else [],
+                categories=list(labels[f.path].categories) if f.path in labels else [],
             )
             for f in shown
         ],

@@ -33,6 +33,8 @@ class SearchHit(BaseModel):
     )
     vector_rank: int | None = Field(description="its place among the meaning matches (1 = best), if there")
     keyword_rank: int | None = Field(description="its place among the keyword matches (1 = best), if there")
+    tags: list[str] = Field(default_factory=list, description="the passage's tags: its file's and its entry's")
+    category: str | None = Field(default=None, description="the passage's category (its entry's, else its file's)")
 
 
 class SearchOutput(BaseModel):
@@ -89,6 +91,8 @@ class FileEntry(BaseModel):
     hash: str
     updated_at: str | None
     updated_by: str | None
+    tags: list[str] = Field(default_factory=list, description="every tag in the file (front matter and entries)")
+    categories: list[str] = Field(default_factory=list, description="every category in the file")
 
 
 class ListOutput(BaseModel):

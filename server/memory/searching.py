@@ -48,6 +48,8 @@ def search_indexes(
                     matched_by=hit.matched_by,
                     vector_rank=hit.vector_rank,
                     keyword_rank=hit.keyword_rank,
+                    tags=list(hit.tags),
+                    category=hit.category,
                 )
             )
         searched.append(index_name)

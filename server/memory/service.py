@@ -29,6 +29,7 @@ from server.errors import (
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
 from server.index.engine import EngineSettings
+from server.index.labels import labels_argument
 from server.index.search import build_options
 from server.indexes.registry import RESCAN_SECONDS, IndexRegistry, OpenIndex
 from server.indexes.storage import Backend, SqliteBackend
@@ -41,7 +42,7 @@ from server.memory.arguments import (
     valid_index_name,
 )
 from server.memory.caller import CallerContext, authorise
-from server.memory.reading import list_page, read_lines
+from server.memory.reading import list_files, read_lines
 from server.memory.results import (
     CallerSyncEntry,
     DeleteOutput,
@@ -182,9 +183,12 @@ class MemoryService:
         date_from: str | None = None,
         date_to: str | None = None,
         scope: Literal["index", "all"] = "index",
+        tags: builtins.list[str] | None = None,
+        category: str | None = None,
     ) -> SearchOutput:
-        """Hybrid search of the caller's index (`scope="all"`: and of every other index it may read). Without
-        `max_results` or `min_score`, the configured defaults (`MEMORY_MAX_RESULTS`, `MEMORY_MIN_SCORE`) apply."""
+        """Hybrid search of the caller's index (`scope="all"`: and of every other index it may read); with `tags`
+        and `category`, of chunks with any of those tags and that category only. Without `max_results` or
+        `min_score`, the configured defaults (`MEMORY_MAX_RESULTS`, `MEMORY_MIN_SCORE`) apply."""
         with self._call():
             name, _access = authorise(caller)
             if scope not in ("index", "all"):
@@ -199,6 +203,8 @@ class MemoryService:
                 path_prefix=normalise_memory_prefix(path, argument="path"),
                 date_from=date_from,
                 date_to=date_to,
+                tags=tags,
+                category=category,
             )
             names = [name]
             if scope == "all":
@@ -245,6 +251,8 @@ class MemoryService:
         idempotency_key: str | None = None,
         timezone: str | None = None,
         heading: str | None = None,
+        tags: builtins.list[str] | None = None,
+        category: str | None = None,
     ) -> WriteOutput:
         """Append to a file (default: today's daily log in `timezone`) or replace one whose current hash the
         caller names (`expected_hash`, or "absent" for a new file); with `heading`, only under or of that section
@@ -254,7 +262,7 @@ class MemoryService:
             change = check_write(
                 caller.name, content, path=path, mode=mode, topic=topic, heading=heading,
                 expected_hash=expected_hash, idempotency_key=idempotency_key, timezone=timezone,
-                now=self.clock(), redact_writes=self.redact_writes,
+                now=self.clock(), redact_writes=self.redact_writes, tags=tags, category=category,
             )  # fmt: skip
             key, request = change.key, change.request
             handle = self.indexes.get(name)
@@ -294,9 +302,12 @@ class MemoryService:
         date_to: str | None = None,
         cursor: str | None = None,
         limit: int = 200,
+        tags: builtins.list[str] | None = None,
+        category: str | None = None,
     ) -> ListOutput:
         """Memory files and session transcripts sorted by path, `limit` per page; date bounds keep only daily
-        logs and transcripts (by the day they began) in the range."""
+        logs and transcripts (by the day they began) in the range; `tags` and `category`, files with a chunk
+        that has any of the tags and the category (as the index knows them)."""
         with self._call():
             name, _access = authorise(caller)
             clean_prefix = normalise_memory_prefix(prefix)
@@ -305,9 +316,9 @@ class MemoryService:
                 raise InvalidArgumentError("date_from is after date_to")
             if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
                 raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIST_LIMIT}")
-            after = decode_cursor(cursor)
-            files = self.indexes.get(name).mirror.list(clean_prefix, low, high)
-            return list_page(files, after, limit)
+            after, wanted = decode_cursor(cursor), labels_argument(tags, category)
+            handle = self.indexes.get(name)
+            return list_files(handle, handle.mirror.list(clean_prefix, low, high), after, limit, wanted)
 
     def resource_paths(self, caller: CallerContext) -> builtins.list[str]:
         """Every memory file of the caller's index, sorted, for `memory://` resources."""

@@ -11,15 +11,22 @@ the call returns, and an `idempotency_key` makes a retry return the first answer
 With a `heading` (`server.memory.sections`), an append goes under that section, created when missing; in a daily
 log, or with a topic, as a timed entry one level below it (`### HH:MM — topic`). A replace with a heading replaces
 only that section, guarded by the section's hash ("absent": the section must not exist yet, and is created).
+
+With `tags` and `category`, an append to a daily log carries them on its new entry's heading
+(`## HH:MM — topic [tags: a, b] [category: x]`, `server.index.labels`); every other write, with or without a
+heading, merges them into the file's front matter (`server.index.frontmatter`: created when missing, tags added,
+the category replaced; a replace keeps the front matter its content brings, with the labels added).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from server.errors import ConflictError, InvalidArgumentError
+from server.index.frontmatter import with_front_matter
+from server.index.labels import Labels, labels_argument, render_inline
 from server.index.scan import day_of
 from server.indexes.registry import OpenIndex
 from server.memory import sections
@@ -55,6 +62,12 @@ class WriteRequest:
     request: str
     redacted: dict[str, int]
     heading: tuple[str, ...] | None = None  # the section's titles, when the write is to one section
+    labels: Labels = field(default_factory=Labels)  # tags and category to store with the text
+
+    @property
+    def inline_labels(self) -> bool:
+        """The labels go on the new entry's heading (an append to a daily log), not into the front matter."""
+        return self.mode == "append" and day_of(self.target) is not None
 
 
 def check_write(
@@ -70,6 +83,8 @@ def check_write(
     timezone: str | None,
     now: dt.datetime,
     redact_writes: bool,
+    tags: list[str] | None = None,
+    category: str | None = None,
 ) -> WriteRequest:
     """The checked (and, with `redact_writes`, redacted) request of one `memory_write` call, at time `now`."""
     check_content(content)
@@ -83,6 +98,7 @@ def check_write(
     if topic is not None and not isinstance(topic, str):
         raise InvalidArgumentError("topic must be a string")
     parts = check_heading(heading)
+    labels = labels_argument(tags, category)
     expected = check_expected_hash(expected_hash)
     key = check_idempotency_key(idempotency_key)
     zone = time_zone(timezone)
@@ -99,13 +115,14 @@ def check_write(
     arguments: dict[str, object] = {
         "content": content, "path": path, "mode": mode, "topic": topic, "expected_hash": expected, "timezone": timezone
     }  # fmt: skip
-    if heading is not None:  # only then: the digests of earlier writes stay what they were
-        arguments["heading"] = heading
+    # Only when given: the digests of earlier writes stay what they were.
+    optional = {"heading": heading, "tags": list(labels.tags) if tags is not None else None, "category": category}
+    arguments.update((name, value) for name, value in optional.items() if value is not None)
     local = now.astimezone(zone)
     target = normalise_memory_path(path) if path is not None else daily_log_path(local.date())
     mode_: Literal["append", "replace"] = "replace" if mode == "replace" else "append"
     return WriteRequest(
-        caller, content, target, mode_, topic, expected, local, key, request_digest(arguments), redacted, parts
+        caller, content, target, mode_, topic, expected, local, key, request_digest(arguments), redacted, parts, labels
     )
 
 
@@ -118,7 +135,7 @@ def _whole_file(current: MirrorFile | None, req: WriteRequest) -> tuple[str, int
     heading = None
     clean = clean_topic(req.topic)
     if clean is not None or day_of(req.target) is not None:
-        heading = entry_heading(req.local.strftime("%H:%M"), clean)
+        heading = _entry(req, clean)
     added = compose_append(current.text if current else "", req.content, title=title, heading=heading)
     return added.text, added.start_line, added.end_line
 
@@ -140,8 +157,14 @@ def _section(current: MirrorFile | None, req: WriteRequest, parts: tuple[str, ..
     clean = clean_topic(req.topic)
     entry = None
     if clean is not None or day is not None:
-        entry = entry_heading(req.local.strftime("%H:%M"), clean).removeprefix("## ")
+        entry = _entry(req, clean).removeprefix("## ")
     return sections.append(existing, parts, req.content, where=req.target, entry=entry, title=title)
+
+
+def _entry(req: WriteRequest, topic: str | None) -> str:
+    """The timed entry's heading, with the inline labels when they go there."""
+    labels = render_inline(req.labels) if req.inline_labels else ""
+    return entry_heading(req.local.strftime("%H:%M"), topic) + labels
 
 
 def check_section_expected(
@@ -171,6 +194,11 @@ def write_locked(handle: OpenIndex, req: WriteRequest) -> tuple[WriteOutput, Ide
     current = handle.mirror.read(req.target)
     edit = _section(current, req, req.heading) if req.heading is not None else None
     text, first, last = (edit.text, edit.start_line, edit.end_line) if edit else _whole_file(current, req)
+    if req.labels and not req.inline_labels:
+        labelled = with_front_matter(text, req.labels)
+        moved = count_lines(labelled) - count_lines(text)  # the block grew at the top: the written lines moved
+        whole = req.mode == "replace" and edit is None  # the whole file is what was written
+        text, first, last = labelled, first if whole else first + moved, last + moved
     data = text.encode("utf-8")
     if len(data) > handle.mirror.max_file_bytes:
         raise InvalidArgumentError(

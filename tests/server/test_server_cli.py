@@ -37,7 +37,7 @@ def test_search_json_has_the_mode_and_every_hit_field(data_dir, capsys):
     assert result["search_mode"] == "hybrid" and result["hits"]
     hit = result["hits"][0]
     assert set(hit) == {"path", "start_line", "end_line", "heading", "score", "snippet", "source", "citation",
-                        "matched_by", "vector_rank", "keyword_rank"}  # fmt: skip
+                        "matched_by", "vector_rank", "keyword_rank", "tags", "category"}  # fmt: skip
     assert hit["path"] == "MEMORY.md" and hit["citation"] == f"MEMORY.md#L{hit['start_line']}-L{hit['end_line']}"
 
 
