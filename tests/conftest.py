@@ -84,6 +84,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+# A proxy or `memory-proxy init` run in the checkout would take it for a project and write memory files here (a proxy
+# started there later then syncs them, and other tests see them): every test must run those in its own folder.
+PROJECT_FILES = ("MEMORY.md", "memory.md", "memory", "CLAUDE.md", ".mcp.json", ".claude")
+_FOUND_AT_START = {name for name in PROJECT_FILES if (REPO / name).exists()}
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_into_the_checkout() -> Iterator[None]:
+    yield
+    stray = [name for name in PROJECT_FILES if name not in _FOUND_AT_START and (REPO / name).exists()]
+    if stray:
+        pytest.fail(f"this test wrote {', '.join(stray)} into the checkout {REPO}; run it in tmp_path")
+
+
 @pytest.fixture(scope="session")
 def local_embedder() -> Iterator[object]:
     """The real all-MiniLM-L6-v2, loaded once for every test that needs it."""

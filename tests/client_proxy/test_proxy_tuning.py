@@ -20,6 +20,7 @@ SERVER = PrivateKey.generate("memory-server").public
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # `init` sets up the folder it runs in as a project
     home = tmp_path / "proxy-home"
     monkeypatch.setenv("MEMORY_PROXY_HOME", str(home))
     for variable in ("MEMORY_PROXY_WATCH_DEBOUNCE_MS", "MEMORY_PROXY_TRANSCRIPTS_DELTA_BYTES"):
