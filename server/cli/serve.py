@@ -60,7 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The web stack and the MCP SDK take most of a second to import: only this command pays for them.
     from server.app import create_app
     from server.cli.graceful import GracefulServer
-    from server.indexes.storage import SqliteBackend
+    from server.indexes.storage import Backend, SqliteBackend
     from server.memory.service import SERVER_VERSION, MemoryService
     from server.mirror.state import utc_now
     from server.observe.metrics import sessions_collector
@@ -92,7 +92,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if first is not None and first.provider == "local":  # the others load on first use, if they ever are
         print(f"loading the embedding model {first.model} ...", file=_stdout(), flush=True)
         first.warm_up()
-    backend = SqliteBackend(data_dir, providers, settings.engine, utc_now, retention=settings.history)
+    backend: Backend = SqliteBackend(data_dir, providers, settings.engine, utc_now, retention=settings.history)
+    if settings.database_url is not None:
+        from server.postgres.backend import PgBackend
+
+        backend = PgBackend(
+            settings.database_url, data_dir, providers, settings.engine, utc_now, retention=settings.history
+        )
     service = MemoryService(data_dir, providers, settings.engine, redact_writes=settings.redact_writes, backend=backend)
     metrics = service_metrics(service)
     app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics)

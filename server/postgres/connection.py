@@ -1,0 +1,97 @@
+"""One connection to PostgreSQL, speaking as the mirror's record functions expect (`server.mirror.sql`).
+
+Statements are written with `?` placeholders, as for SQLite, and turned into psycopg's here; each index lives in
+its own schema, set as the connection's search path. `with connection:` is a transaction (nested: a savepoint),
+as with apsw. Errors of the driver become `EngineError` here and nowhere else; their text may hold the database
+URL, so it reaches only the log's cause chain, never the message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from server.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+def schema_of(index: str) -> str:
+    """The schema holding index `index` (index names are plain: letters, digits, `-`, `_`)."""
+    return f"index_{index}"
+
+
+def placeholders(statement: str) -> str:
+    """`?` placeholders as psycopg's `%s` (a literal `%` doubled); no statement here has a `?` in a literal."""
+    return statement.replace("%", "%%").replace("?", "%s")
+
+
+@contextlib.contextmanager
+def translated(doing: str) -> Iterator[None]:
+    """The driver's errors while `doing` something, as one EngineError naming only what was being done."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        log.error("postgres: %s failed (%s)", doing, type(exc).__name__)
+        raise EngineError(f"the database failed while {doing}") from exc
+
+
+class PgConnection:
+    """A connection in autocommit mode, its search path set to one schema; every call is serialised."""
+
+    def __init__(self, url: str, schema: str | None = None) -> None:
+        with translated("connecting"):
+            self._conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+        self._lock = threading.RLock()
+        self._transactions: list[contextlib.AbstractContextManager[Any]] = []
+        self._changes = 0
+        if schema is not None:
+            with translated("opening the index's schema"):
+                self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+                self._conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+
+    def execute(self, statements: str, bindings: Any = None, /) -> psycopg.Cursor[Any]:
+        """Run one statement (`?` placeholders); its cursor, rows fetched or iterated."""
+        with self._lock, translated("running a statement"):
+            text = statements if bindings is None else placeholders(statements)
+            cursor = self._conn.execute(text, bindings)
+            self._changes = cursor.rowcount
+            return cursor
+
+    def changes(self) -> int:
+        return max(self._changes, 0)
+
+    def __enter__(self) -> PgConnection:
+        self._lock.acquire()
+        try:
+            transaction = self._conn.transaction()
+            with translated("starting a transaction"):
+                transaction.__enter__()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._transactions.append(transaction)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        transaction = self._transactions.pop()
+        try:
+            with translated("committing"):
+                transaction.__exit__(kind, error, trace)
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
