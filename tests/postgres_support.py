@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from server.index.embeddings.base import Embedder
@@ -24,6 +25,9 @@ from server.index.embeddings.chain import ProviderChain
 from server.index.engine import EngineSettings
 from server.mirror.history import Retention
 from server.postgres.backend import PgBackend
+
+# With PostgreSQL the files live in the database: a file changed on the server's disk is not a change there.
+ON_SERVER_DISK = pytest.mark.sqlite_only("changes files on the server's disk")
 
 
 @contextmanager

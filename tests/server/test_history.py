@@ -21,6 +21,9 @@ from server.sync.service import SyncService
 from syncproto.messages import PushChange
 from syncproto.wire import sha256_hex
 from tests.fakes.embedder import HashingEmbedder
+from tests.postgres_support import ON_SERVER_DISK
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test runs on SQLite and on PostgreSQL
 
 
 class Clock:
@@ -61,6 +64,7 @@ def replace(service: MemoryService, who: CallerContext, text: str, path: str = P
     return service.write(who, text, path=path, mode="replace", expected_hash=current.hash or "absent").hash
 
 
+@ON_SERVER_DISK
 def test_every_kind_of_change_keeps_a_version_with_who_when_and_how(service, history, clock):
     sync = SyncService(service)
     first = replace(service, ALICE, "# Decisions\n\nSQLite.\n")
