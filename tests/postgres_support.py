@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -24,7 +25,9 @@ from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
 from server.index.engine import EngineSettings
 from server.mirror.history import Retention
+from server.mirror.mirror import Mirror
 from server.postgres.backend import PgBackend
+from server.postgres.files import PgFileStore
 
 # With PostgreSQL the files live in the database: a file changed on the server's disk is not a change there.
 ON_SERVER_DISK = pytest.mark.sqlite_only("changes files on the server's disk")
@@ -81,3 +84,12 @@ def postgres_backend(url: str) -> Callable[..., PgBackend]:
         return PgBackend(url, data_dir, embedder, settings, clock, retention=retention)
 
     return build
+
+
+def open_file_store(backend: str, request: pytest.FixtureRequest, directory: Path, **options: Any) -> Mirror:
+    """The file store of index folder `directory` on `backend` (the `backend` fixture's value): the SQLite
+    mirror, or the PostgreSQL store on the test's database with its files laid out where the mirror keeps them."""
+    if backend == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        return PgFileStore(url, directory.name, directory / "files", **options)  # type: ignore[return-value]
+    return Mirror(directory, **options)
