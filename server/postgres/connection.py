@@ -19,15 +19,24 @@ import psycopg
 from psycopg import sql
 
 from server.errors import EngineError
+from server.index.naming import validate_name
+from syncproto.wire import sha256_hex
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_SECONDS = 10
 
 
+MAX_IDENTIFIER = 63  # bytes of a PostgreSQL name; longer ones are cut, so two long index names could meet
+
+
 def schema_of(index: str) -> str:
-    """The schema holding index `index` (index names are plain: letters, digits, `-`, `_`)."""
-    return f"index_{index}"
+    """The schema holding index `index`: `index_<name>`, or for a long name its start and a digest of all of it.
+    Index names are plain (`server.index.naming`: a-z, 0-9, `_.-`), so the schema needs no quote escaped."""
+    schema = f"index_{validate_name(index)}"
+    if len(schema) <= MAX_IDENTIFIER:
+        return schema
+    return f"{schema[: MAX_IDENTIFIER - 17]}_{sha256_hex(index.encode())[:16]}"
 
 
 def placeholders(statement: str) -> str:
@@ -54,9 +63,8 @@ class PgConnection:
         self._lock = threading.RLock()
         self._transactions: list[contextlib.AbstractContextManager[Any]] = []
         self._changes = 0
-        if schema is not None:
+        if schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
             with translated("opening the index's schema"):
-                self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
                 self._conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
 
     def execute(self, statements: str, bindings: Any = None, /) -> psycopg.Cursor[Any]:

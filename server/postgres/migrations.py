@@ -69,9 +69,11 @@ MIGRATIONS: tuple[str, ...] = (M001_FILES,)
 
 
 def migrate(db: PgConnection, schema: str) -> None:
-    """Bring the index's schema (the connection's search path) up to date; EngineError if it is newer."""
+    """Create the index's schema (the connection's search path) or bring it up to date; EngineError if it is
+    newer than this server."""
     with db:
         db.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (schema,))
+        db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')  # `schema_of` an index name: no quote in it
         db.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)")
         rows = db.execute("SELECT version FROM schema_version").fetchall()
         if not rows:

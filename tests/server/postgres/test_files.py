@@ -11,10 +11,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from server.errors import ConflictError, EngineError
+from server.errors import ConflictError, EngineError, InvalidArgumentError
 from server.index.engine import EngineSettings
 from server.mirror.state import ABSENT
 from server.postgres.backend import PgBackend
+from server.postgres.connection import schema_of
 from server.postgres.files import PgFileStore
 from tests.postgres_support import database_url
 
@@ -158,6 +159,14 @@ def test_a_database_that_cannot_be_reached_is_an_engine_error_that_shows_no_url(
     with pytest.raises(EngineError) as caught:
         PgFileStore(url, "proj", tmp_path / "files")
     assert "hunter2" not in str(caught.value) and "no_such_database" not in str(caught.value)
+
+
+def test_long_index_names_get_distinct_schemas_within_postgresqls_name_limit() -> None:
+    first, second = schema_of("a" * 63 + "1"), schema_of("a" * 63 + "2")
+    assert first != second and max(len(first), len(second)) <= 63
+    assert schema_of("proj") == "index_proj"
+    with pytest.raises(InvalidArgumentError):
+        schema_of('proj"; DROP SCHEMA public; --')
 
 
 def test_the_test_database_has_pgvector(postgres_url: str) -> None:
