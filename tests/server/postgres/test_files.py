@@ -174,3 +174,27 @@ def test_the_test_database_has_pgvector(postgres_url: str) -> None:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         row = conn.execute("SELECT '[1,0]'::vector <=> '[0,1]'::vector").fetchone()
     assert row is not None and row[0] == pytest.approx(1.0)
+
+
+def test_a_server_configured_with_a_database_url_keeps_its_files_in_postgresql(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    from server.cli.serve import storage_backend
+    from server.index.embeddings.chain import ProviderChain
+    from server.indexes.storage import SqliteBackend
+    from server.settings import Settings
+    from tests.fakes.embedder import HashingEmbedder
+
+    providers = ProviderChain.of([HashingEmbedder()])
+    assert isinstance(storage_backend(Settings.from_env({}), tmp_path / "data", providers), SqliteBackend)
+    settings = Settings.from_env({"MEMORY_DATABASE_URL": postgres_url})
+    backend = storage_backend(settings, tmp_path / "data", providers)
+    index, store = backend.open("proj", on_change=lambda: None)
+    try:
+        store.write("MEMORY.md", "kept in the database\n", caller="alice")
+    finally:
+        index.close()
+        store.close()
+    with psycopg.connect(postgres_url) as db:
+        row = db.execute('SELECT content FROM "index_proj".files WHERE path = %s', ("MEMORY.md",)).fetchone()
+    assert row is not None and bytes(row[0]) == b"kept in the database\n"
