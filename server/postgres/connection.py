@@ -55,23 +55,43 @@ def translated(doing: str) -> Iterator[None]:
 
 
 class PgConnection:
-    """A connection in autocommit mode, its search path set to one schema; every call is serialised."""
+    """A connection in autocommit mode, its search path set to one schema; every call is serialised. A connection
+    lost (the database restarted, a proxy cut it) is opened again: a statement outside a transaction (a read:
+    every write here runs in one) or a BEGIN that finds it lost is tried once more on a new one."""
 
     def __init__(self, url: str, schema: str | None = None) -> None:
-        with translated("connecting"):
-            self._conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+        self._url, self._schema = url, schema
         self._lock = threading.RLock()
         self._transactions: list[contextlib.AbstractContextManager[Any]] = []
         self._changes = 0
-        if schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
-            with translated("opening the index's schema"):
-                self._conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        self._conn = self._connect()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        with translated("connecting"):
+            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+            if self._schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
+                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
+        return conn
+
+    def _usable(self) -> psycopg.Connection[Any]:
+        """The connection, opened again if it was lost and no transaction is running on it."""
+        if self._conn.closed and not self._transactions:
+            log.warning("postgres: the connection was lost; connecting again")
+            self._conn = self._connect()
+        return self._conn
 
     def execute(self, statements: str, bindings: Any = None, /) -> psycopg.Cursor[Any]:
         """Run one statement (`?` placeholders); its cursor, rows fetched or iterated."""
-        with self._lock, translated("running a statement"):
-            text = statements if bindings is None else placeholders(statements)
-            cursor = self._conn.execute(text, bindings)
+        text = statements if bindings is None else placeholders(statements)
+        with self._lock:
+            try:
+                with translated("running a statement"):
+                    cursor = self._usable().execute(text, bindings)
+            except EngineError:
+                if self._transactions or not self._conn.closed:
+                    raise
+                with translated("running a statement"):
+                    cursor = self._usable().execute(text, bindings)
             self._changes = cursor.rowcount
             return cursor
 
@@ -81,14 +101,25 @@ class PgConnection:
     def __enter__(self) -> PgConnection:
         self._lock.acquire()
         try:
-            transaction = self._conn.transaction()
-            with translated("starting a transaction"):
-                transaction.__enter__()
+            transaction = self._begin()
         except BaseException:
             self._lock.release()
             raise
         self._transactions.append(transaction)
         return self
+
+    def _begin(self) -> contextlib.AbstractContextManager[Any]:
+        """A transaction begun; when the connection turns out lost at BEGIN (nothing done yet), on a new one."""
+        for attempt in (1, 2):
+            transaction = self._usable().transaction()
+            try:
+                with translated("starting a transaction"):
+                    transaction.__enter__()
+                return transaction
+            except EngineError:
+                if attempt == 2 or self._transactions or not self._conn.closed:
+                    raise
+        raise AssertionError("unreachable")
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None

@@ -198,3 +198,26 @@ def test_a_server_configured_with_a_database_url_keeps_its_files_in_postgresql(
     with psycopg.connect(postgres_url) as db:
         row = db.execute('SELECT content FROM "index_proj".files WHERE path = %s', ("MEMORY.md",)).fetchone()
     assert row is not None and bytes(row[0]) == b"kept in the database\n"
+
+
+def test_a_replica_whose_connection_was_cut_connects_again(
+    postgres_url: str, replicas: Callable[[str], PgFileStore]
+) -> None:
+    store = replicas("one")
+    store.write("MEMORY.md", "before the cut\n", caller="alice")
+    assert cut_all(postgres_url) >= 1
+    read = store.read("MEMORY.md")  # a read is tried again on a new connection
+    assert read is not None and read.text == "before the cut\n"
+    cut_all(postgres_url)
+    store.write("MEMORY.md", "after the cut\n", caller="alice")  # BEGIN finds it cut: a new connection
+    assert store.revision() == 2
+
+
+def cut_all(url: str) -> int:
+    """Cut every other connection to the database at `url`; how many there were."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return int(row[0]) if row else 0
