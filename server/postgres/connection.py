@@ -110,16 +110,18 @@ class PgConnection:
 
     def _begin(self) -> contextlib.AbstractContextManager[Any]:
         """A transaction begun; when the connection turns out lost at BEGIN (nothing done yet), on a new one."""
-        for attempt in (1, 2):
-            transaction = self._usable().transaction()
-            try:
-                with translated("starting a transaction"):
-                    transaction.__enter__()
-                return transaction
-            except EngineError:
-                if attempt == 2 or self._transactions or not self._conn.closed:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return self._begin_once()
+        except EngineError:
+            if self._transactions or not self._conn.closed:
+                raise
+            return self._begin_once()
+
+    def _begin_once(self) -> contextlib.AbstractContextManager[Any]:
+        transaction = self._usable().transaction()
+        with translated("starting a transaction"):
+            transaction.__enter__()
+        return transaction
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
