@@ -79,6 +79,7 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_REDACT_WRITES": "boolean",
     "MEMORY_HISTORY_DAYS": "integer",
     "MEMORY_HISTORY_MAX_DAYS": "integer",
+    "MEMORY_DATABASE_URL": "text",
     "VOYAGE_API_KEY_FILE": "path",
     "OPENAI_API_KEY_FILE": "path",
 }
@@ -90,6 +91,15 @@ _KINDS: Mapping[Kind, str] = {
     "boolean": "true or false",
     "list": 'a list of strings, e.g. ["voyage", "local"]',
 }
+
+
+def _database_url(env: Mapping[str, str]) -> str | None:
+    url = env.get("MEMORY_DATABASE_URL", "").strip()
+    if not url:
+        return None
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise InvalidArgumentError("MEMORY_DATABASE_URL must be a postgresql:// URL")
+    return url
 
 
 def file_key(variable: str) -> str:
@@ -112,6 +122,7 @@ class Settings:
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     history: Retention = field(default_factory=Retention)  # how long versions of memory files are kept
+    database_url: str | None = None  # PostgreSQL (postgresql://...) for the files; None: SQLite under data_dir
     config_file: Path | None = None
     origins: Mapping[str, Origin] = field(default_factory=dict)  # file key -> where its value came from
     key_files: Mapping[str, str] = field(default_factory=dict)  # NAME_FILE -> path, from the config file
@@ -196,6 +207,7 @@ class Settings:
                 all_days=int(_number(env, "MEMORY_HISTORY_DAYS", Retention.all_days)),
                 max_days=int(_number(env, "MEMORY_HISTORY_MAX_DAYS", Retention.max_days)),
             ),
+            database_url=_database_url(env),
             config_file=named,
             origins=dict(origins),
             key_files=dict(key_files),

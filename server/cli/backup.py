@@ -21,6 +21,10 @@ from server.cli import config as config_cli
 from server.errors import BackupError, DamagedArchiveError
 from server.settings import SECRETS, VARIABLES, file_key
 
+POSTGRES_BACKUP = (
+    "MEMORY_DATABASE_URL is set: the memory files and their history live in PostgreSQL, not in the data folder; "
+    "back them up with PostgreSQL's own tools (pg_dump; docs/deploy.md)"
+)
 # Settings that are not the server's behaviour (where this process looks) or name a secret's file.
 NOT_KEPT = {"data_dir", "keys_dir", *(f"{name.lower()}_file" for name in SECRETS)}
 
@@ -57,6 +61,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
         manifest = _checked(args.file, lambda: verify_archive(args.file))
         print(f"{args.file}: sound. {_described(manifest)}")
         return 0
+    if args.settings.database_url:  # the files are not under the data folder: an archive of it would miss them
+        raise BackupError(POSTGRES_BACKUP)
     settings = render_settings(config_cli.effective(args.settings, args, os.environ))
     manifest = _guarded(
         lambda: take_backup(
@@ -77,6 +83,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     from server.backup.restore import RESTORED_SETTINGS, restore_archive
+
+    if args.settings.database_url:
+        raise BackupError(POSTGRES_BACKUP)
 
     manifest = _checked(args.file, lambda: restore_archive(args.file, args.data_dir, args.keys_dir))
     print(f"restored {args.file} into {args.data_dir}. {_described(manifest)}")

@@ -71,6 +71,7 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         "redact_writes": settings.redact_writes,
         "history_days": settings.history.all_days,
         "history_max_days": settings.history.max_days,
+        "database_url": _without_userinfo(settings.database_url) if settings.database_url else None,
     }
     values.update({key: (value, origin[key]) for key, value in plain.items()})
     for name, per_index in engine.per_index.items():  # [indexes.NAME] tables: only the file sets them

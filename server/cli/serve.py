@@ -36,6 +36,9 @@ from server.settings import Settings, is_loopback
 if TYPE_CHECKING:
     import uvicorn
 
+    from server.index.embeddings.chain import ProviderChain
+    from server.indexes.storage import Backend
+
 
 GRACEFUL_SHUTDOWN = 10  # seconds uvicorn waits for requests in flight (open SSE streams are cut after it)
 
@@ -61,9 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The web stack and the MCP SDK take most of a second to import: only this command pays for them.
     from server.app import create_app
     from server.cli.graceful import GracefulServer
-    from server.indexes.storage import SqliteBackend
     from server.memory.service import SERVER_VERSION, MemoryService
-    from server.mirror.state import utc_now
     from server.observe.metrics import sessions_collector
     from server.observe.metrics_app import ChannelMetrics, MetricsListener, service_metrics
 
@@ -97,7 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if first is not None and first.provider == "local":  # the others load on first use, if they ever are
         print(f"loading the embedding model {first.model} ...", file=_stdout(), flush=True)
         first.warm_up()
-    backend = SqliteBackend(data_dir, providers, settings.engine, utc_now, retention=settings.history)
+    backend = storage_backend(settings, data_dir, providers)
     service = MemoryService(data_dir, providers, settings.engine, redact_writes=settings.redact_writes, backend=backend)
     metrics = service_metrics(service)
     app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics)
@@ -224,3 +225,15 @@ def _url(host: str, port: int) -> str:
 
 def _stdout() -> TextIO:
     return sys.stdout  # looked up on each use, so a test's capture applies
+
+
+def storage_backend(settings: Settings, data_dir: Path, providers: ProviderChain) -> Backend:
+    """Where the indexes live: PostgreSQL when `MEMORY_DATABASE_URL` names one, else SQLite under `data_dir`."""
+    from server.indexes.storage import SqliteBackend
+    from server.mirror.state import utc_now
+
+    if settings.database_url is None:
+        return SqliteBackend(data_dir, providers, settings.engine, utc_now, retention=settings.history)
+    from server.postgres.backend import PgBackend
+
+    return PgBackend(settings.database_url, data_dir, providers, settings.engine, utc_now, retention=settings.history)

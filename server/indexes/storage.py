@@ -155,17 +155,30 @@ class SqliteBackend:
         return (index_dir(self.data_dir, name) / "index.json").is_file()
 
     def open(self, name: str, *, on_change: Callable[[], None]) -> tuple[SearchIndex, FileStore]:
-        settings = self.settings.for_index(name)
-        index = MemoryIndex.open(self.data_dir, name, self.embedder, create=True, settings=settings)
-        try:
-            mirror = Mirror(
-                index.directory,
+        def mirror(directory: Path) -> FileStore:
+            return Mirror(
+                directory,
                 clock=self.clock,
                 max_file_bytes=self.settings.scan.max_file_bytes,
                 on_change=on_change,
                 retention=self.retention,
             )
-        except BaseException:
-            index.close()
-            raise
-        return index, mirror
+
+        return open_beside_engine(self.data_dir, name, self.embedder, self.settings, mirror)
+
+
+def open_beside_engine(
+    data_dir: Path,
+    name: str,
+    embedder: Embedder | ProviderChain | None,
+    settings: EngineSettings,
+    files: Callable[[Path], FileStore],
+) -> tuple[SearchIndex, FileStore]:
+    """Index `name`'s SQLite search engine under `data_dir` (with that index's own settings), and the file store
+    `files(its folder)` opens (the engine is closed again when that fails)."""
+    index = MemoryIndex.open(data_dir, name, embedder, create=True, settings=settings.for_index(name))
+    try:
+        return index, files(index.directory)
+    except BaseException:
+        index.close()
+        raise

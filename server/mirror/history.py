@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, cast
 
-import apsw
-
-from server.mirror.state import iso
+from server.mirror.sql import SqlConnection
+from server.mirror.state import iso, prune_versions
 
 ChangeKind = Literal["write", "push", "merge", "conflict", "delete", "restore", "disk", "before-history"]
 HISTORY_COLUMNS = "path, revision, hash, size, change, updated_by, updated_at"
@@ -71,7 +70,7 @@ def _version(row: tuple[object, ...]) -> Version:
                    str(by), str(at))  # fmt: skip
 
 
-def record_change(db: apsw.Connection, version: Version) -> None:
+def record_change(db: SqlConnection, version: Version) -> None:
     """Add `version` to the history (call inside the transaction that records the file's state)."""
     db.execute(
         f"INSERT INTO history({HISTORY_COLUMNS}) VALUES(?, ?, ?, ?, ?, ?, ?)",
@@ -131,10 +130,18 @@ def prune_history_sql(retention: Retention, now: datetime) -> tuple[str, tuple[o
     )
 
 
+def prune_history(db: SqlConnection, retention: Retention, now: datetime) -> tuple[int, int]:
+    """Drop the versions `retention` lets go, then the contents nothing needs any more (call inside a
+    transaction); how many of each went."""
+    db.execute(*prune_history_sql(retention, now))
+    versions = db.changes()
+    return versions, prune_versions(db, now)
+
+
 class MirrorHistory:
     """Reads one mirror's history (`FileStore.history`); the mirror writes it. Thread-safe; every method blocks."""
 
-    def __init__(self, db: apsw.Connection, lock: threading.RLock, content: Callable[[str], str | None]) -> None:
+    def __init__(self, db: SqlConnection, lock: threading.RLock, content: Callable[[str], str | None]) -> None:
         """`content(digest)` is the text of a content hash the mirror has held (None when it is not kept)."""
         self._db, self._lock, self._content = db, lock, content
 

@@ -16,25 +16,21 @@ mirror's back is noticed on the next read or listing (size, mtime, then hash) an
 from __future__ import annotations
 
 import builtins
-import contextlib
-import dataclasses
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Literal
 
 from server.errors import InvalidArgumentError, UnsafePathError
-from server.index.scan import DEFAULT_MAX_FILE_BYTES, day_of
+from server.index.scan import DEFAULT_MAX_FILE_BYTES
 from server.memory.text import count_lines_of_bytes
 from server.mirror import queries as q
-from server.mirror.feed import ChangeNotices
 from server.mirror.files import Snapshot, Staged, decoded_text, encoded, folder, lstat_file, take_snapshot, walk
-from server.mirror.history import ChangeKind, MirrorHistory, Retention, Version, prune_history_sql, record_change
+from server.mirror.history import ChangeKind, MirrorHistory, Retention, Version, record_change
 from server.mirror.paths import normalise_mirror_path, refuse_collision
+from server.mirror.records import StateRecords
 from server.mirror.state import (
     ABSENT,
     STATE_SCHEMA_VERSION,
@@ -43,15 +39,11 @@ from server.mirror.state import (
     IdempotencyRecord,
     MirrorFile,
     check_expected,
-    idempotency_key_digest,
     iso,
     load_version,
     open_state,
-    prune_versions,
-    record_sync,
     state_of,
     store_version,
-    sync_callers,
     utc_now,
 )
 from syncproto.paths import is_session_file
@@ -75,11 +67,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DISK = "(disk)"  # `updated_by` of changes found on disk rather than made through the service
-IDEMPOTENCY_DAYS = 7
-PRUNE_SECONDS = 3600.0  # versions are pruned at most this often per mirror
 
 
-class Mirror:
+class Mirror(StateRecords):
     """The files and state of one index. Thread-safe; every method blocks."""
 
     def __init__(
@@ -95,8 +85,7 @@ class Mirror:
         `retention`: how long the history keeps versions (`server.mirror.history`)."""
         self.retention = retention or Retention()
         self.directory = directory
-        self._notices = ChangeNotices(on_change)
-        self._pruned_at = 0.0
+        super().__init__(on_change)
         self.files_dir = directory / "files"
         self.clock = clock
         self.max_file_bytes = max_file_bytes
@@ -134,31 +123,6 @@ class Mirror:
             path, text, state.hash, state.lines, state.size, state.revision, state.updated_by, state.updated_at
         )
 
-    def state(self, path: str) -> FileState | None:
-        """The recorded state of `path` (tombstones included), without looking at the disk."""
-        with self.lock:
-            rows = self._db.execute(*q.state_of_path(path)).fetchall()
-        return state_of(rows[0]) if rows else None
-
-    def states(self, paths: list[str]) -> dict[str, FileState]:
-        """Recorded states of several paths at once (for labelling search hits)."""
-        if not paths:
-            return {}
-        with self.lock:
-            rows = self._db.execute(*q.states_of_paths(paths)).fetchall()
-        return {s.path: s for s in map(state_of, rows)}
-
-    def list(
-        self, prefix: str = "", date_from: str | None = None, date_to: str | None = None
-    ) -> builtins.list[FileState]:
-        """Live files sorted by path, after recording changes made on disk. `prefix` is a plain string prefix
-        of the path; with a date bound, only daily logs (`memory/**/YYYY-MM-DD.md`) in the range are listed."""
-        files = [s for s in self.reconcile_all() if s.path.startswith(prefix)]
-        if date_from or date_to:
-            low, high = date_from or "0000-01-01", date_to or "9999-12-31"
-            files = [s for s in files if (day := day_of(s.path)) is not None and low <= day <= high]
-        return files
-
     def reconcile_all(self) -> builtins.list[FileState]:
         """Walk `files/`, record every change made on disk (new, edited, vanished files) as by `"(disk)"`, and
         return the live files sorted by path. Files whose size and mtime are unchanged are not re-read."""
@@ -179,12 +143,6 @@ class Mirror:
             rows = self._db.execute(*q.live_states()).fetchall()
         return [state_of(r) for r in rows]
 
-    def changes_since(self, revision: int, limit: int = 1000) -> builtins.list[FileState]:
-        """Paths changed after `revision` (deletions as tombstones), oldest change first."""
-        with self.lock:
-            rows = self._db.execute(*q.changes_after(revision, limit)).fetchall()
-        return [state_of(r) for r in rows]
-
     def version_text(self, digest: str) -> str | None:
         """The text of a version this mirror has held (a merge base), or None when it is not known any more."""
         with self.lock:
@@ -201,15 +159,6 @@ class Mirror:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             return None
-
-    def record_sync(self, caller: str, kind: Literal["pull", "push"], revision: int) -> None:
-        """Remember that `caller` pulled or pushed up to `revision` now (shown by `memory_status`)."""
-        with self.lock, self._db:
-            record_sync(self._db, caller, kind, revision, iso(self.clock()))
-
-    def sync_callers(self) -> builtins.list[CallerSync]:
-        with self.lock:
-            return sync_callers(self._db)
 
     def revision(self) -> int:
         """The index's current revision: the last change's number (0 when nothing ever changed)."""
@@ -289,24 +238,6 @@ class Mirror:
 
     # idempotency ---------------------------------------------------------------------------------------
 
-    def recall(self, caller: str, key: str) -> IdempotencyRecord | None:
-        with self.lock:
-            rows = self._db.execute(*q.recall(caller, idempotency_key_digest(key))).fetchall()
-        return IdempotencyRecord(caller, key, str(rows[0][0]), str(rows[0][1])) if rows else None
-
-    def remember(self, record: IdempotencyRecord) -> None:
-        """Store or overwrite a record on its own (the service updates `indexed` after indexing)."""
-        with self.lock, self._db:
-            self._remember(record)
-
-    def _remember(self, record: IdempotencyRecord | None) -> None:
-        if record is None:
-            return
-        now = self.clock()
-        self._db.execute(*q.remember(dataclasses.replace(record, key=idempotency_key_digest(record.key)), iso(now)))
-        cutoff = iso(datetime.fromtimestamp(now.timestamp() - IDEMPOTENCY_DAYS * 86400, UTC))
-        self._db.execute(*q.forget_records_before(cutoff))
-
     # internals -----------------------------------------------------------------------------------------
 
     def _reconcile_readable(self, path: str) -> None:
@@ -349,27 +280,8 @@ class Mirror:
         self._changed()
         return recorded
 
-    def holding_changes(self) -> contextlib.AbstractContextManager[None]:
-        """Hold this thread's change notices until the block ends, then send one (`server.mirror.feed`)."""
-        return self._notices.holding()
-
-    def _changed(self) -> None:
-        self._notices.changed()
-
     def _revision(self) -> int:
-        return int(self._db.execute(*q.current_revision()).fetchall()[0][0])  # type: ignore[arg-type]
-
-    def _prune_versions(self) -> None:
-        """Drop old versions at most every PRUNE_SECONDS (call inside a transaction)."""
-        now = time.monotonic()
-        if self._pruned_at and now - self._pruned_at < PRUNE_SECONDS:
-            return
-        self._pruned_at = now
-        self._db.execute(*prune_history_sql(self.retention, self.clock()))
-        versions = self._db.changes()
-        gone = prune_versions(self._db, self.clock())
-        if gone or versions:
-            log.info("mirror: forgot %d old versions of files, %d contents", versions, gone)
+        return int(self._db.execute(*q.current_revision()).fetchall()[0][0])
 
     def _record(
         self, path: str, digest: str | None, size: int, mtime_ns: int, lines: int, by: str, change: ChangeKind

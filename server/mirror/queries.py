@@ -3,7 +3,12 @@ runs it. Each returns the statement and its parameters."""
 
 from __future__ import annotations
 
-from server.mirror.state import STATE_COLUMNS, IdempotencyRecord
+import dataclasses
+from datetime import UTC, datetime
+
+from server.mirror.state import STATE_COLUMNS, IdempotencyRecord, idempotency_key_digest, iso
+
+IDEMPOTENCY_DAYS = 7
 
 Query = tuple[str, tuple[object, ...]]
 
@@ -81,3 +86,10 @@ def remember(record: IdempotencyRecord, at: str) -> Query:
 
 def forget_records_before(cutoff: str) -> Query:
     return "DELETE FROM idempotency WHERE created_at < ?", (cutoff,)
+
+
+def remember_record(record: IdempotencyRecord, now: datetime) -> list[Query]:
+    """Store `record` (its key as its digest, never as sent) and forget the records older than IDEMPOTENCY_DAYS."""
+    cutoff = iso(datetime.fromtimestamp(now.timestamp() - IDEMPOTENCY_DAYS * 86400, UTC))
+    kept = dataclasses.replace(record, key=idempotency_key_digest(record.key))
+    return [remember(kept, iso(now)), forget_records_before(cutoff)]

@@ -18,6 +18,8 @@ from typing import Literal, cast
 import apsw
 
 from server.errors import ConflictError, EngineError
+from server.index.scan import day_of
+from server.mirror.sql import SqlConnection
 from syncproto.wire import sha256_hex
 
 STATE_SCHEMA_VERSION = 4
@@ -203,7 +205,7 @@ def state_of(row: tuple[object, ...]) -> FileState:
 # versions ---------------------------------------------------------------------------------------------
 
 
-def store_version(db: apsw.Connection, digest: str, data: bytes, at: str) -> None:
+def store_version(db: SqlConnection, digest: str, data: bytes, at: str) -> None:
     """Keep `data` as the version `digest` (call inside a transaction)."""
     db.execute(
         "INSERT INTO versions(hash, data, stored_at) VALUES(?, ?, ?)"
@@ -212,12 +214,12 @@ def store_version(db: apsw.Connection, digest: str, data: bytes, at: str) -> Non
     )
 
 
-def load_version(db: apsw.Connection, digest: str) -> bytes | None:
+def load_version(db: SqlConnection, digest: str) -> bytes | None:
     rows = db.execute("SELECT data FROM versions WHERE hash = ?", (digest,)).fetchall()
     return zlib.decompress(cast(bytes, rows[0][0])) if rows else None
 
 
-def prune_versions(db: apsw.Connection, now: datetime) -> int:
+def prune_versions(db: SqlConnection, now: datetime) -> int:
     """Forget contents that no live file has, no kept version of the history names, and nobody wrote for
     `VERSION_DAYS` (merge bases); how many went."""
     cutoff = iso(now - timedelta(days=VERSION_DAYS))
@@ -243,7 +245,7 @@ class CallerSync:
     pushed_revision: int | None
 
 
-def record_sync(db: apsw.Connection, caller: str, kind: Literal["pull", "push"], revision: int, at: str) -> None:
+def record_sync(db: SqlConnection, caller: str, kind: Literal["pull", "push"], revision: int, at: str) -> None:
     column = "pull" if kind == "pull" else "push"
     done = "pulled" if kind == "pull" else "pushed"
     db.execute(
@@ -254,7 +256,7 @@ def record_sync(db: apsw.Connection, caller: str, kind: Literal["pull", "push"],
     )
 
 
-def sync_callers(db: apsw.Connection) -> list[CallerSync]:
+def sync_callers(db: SqlConnection) -> list[CallerSync]:
     rows = db.execute(
         "SELECT caller, last_pull_at, pulled_revision, last_push_at, pushed_revision FROM sync_callers ORDER BY caller"
     ).fetchall()
@@ -272,6 +274,18 @@ def sync_callers(db: apsw.Connection) -> list[CallerSync]:
     return out
 
 
+def listing(
+    files: list[FileState], prefix: str = "", date_from: str | None = None, date_to: str | None = None
+) -> list[FileState]:
+    """The live `files` whose path starts with `prefix`; with a date bound, only daily logs
+    (`memory/**/YYYY-MM-DD.md`) in the range."""
+    files = [s for s in files if s.path.startswith(prefix)]
+    if date_from or date_to:
+        low, high = date_from or "0000-01-01", date_to or "9999-12-31"
+        files = [s for s in files if (day := day_of(s.path)) is not None and low <= day <= high]
+    return files
+
+
 def check_expected(path: str, actual: str | None, expected: str | None) -> None:
     """ConflictError unless `expected` (None: anything, ABSENT: no file, or a hash) matches the file's current
     hash `actual` (None: no file)."""
@@ -286,7 +300,7 @@ def check_expected(path: str, actual: str | None, expected: str | None) -> None:
         raise ConflictError(f"{path} has changed: expected_hash does not match; the current hash is {shown}", actual)
 
 
-def count_live_files(db: apsw.Connection) -> int:
+def count_live_files(db: SqlConnection) -> int:
     """How many live files (not tombstones) the state database behind `db` records."""
     value = db.execute("SELECT count(*) FROM files WHERE hash IS NOT NULL").fetchall()[0][0]
     assert isinstance(value, int), "count(*) is an integer"

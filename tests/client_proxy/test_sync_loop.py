@@ -32,7 +32,7 @@ from server.sync.service import SyncService
 from syncproto.wire import MAX_CHANGES
 from tests.fakes.embedder import HashingEmbedder
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 INDEX = "team"
 URL = "https://memory.example"

@@ -37,7 +37,7 @@ from tests.transcript_fixtures import (
     write_session,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 INDEX = "team"
 ALICE = ChannelUser("alice", "SHA256:alice", {INDEX: "rw"}, INDEX, "rw")

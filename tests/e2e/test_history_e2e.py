@@ -13,7 +13,7 @@ from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import structured
 from tests.sync_support import Laptop, ProductServer, eventually
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 TEAM = "team"
 CALLERS = {"alice": {TEAM: "rw"}, "bob": {TEAM: "rw"}}

@@ -19,7 +19,7 @@ from tests.mcp_support import structured
 from tests.sync_support import TIMEZONE, Laptop, ProductServer, eventually, search_paths
 from tests.waits import long_poll_waiting, set_within
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 TEAM, OTHER = "team", "other"
 CALLERS = {"alice": {TEAM: "rw"}, "bob": {TEAM: "rw"}, "carol": {OTHER: "rw"}}

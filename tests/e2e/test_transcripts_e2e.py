@@ -17,7 +17,7 @@ import pytest
 from tests.sync_support import SETTLE, Laptop, ProductServer, search_paths
 from tests.transcript_fixtures import append_session, assistant_lines, at, project_folder, user_line, write_session
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 TEAM = "team"
 CALLERS = {"alice": {TEAM: "rw"}, "bob": {TEAM: "rw"}}

@@ -15,7 +15,7 @@ from syncproto.names import find_collision
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 ALICE = ChannelUser("alice", "SHA256:a", {"team": "rw"}, "team", "rw")
 PAIRS = [

@@ -341,3 +341,17 @@ def test_a_server_without_an_index_yet_backs_up_and_restores_its_keys(tmp_path):
     manifest = restore_archive(archive, tmp_path / "r" / "data", tmp_path / "r" / "keys")
     assert manifest["indexes"] == {} and manifest["keys_written"] == ["server.key", "server.pub"]
     assert (tmp_path / "r" / "data" / "indexes").is_dir()
+
+
+@pytest.mark.parametrize("command", ["backup", "restore"])
+def test_backup_and_restore_refuse_a_server_whose_files_live_in_postgresql(
+    folder, tmp_path, monkeypatch, capsys, command
+):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", "postgresql://memory:secret-pw@db.example/memory")
+    archive = tmp_path / "b.tar"
+    argv = ["--data-dir", str(folder / "data"), "--keys-dir", str(folder / "keys"), command, str(archive)]
+
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "live in PostgreSQL" in err and "pg_dump" in err and "secret-pw" not in err
+    assert not archive.exists()

@@ -28,6 +28,7 @@ def test_the_effective_configuration_masks_every_secret(tmp_path, monkeypatch, c
     monkeypatch.setenv("MEMORY_EMBEDDING_PROVIDERS", "voyage,local")
     monkeypatch.setenv("MEMORY_OPENAI_BASE_URL", "https://user:hunter2@gateway.example/v")
     monkeypatch.setenv("MEMORY_PORT", "9000")
+    monkeypatch.setenv("MEMORY_DATABASE_URL", "postgresql://memory:hunter2@db.internal/memory")
 
     assert main(["--data-dir", str(tmp_path / "d"), "config", "--json"]) == 0
     shown = capsys.readouterr().out
@@ -37,6 +38,7 @@ def test_the_effective_configuration_masks_every_secret(tmp_path, monkeypatch, c
     assert values["voyage_api_key"] == f"set, from file {secret}"
     assert values["openai_api_key"] == "set, from OPENAI_API_KEY"
     assert values["openai_base_url"] == "https://***@gateway.example/v"
+    assert values["database_url"] == "postgresql://***@db.internal/memory"
     for leaked in (VOYAGE_KEY, OPENAI_KEY, "hunter2"):
         assert leaked not in shown
 

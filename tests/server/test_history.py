@@ -21,6 +21,9 @@ from server.sync.service import SyncService
 from syncproto.messages import PushChange
 from syncproto.wire import sha256_hex
 from tests.fakes.embedder import HashingEmbedder
+from tests.postgres_support import ON_SERVER_DISK, open_file_store
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test runs on SQLite and on PostgreSQL
 
 
 class Clock:
@@ -61,6 +64,7 @@ def replace(service: MemoryService, who: CallerContext, text: str, path: str = P
     return service.write(who, text, path=path, mode="replace", expected_hash=current.hash or "absent").hash
 
 
+@ON_SERVER_DISK
 def test_every_kind_of_change_keeps_a_version_with_who_when_and_how(service, history, clock):
     sync = SyncService(service)
     first = replace(service, ALICE, "# Decisions\n\nSQLite.\n")
@@ -184,6 +188,7 @@ def test_history_survives_a_forced_reindex_a_lost_index_and_a_model_change(tmp_p
         second.close()
 
 
+@pytest.mark.sqlite_only("the SQLite mirror renames the file inside its transaction")
 def test_a_change_whose_transaction_fails_leaves_no_version_and_no_file(tmp_path, monkeypatch):
     mirror = Mirror(tmp_path / "idx")
     mirror.write(PATH, "kept\n", caller="alice")
@@ -201,9 +206,9 @@ def test_a_change_whose_transaction_fails_leaves_no_version_and_no_file(tmp_path
     mirror.close()
 
 
-def test_retention_keeps_everything_for_a_while_then_the_last_version_of_each_day(tmp_path, clock):
+def test_retention_keeps_everything_for_a_while_then_the_last_version_of_each_day(tmp_path, clock, backend, request):
     retention = Retention(all_days=30, max_days=90)
-    mirror = Mirror(tmp_path / "idx", clock=clock, retention=retention)
+    mirror = open_file_store(backend, request, tmp_path / "idx", clock=clock, retention=retention)
     for month, day in ((1, 1), (1, 2), (2, 1)):  # three versions a day
         for hour in (9, 12, 18):
             clock.now = dt.datetime(2024, month, day, hour, tzinfo=dt.UTC)
@@ -217,7 +222,7 @@ def test_retention_keeps_everything_for_a_while_then_the_last_version_of_each_da
     mirror.close()
     clock.now = dt.datetime(2024, 4, 25, tzinfo=dt.UTC)  # January is over 90 days old, February is not
 
-    again = Mirror(tmp_path / "idx", clock=clock, retention=retention)
+    again = open_file_store(backend, request, tmp_path / "idx", clock=clock, retention=retention)
     again.write("memory/other.md", "any write prunes (at most hourly)\n", caller="alice")
 
     kept = [v.updated_at for v in again.history.versions(PATH)]
@@ -228,6 +233,7 @@ def test_retention_keeps_everything_for_a_while_then_the_last_version_of_each_da
     again.close()
 
 
+@pytest.mark.sqlite_only("a migration of the SQLite state database")
 def test_a_state_from_before_the_history_starts_it_with_each_files_current_version(tmp_path):
     mirror = Mirror(tmp_path / "idx")
     mirror.write(PATH, "from before\n", caller="alice")

@@ -13,7 +13,7 @@ from server.memory.service import MemoryService
 from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import channel_user, connect, error, structured, text
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 ALICE = channel_user("alice", {"notes": "rw"}, "notes")
 MEMORY = (

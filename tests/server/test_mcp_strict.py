@@ -15,7 +15,7 @@ from server.memory.service import MemoryService
 from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import channel_user, connect, structured
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 ALICE = channel_user("alice", {"notes": "rw"}, "notes")
 TWO_SECTIONS = "# Memory\n\n## Deploy\nBlue-green behind HAProxy.\n\n## Database\nSQLite with WAL.\n"

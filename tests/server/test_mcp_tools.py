@@ -33,8 +33,9 @@ from tests.mcp_support import (
     structured,
     text,
 )
+from tests.postgres_support import ON_SERVER_DISK
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 ALICE = channel_user("alice", {"alice-notes": "rw", "team": "r"}, "alice-notes")
 BOB = channel_user("bob", {"bob-notes": "rw"}, "bob-notes")
@@ -190,6 +191,7 @@ async def test_a_long_file_is_returned_in_capped_pieces_that_say_where_to_contin
     assert "\n".join(pieces) + "\n" == body
 
 
+@ON_SERVER_DISK
 async def test_no_list_page_or_hit_list_outgrows_one_tool_result(service, tmp_path):
     paragraph = " ".join(f"deployment pipeline step{i} rollback canary strategy" for i in range(60))
     folder = "memory/projects/a-fairly-long-project-name/with-a-deep-folder"
@@ -268,6 +270,7 @@ async def test_status_names_the_model_counts_caller_index_and_version(service):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@ON_SERVER_DISK
 async def test_sync_indexes_files_changed_on_disk_and_reports_progress(service, tmp_path, mode):
     for n in range(5):
         plant(tmp_path, "alice-notes", f"memory/planted-{n}.md", f"# Planted {n}\n\nthe quokka number {n}\n")
@@ -289,6 +292,7 @@ async def test_sync_indexes_files_changed_on_disk_and_reports_progress(service, 
 
 
 @pytest.mark.parametrize("mode", MODES)
+@ON_SERVER_DISK
 async def test_cancelling_a_long_sync_reaches_the_service(tmp_path, mode):
     embedder = GatedEmbedder()
     service = MemoryService(tmp_path, embedder)
@@ -459,6 +463,7 @@ async def test_two_callers_cannot_reach_each_others_files_by_any_argument(servic
     assert bob_view["content"] == "bob secret pelican"  # nothing was overwritten or deleted
 
 
+@ON_SERVER_DISK
 async def test_a_symlink_planted_in_the_mirror_is_never_followed(service, tmp_path):
     async with connect(service, BOB) as client:
         await client.call_tool("memory_write", {"path": "MEMORY.md", "content": "bob secret pelican"})

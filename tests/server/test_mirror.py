@@ -26,6 +26,7 @@ from server.mirror.mirror import (
     Mirror,
     sha256_hex,
 )
+from tests.postgres_support import ON_SERVER_DISK, open_file_store
 
 
 class Clock:
@@ -45,8 +46,8 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def mirror(tmp_path: Path, clock: Clock) -> Iterator[Mirror]:
-    m = Mirror(tmp_path / "idx", clock=clock, max_file_bytes=4096)
+def mirror(tmp_path: Path, clock: Clock, backend: str, request: pytest.FixtureRequest) -> Iterator[Mirror]:
+    m = open_file_store(backend, request, tmp_path / "idx", clock=clock, max_file_bytes=4096)
     yield m
     m.close()
 
@@ -180,6 +181,11 @@ def test_size_and_encoding_limits(mirror: Mirror) -> None:
         mirror.write("memory/a.md", "a\x00b", caller="alice")
     with pytest.raises(InvalidArgumentError, match="surrogate"):
         mirror.write("memory/a.md", "a\ud800b", caller="alice")
+    assert mirror.read("memory/a.md") is None
+
+
+@ON_SERVER_DISK
+def test_files_on_disk_over_the_cap_or_not_utf8_are_refused_on_read(mirror: Mirror) -> None:
     (mirror.files_dir / "memory").mkdir(exist_ok=True)
     (mirror.files_dir / "memory" / "latin1.md").write_bytes("caf\xe9".encode("latin-1"))
     with pytest.raises(InvalidArgumentError, match="not UTF-8"):
@@ -200,6 +206,7 @@ def test_paths_go_through_the_gate(mirror: Mirror) -> None:
 # links planted in the mirror ----------------------------------------------------------------------------
 
 
+@ON_SERVER_DISK
 def test_a_symlinked_memory_folder_is_refused_for_every_operation(mirror: Mirror, outside: Path) -> None:
     os.symlink(outside / "memory", mirror.files_dir / "memory")
     with pytest.raises(UnsafePathError, match="symbolic link"):
@@ -215,6 +222,7 @@ def test_a_symlinked_memory_folder_is_refused_for_every_operation(mirror: Mirror
     assert sorted(p.name for p in (outside / "memory").iterdir()) == ["x.md"]
 
 
+@ON_SERVER_DISK
 def test_a_symlinked_nested_folder_is_refused(mirror: Mirror, outside: Path) -> None:
     mirror.write("memory/real.md", "real", caller="alice")
     os.symlink(outside / "memory", mirror.files_dir / "memory" / "sub")
@@ -226,6 +234,7 @@ def test_a_symlinked_nested_folder_is_refused(mirror: Mirror, outside: Path) -> 
     assert not (outside / "memory" / "y.md").exists()
 
 
+@ON_SERVER_DISK
 def test_a_symlinked_file_is_refused_and_its_target_untouched(mirror: Mirror, outside: Path) -> None:
     (mirror.files_dir / "memory").mkdir()
     os.symlink(outside / "secret.md", mirror.files_dir / "memory" / "link.md")
@@ -242,6 +251,7 @@ def test_a_symlinked_file_is_refused_and_its_target_untouched(mirror: Mirror, ou
     assert (mirror.files_dir / "memory" / "link.md").is_symlink()
 
 
+@ON_SERVER_DISK
 def test_a_dangling_symlink_is_not_created_through(mirror: Mirror, tmp_path: Path) -> None:
     (mirror.files_dir / "memory").mkdir()
     os.symlink(tmp_path / "nowhere.md", mirror.files_dir / "memory" / "ghost.md")
@@ -250,6 +260,7 @@ def test_a_dangling_symlink_is_not_created_through(mirror: Mirror, tmp_path: Pat
     assert not (tmp_path / "nowhere.md").exists()
 
 
+@ON_SERVER_DISK
 def test_a_folder_or_fifo_where_a_file_should_be_is_refused(mirror: Mirror) -> None:
     (mirror.files_dir / "memory" / "dir.md").mkdir(parents=True)
     os.mkfifo(mirror.files_dir / "memory" / "pipe.md")
@@ -261,6 +272,7 @@ def test_a_folder_or_fifo_where_a_file_should_be_is_refused(mirror: Mirror) -> N
     assert mirror.list() == []
 
 
+@ON_SERVER_DISK
 def test_a_file_where_a_folder_should_be_is_refused(mirror: Mirror) -> None:
     mirror.write("memory/a.md", "x", caller="alice")
     with pytest.raises(UnsafePathError):
@@ -270,6 +282,7 @@ def test_a_file_where_a_folder_should_be_is_refused(mirror: Mirror) -> None:
 # changes made on disk -----------------------------------------------------------------------------------
 
 
+@ON_SERVER_DISK
 def test_a_file_edited_on_disk_is_recorded_as_changed_by_disk(mirror: Mirror, clock: Clock) -> None:
     mirror.write("memory/a.md", "v1\n", caller="alice")
     clock.advance(minutes=5)
@@ -285,6 +298,7 @@ def test_a_file_edited_on_disk_is_recorded_as_changed_by_disk(mirror: Mirror, cl
     assert mirror.read("memory/a.md").revision == 2  # type: ignore[union-attr]
 
 
+@ON_SERVER_DISK
 def test_listing_records_new_edited_and_vanished_files(mirror: Mirror) -> None:
     mirror.write("memory/keep.md", "keep", caller="alice")
     mirror.write("memory/gone.md", "gone", caller="alice")
@@ -368,6 +382,7 @@ def test_state_survives_reopening_and_carries_a_schema_version(tmp_path: Path, c
         Mirror(tmp_path / "idx", clock=clock)
 
 
+@ON_SERVER_DISK
 def test_a_file_over_the_cap_on_disk_is_listed_but_never_loaded(mirror: Mirror) -> None:
     (mirror.files_dir / "memory").mkdir()
     data = b"line\r\n" * 2000 + b"tail"  # 12,004 bytes, cap 4,096
@@ -427,11 +442,13 @@ def test_every_written_version_stays_readable_as_a_merge_base_until_pruned(tmp_p
         mirror.close()
 
 
-def test_a_failing_change_listener_never_fails_the_write(tmp_path: Path, clock: Clock) -> None:
+def test_a_failing_change_listener_never_fails_the_write(
+    tmp_path: Path, clock: Clock, backend: str, request: pytest.FixtureRequest
+) -> None:
     def broken() -> None:
         raise RuntimeError("listener bug")
 
-    mirror = Mirror(tmp_path / "idx", clock=clock, on_change=broken)
+    mirror = open_file_store(backend, request, tmp_path / "idx", clock=clock, on_change=broken)
     try:
         assert mirror.write("memory/a.md", "kept\n", caller="alice").hash == sha256_hex(b"kept\n")
     finally:
@@ -439,10 +456,11 @@ def test_a_failing_change_listener_never_fails_the_write(tmp_path: Path, clock: 
 
 
 def test_held_change_notices_are_sent_once_when_the_block_ends_and_only_for_that_thread(
-    tmp_path: Path, clock: Clock
+    tmp_path: Path, clock: Clock, backend: str, request: pytest.FixtureRequest
 ) -> None:
     changes: list[str] = []
-    mirror = Mirror(tmp_path / "idx", clock=clock, on_change=lambda: changes.append(threading.current_thread().name))
+    heard = lambda: changes.append(threading.current_thread().name)  # noqa: E731
+    mirror = open_file_store(backend, request, tmp_path / "idx", clock=clock, on_change=heard)
     try:
         with mirror.holding_changes():
             mirror.write("memory/a.md", "one\n", caller="alice")

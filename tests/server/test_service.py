@@ -19,6 +19,9 @@ from server.index.scan import ScanConfig
 from server.memory.service import MAX_GET_CHARS, MAX_WRITE_BYTES, CallerContext, MemoryService
 from server.mirror.mirror import DISK
 from tests.fakes.embedder import HashingEmbedder
+from tests.postgres_support import ON_SERVER_DISK
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test runs on SQLite and on PostgreSQL
 
 
 class Clock:
@@ -423,6 +426,7 @@ def test_delete_removes_the_file_from_search_at_once(service: MemoryService) -> 
 # the mirror on disk --------------------------------------------------------------------------------------
 
 
+@ON_SERVER_DISK
 def test_a_file_edited_on_disk_is_picked_up(service: MemoryService) -> None:
     service.write(ALICE, "original wording", path="memory/notes.md")
     target = files_dir(service, "proj") / "memory" / "notes.md"
@@ -437,6 +441,7 @@ def test_a_file_edited_on_disk_is_picked_up(service: MemoryService) -> None:
     assert service.search(ALICE, "quantum tunnelling").hits == []
 
 
+@ON_SERVER_DISK
 def test_search_looks_for_disk_changes_at_most_once_per_interval(tmp_path: Path, clock: Clock) -> None:
     svc = MemoryService(tmp_path / "data", HashingEmbedder(), clock=clock, rescan_interval=3600)
     try:
@@ -451,6 +456,7 @@ def test_search_looks_for_disk_changes_at_most_once_per_interval(tmp_path: Path,
         svc.close()
 
 
+@ON_SERVER_DISK
 def test_symlinks_planted_in_the_mirror_are_refused(service: MemoryService, tmp_path: Path) -> None:
     service.write(ALICE, "real", path="MEMORY.md")
     outside = tmp_path / "outside"
@@ -474,6 +480,7 @@ def test_symlinks_planted_in_the_mirror_are_refused(service: MemoryService, tmp_
 # status and sync -------------------------------------------------------------------------------------------
 
 
+@ON_SERVER_DISK
 def test_status_describes_the_callers_index(service: MemoryService) -> None:
     service.write(ALICE, "something to count", path="MEMORY.md")
     status = service.status(ALICE)
@@ -488,6 +495,7 @@ def test_status_describes_the_callers_index(service: MemoryService) -> None:
     assert service.status(ALICE).pending_files == 1
 
 
+@ON_SERVER_DISK
 def test_sync_reports_progress_per_file_and_force_reindexes_everything(service: MemoryService) -> None:
     service.write(ALICE, "kept", path="MEMORY.md")
     folder = files_dir(service, "proj") / "memory"
@@ -504,6 +512,7 @@ def test_sync_reports_progress_per_file_and_force_reindexes_everything(service: 
     assert service.sync(READER).files_indexed == 0
 
 
+@ON_SERVER_DISK
 def test_sync_stops_when_cancelled(service: MemoryService) -> None:
     folder = files_dir(service, "proj") / "memory"
     folder.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from server.memory.service import CallerContext, MemoryService
 from tests.inner_app import inner_clients
 from tests.waits import long_poll_waiting, set_within
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 INDEX = "team"
 DAY = "2026-11-23"

@@ -48,6 +48,7 @@ SAMPLES = {
     "history_days": "7",
     "history_max_days": "365",
     "redact_writes": "false",
+    "database_url": '"postgresql://memory@db.internal/memory"',
     "voyage_api_key_file": '"/run/secrets/voyage"',
     "openai_api_key_file": '"/run/secrets/openai"',
 }
@@ -82,10 +83,18 @@ def test_every_setting_has_a_config_file_key_and_each_sample_is_read_from_the_fi
     assert settings.engine.cache_max_entries == 10000
     assert settings.extra_paths == ("notes", "decisions")
     assert (settings.history.all_days, settings.history.max_days) == (7, 365)
+    assert (
+        settings.database_url == "postgresql://memory@db.internal/memory" and Settings.from_env({}).database_url is None
+    )
     assert settings.key_files == {
         "VOYAGE_API_KEY_FILE": "/run/secrets/voyage",
         "OPENAI_API_KEY_FILE": "/run/secrets/openai",
     }
+
+
+def test_a_database_url_must_name_postgresql():
+    with pytest.raises(InvalidArgumentError, match="MEMORY_DATABASE_URL must be a postgresql:// URL"):
+        Settings.from_env({"MEMORY_DATABASE_URL": "mysql://memory@db/memory"})
 
 
 def test_the_environment_wins_over_the_file_and_an_empty_variable_counts_as_unset(tmp_path):

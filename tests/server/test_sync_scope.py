@@ -14,6 +14,9 @@ from server.memory.service import CallerContext, MemoryService
 from server.memory.upkeep import selected_paths
 from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import channel_user, connect, plant, structured
+from tests.postgres_support import ON_SERVER_DISK
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test runs on SQLite and on PostgreSQL
 
 ALICE = CallerContext("alice", "SHA256:a", {"proj": "rw"}, "proj", "rw")
 PATHS = ["MEMORY.md", "memory/a.md", "memory/b/c.md", "memory/bb.md", "sessions/laptop/2026-11-20-s1.md"]
@@ -40,6 +43,7 @@ def test_selected_paths_follow_the_scan_rules_and_a_prefix_is_a_folder_or_one_fi
     assert selected_paths(PATHS, source_of, "memory", "") == set(PATHS) - {"sessions/laptop/2026-11-20-s1.md"}
 
 
+@ON_SERVER_DISK
 def test_a_sync_of_one_folder_indexes_only_the_files_under_it(service, tmp_path):
     plant_all(service, tmp_path)
     folder = service.sync(ALICE, path="memory/b/")
@@ -70,6 +74,7 @@ def test_a_bad_source_or_path_is_a_clear_error(service, arguments, message):
 
 
 @pytest.mark.anyio
+@ON_SERVER_DISK
 async def test_memory_sync_takes_source_and_path_through_mcp(service, tmp_path):
     plant_all(service, tmp_path)
     async with connect(service, channel_user("alice", {"proj": "rw"}, "proj")) as client:

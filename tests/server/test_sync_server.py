@@ -23,9 +23,10 @@ from syncproto.wire import MAX_PUSH_BYTES, MAX_PUSH_CHANGES
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
 from tests.mcp_support import plant
+from tests.postgres_support import ON_SERVER_DISK
 from tests.waits import long_poll_waiting, set_within
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("backend")]  # on SQLite and on PostgreSQL
 
 INDEX = "team"
 WAIT = 10.0
@@ -324,6 +325,7 @@ async def test_a_laptop_ahead_of_the_server_gets_the_full_listing_marked_reset(l
     assert answer["reset"] is True and [c["path"] for c in answer["changes"]] == ["memory/a.md"]
 
 
+@ON_SERVER_DISK
 async def test_a_file_edited_on_the_servers_disk_reaches_the_laptops(laptops, tmp_path):
     plant(tmp_path / "data", INDEX, "memory/by-hand.md", "edited on the server\n")
     [change] = (await pull(laptops["bob"]))["changes"]

