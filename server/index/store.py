@@ -6,6 +6,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,9 @@ log = logging.getLogger(__name__)
 MMAP_BYTES = 1 << 30
 BUSY_TIMEOUT_MS = 10_000
 _CORRUPTION = (apsw.CorruptError, apsw.NotADBError)
+# sqlite-vec reports a damaged chunk of its shadow tables (a blob of the wrong size, or unreadable) as a plain SQL
+# error whose message names the blob; its errors about a caller's own input say "BLOB" in capitals instead.
+_VEC_DAMAGE = re.compile(r"(vectors?|validity|rowids) blob|blob (read|size)|(from|opening) blob")
 
 
 def vec_available() -> bool:
@@ -41,7 +45,8 @@ def load_vec(db: apsw.Connection) -> None:
 
 
 def is_corruption(exc: BaseException) -> bool:
-    return isinstance(exc, _CORRUPTION)
+    """The database is damaged: SQLite says so, or sqlite-vec cannot read its own tables."""
+    return isinstance(exc, _CORRUPTION) or (isinstance(exc, apsw.SQLError) and bool(_VEC_DAMAGE.search(str(exc))))
 
 
 def is_disk_full(exc: BaseException) -> bool:

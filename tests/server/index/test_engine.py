@@ -445,3 +445,24 @@ def test_neighbouring_chunks_of_one_file_come_back_as_one_hit_spanning_them(tmp_
     assert chunks > 2  # the file is several chunks, and every one of them matches
     assert len(hits) == 1 and (hits[0].start_line, hits[0].end_line) == (1, 42)
     assert hits[0].citation == "memory/2026-11-20.md#L1-L42"
+
+
+def test_a_damaged_vector_table_is_taken_for_corruption_and_rebuilt(tmp_path, folder):
+    # Found by the fault loop (scripts/faults.py --seed 2): 4 KiB of noise in the middle of index.sqlite3 left the
+    # b-tree sound but sqlite-vec's chunk of vectors unreadable, and every search failed with "vectors blob read
+    # error" instead of rebuilding the index from the files.
+    index = MemoryIndex.open(tmp_path / "data", "live", HashingEmbedder(), create=True)
+    try:
+        index.index(folder)
+        db = index.store.connection()
+        (table,) = [
+            row[0]
+            for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%vector_chunks%'")
+        ]
+        db.execute(f"UPDATE {table} SET vectors = zeroblob(3)")  # a chunk of vectors of the wrong size
+
+        meanwhile = index.search("webhook idempotent processed events")
+        assert meanwhile.hits[0].path == "memory/2026-11-18.md"
+        assert list(index.db_path.parent.glob("index.sqlite3.corrupt-*")), "the damaged file is kept for inspection"
+    finally:
+        index.close()
