@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from syncproto.faults import parse_points
-from tests.faults.ledger import Ledger, invented_lines
 from tests.faults.loop import run_seed
 
 pytestmark = pytest.mark.faults
@@ -24,21 +22,3 @@ def test_a_seed_of_faults_breaks_no_invariant(tmp_path: Path) -> None:
         "\n".join([*report.journal, *report.violations])
         + f"\nreplay: make test-faults SEED={SEED} STEPS=8 (or scripts/faults.py --seed {SEED} --steps 8 --keep)"
     )
-
-
-def test_fault_points_are_named_with_the_hit_that_kills() -> None:
-    assert parse_points("mirror.write.published@3, proxy.pull.written,,bad@x") == {
-        "mirror.write.published": 3,
-        "proxy.pull.written": 1,
-        "bad": 1,
-    }
-    assert parse_points("") == {}
-
-
-def test_a_line_nobody_wrote_is_a_violation() -> None:
-    ledger = Ledger(seed=5)
-    ledger.record("alice", "memory/a.md", "# a\n\n- one zq5x1\n", step=1, token="zq5x1")
-    assert invented_lines(ledger, {"memory/a.md": "# a\n\n- one zq5x1\n"}) == []
-    assert invented_lines(ledger, {"memory/a.md": "# a\n- one zq5x1 garbled\n"}) == [
-        "memory/a.md: '- one zq5x1 garbled'"
-    ]
