@@ -50,6 +50,7 @@ KINDS = (
     "index-corrupt",
 )
 LASTING = ("relay-cut", "clock", "offline", "disk-full")  # in force for the whole step, not one moment
+POINTS = ("server-point", "proxy-point")  # strike when the operation reaches them, if it does
 
 
 @dataclass
@@ -146,11 +147,16 @@ def heal(fault: Fault | None, cluster: Cluster, disk: Path | None) -> None:
             cluster.start_proxy(name)
 
 
-def _note_fired(fault: Fault, cluster: Cluster) -> None:
+def struck(fault: Fault, cluster: Cluster) -> bool:
+    """Whether a kill has happened: the process the fault concerns is dead."""
     if fault.kind in ("server-point", "server-kill"):
-        fault.fired = not cluster.server_alive()
-    elif fault.kind in ("proxy-point", "proxy-kill") and fault.laptop is not None:
-        fault.fired = not cluster.proxy_alive(fault.laptop)
+        return not cluster.server_alive()
+    return fault.laptop is not None and not cluster.proxy_alive(fault.laptop)
+
+
+def _note_fired(fault: Fault, cluster: Cluster) -> None:
+    if fault.kind in ("server-point", "server-kill", "proxy-point", "proxy-kill"):
+        fault.fired = struck(fault, cluster)
     elif fault.kind == "relay-cut":
         fault.fired = cluster.relay.cuts > fault.cuts_before
     else:

@@ -54,13 +54,18 @@ class Ledger:
         return f"zq{self.seed}x{self.counter}"
 
     def record(self, laptop: str, path: str, text: str, step: int, token: str | None = None) -> Written:
-        for earlier in self.writes:
-            if earlier.laptop == laptop and earlier.path == path and not earlier.acknowledged:
-                earlier.superseded = True
+        self.overtaken(laptop, path)
         written = Written(laptop, path, text, step, token=token)
         self.writes.append(written)
         self.lines.update(text.splitlines())
         return written
+
+    def overtaken(self, laptop: str, path: str) -> None:
+        """The user of `laptop` saved, deleted or renamed `path` again: its earlier saves need not reach the server
+        (the sync may never have seen them)."""
+        for earlier in self.writes:
+            if earlier.laptop == laptop and earlier.path == path and not earlier.acknowledged:
+                earlier.superseded = True
 
     def pending(self) -> list[Written]:
         """The writes that must still reach the server."""

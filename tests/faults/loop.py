@@ -25,6 +25,7 @@ from tests.faults.workload import perform
 
 CONVERGE_WITHIN = 60.0  # seconds for the cluster to agree after a fault is healed
 STRIKE_WITHIN = 3.0  # seconds a fault is given to strike before it is healed
+OPERATIONS_PER_STEP = 3  # at most, one after the other, while the fault is in force
 
 
 @dataclass
@@ -57,7 +58,10 @@ def run_seed(seed: int, folder: Path, *, steps: int, disk: Path | None) -> SeedR
             if fault is not None:
                 kinds.apply(fault, cluster, rng, disk)
                 report.faults[fault.kind] += 1
-            done = perform(rng, cluster, ledger, step, fault.laptop if fault else None)
+            done = "; ".join(
+                perform(rng, cluster, ledger, step, fault.laptop if fault else None)
+                for _ in range(rng.randint(1, OPERATIONS_PER_STEP))
+            )
             report.journal.append(f"step {step}: {fault or 'no fault'}; {done}")
             _strike(cluster, ledger, fault)
             kinds.heal(fault, cluster, disk)
@@ -78,11 +82,16 @@ def run_seed(seed: int, folder: Path, *, steps: int, disk: Path | None) -> SeedR
 
 
 def _strike(cluster: Cluster, ledger: Ledger, fault: kinds.Fault | None) -> None:
-    """Give the fault its moment: until the step's writes reach the server, at most STRIKE_WITHIN seconds (all of
-    them for a fault that lasts: a wrong clock, a full disk, a laptop offline, a cutting relay)."""
+    """Give the fault its moment, at most STRIKE_WITHIN seconds: an armed point until its process dies, a fault
+    that lasts (a wrong clock, a full disk, a laptop offline, a cutting relay) all of it, any other until the
+    step's writes reach the server."""
     deadline = time.monotonic() + STRIKE_WITHIN
-    lasting = fault is not None and fault.kind in kinds.LASTING
-    while time.monotonic() < deadline and (lasting or not _acknowledge(cluster, ledger)):
+    while time.monotonic() < deadline:
+        if fault is not None and fault.kind in kinds.POINTS:
+            if kinds.struck(fault, cluster):
+                return
+        elif (fault is None or fault.kind not in kinds.LASTING) and _acknowledge(cluster, ledger):
+            return
         time.sleep(0.05)
 
 

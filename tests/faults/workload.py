@@ -2,6 +2,7 @@
 
 write    one laptop saves a file (a new line appended, one replaced, or one inserted; now and then a long one)
 both     both laptops save the same file at the same moment (merged, or a conflict copy)
+race     one laptop deletes a file while the other saves it (the save must survive)
 delete   one laptop deletes a file
 rename   one laptop renames a file (`mv`: a deletion and a new file to the sync)
 restore  one laptop restores an earlier version of a file through the server (`memory-proxy restore`)
@@ -15,7 +16,7 @@ from tests.faults.cluster import NAMES, Cluster
 from tests.faults.ledger import Ledger
 
 PATHS = ("MEMORY.md", "memory/notes.md", "memory/decisions.md", "memory/team/people.md", "memory/2026-11-20.md")
-OPERATIONS = ("write", "write", "write", "both", "both", "delete", "rename", "restore")
+OPERATIONS = ("write", "write", "write", "both", "both", "race", "delete", "rename", "restore")
 WORDS = ("deploy", "schema", "cache", "retry", "index", "review", "budget", "latency", "backup", "token", "queue")
 
 
@@ -47,7 +48,7 @@ def perform(rng: random.Random, cluster: Cluster, ledger: Ledger, step: int, act
     who = actor or who
     laptop = cluster.laptops[who]
     present = sorted(laptop.files())
-    if operation in ("delete", "rename", "restore") and not present:
+    if operation in ("race", "delete", "rename", "restore") and not present:
         operation = "write"
     if operation == "write":
         path = rng.choice(PATHS)
@@ -63,13 +64,23 @@ def perform(rng: random.Random, cluster: Cluster, ledger: Ledger, step: int, act
             ledger.record(name, path, texts[name][0], step, texts[name][1])
         return f"both write {path}"
     path = rng.choice(present)
+    if operation == "race":
+        other = next(name for name in NAMES if name != who)
+        text, token = edited(rng, ledger, path, cluster.laptops[other].read(path))
+        laptop.path(path).unlink()
+        ledger.overtaken(who, path)
+        cluster.laptops[other].write(path, text)
+        ledger.record(other, path, text, step, token)
+        return f"{who} deletes {path} while {other} saves it"
     if operation == "delete":
         laptop.path(path).unlink()
+        ledger.overtaken(who, path)
         return f"{who} deletes {path}"
     if operation == "rename":
         target = f"memory/moved-{ledger.token()}.md"
         text = laptop.read(path) or ""
         laptop.path(path).rename(laptop.path(target))
+        ledger.overtaken(who, path)
         ledger.record(who, target, text, step)
         return f"{who} renames {path} to {target}"
     return _restore(rng, cluster, ledger, who, path, step)
