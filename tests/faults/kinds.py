@@ -7,7 +7,7 @@ proxy-point    one laptop's proxy restarted with a named point of its pull or pu
 proxy-kill     SIGKILL of one laptop's proxy at a random moment
 relay-cut      the TCP relay cuts every connection a few hundred bytes further (mid-request or mid-answer)
 clock          one laptop's proxy restarted with its clock an hour ahead or behind (libfaketime): the server's
-               handshake window refuses it
+               handshake window refuses it; or two minutes ahead (accepted), then set right at the heal
 offline        one laptop's proxy quit for the step (its user keeps editing)
 disk-full      the server's data folder (a small tmpfs) filled to the last byte
 index-corrupt  the server stopped, its index database truncated or overwritten in the middle, started again
@@ -82,7 +82,7 @@ def choose(rng: random.Random, disk: Path | None) -> Fault | None:
     if kind == "proxy-kill":
         return Fault(kind, f"after {rng.uniform(0.0, 1.5):.2f} s", laptop)
     if kind == "clock":
-        return Fault(kind, rng.choice(("+1h", "-1h")), laptop)
+        return Fault(kind, rng.choice(("+1h", "-1h", "+2m")), laptop)
     if kind == "index-corrupt":
         return Fault(kind, rng.choice(("truncate", "overwrite")))
     return Fault(kind, laptop=laptop if kind == "offline" else None)
