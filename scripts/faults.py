@@ -42,6 +42,7 @@ def main(argv: list[str]) -> int:
     group.add_argument("--seed", type=int, metavar="S", help="replay seed S")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"steps per seed (default {STEPS})")
     parser.add_argument("--keep", action="store_true", help="keep each seed's folder (logs, files) for a look")
+    parser.add_argument("--journal", action="store_true", help="print every seed's steps, not only a failing one's")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else list(range(1, args.seeds + 1)) if args.seeds else list(CI_SEEDS)
     reports = []
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
         reports.append(report)
         faults = ", ".join(f"{n} {kind}" for kind, n in sorted(report.faults.items()))
         print(f"seed {seed}: {report.steps} steps, {report.seconds:.0f} s; faults: {faults or 'none'}", flush=True)
-        if report.violations or args.seed is not None:
+        if report.violations or args.seed is not None or args.journal:
             for line in report.journal:
                 print(f"    {line}")
             for violation in report.violations:
