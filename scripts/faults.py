@@ -47,8 +47,9 @@ def main(argv: list[str]) -> int:
     seeds = [args.seed] if args.seed is not None else list(range(1, args.seeds + 1)) if args.seeds else list(CI_SEEDS)
     reports = []
     for seed in seeds:
-        with _folder(seed, args.keep) as folder, _small_disk(folder / "disk") as disk:
+        with _folder(seed, args.keep) as (folder, kept), _small_disk(folder / "disk") as disk:
             report = run_seed(seed, folder, steps=args.steps, disk=disk)
+            kept.append(bool(report.violations))  # a failing seed's logs and files stay for a look
         reports.append(report)
         faults = ", ".join(f"{n} {kind}" for kind, n in sorted(report.faults.items()))
         print(f"seed {seed}: {report.steps} steps, {report.seconds:.0f} s; faults: {faults or 'none'}", flush=True)
@@ -90,12 +91,13 @@ def table(reports: list[SeedReport]) -> str:
 
 
 @contextmanager
-def _folder(seed: int, keep: bool) -> Iterator[Path]:
+def _folder(seed: int, keep: bool) -> Iterator[tuple[Path, list[bool]]]:
     folder = Path(tempfile.mkdtemp(prefix=f"faults-seed{seed}-"))
+    kept: list[bool] = [keep]
     try:
-        yield folder
+        yield folder, kept
     finally:
-        if keep:
+        if any(kept):
             print(f"  kept {folder}")
         else:
             shutil.rmtree(folder, ignore_errors=True)

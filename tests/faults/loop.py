@@ -75,6 +75,8 @@ def run_seed(seed: int, folder: Path, *, steps: int, disk: Path | None) -> SeedR
             report.violations += final_checks(cluster, ledger)
     except AssertionError as exc:  # a process that would not start, a command that failed: a finding too
         report.violations.append(f"step {report.steps}: {exc}")
+    except Exception as exc:  # the loop's own failure: shown like a violation, so that it is fixed too
+        report.violations.append(f"step {report.steps}: the loop failed: {type(exc).__name__}: {exc}")
     finally:
         cluster.close()
         report.seconds = time.monotonic() - started

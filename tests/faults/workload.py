@@ -64,6 +64,17 @@ def perform(rng: random.Random, cluster: Cluster, ledger: Ledger, step: int, act
             ledger.record(name, path, texts[name][0], step, texts[name][1])
         return f"both write {path}"
     path = rng.choice(present)
+    try:
+        return _change(rng, cluster, ledger, step, operation, who, path)
+    except FileNotFoundError:  # the sync deleted or renamed it a moment ago, as the user looked
+        return f"{who} finds {path} gone"
+
+
+def _change(
+    rng: random.Random, cluster: Cluster, ledger: Ledger, step: int, operation: str, who: str, path: str
+) -> str:
+    """A race, a delete, a rename or a restore of `path`, a file of laptop `who`."""
+    laptop = cluster.laptops[who]
     if operation == "race":
         other = next(name for name in NAMES if name != who)
         text, token = edited(rng, ledger, path, cluster.laptops[other].read(path))
