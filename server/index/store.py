@@ -21,9 +21,12 @@ log = logging.getLogger(__name__)
 MMAP_BYTES = 1 << 30
 BUSY_TIMEOUT_MS = 10_000
 _CORRUPTION = (apsw.CorruptError, apsw.NotADBError)
-# sqlite-vec reports a damaged chunk of its shadow tables (a blob of the wrong size, or unreadable) as a plain SQL
-# error whose message names the blob; its errors about a caller's own input say "BLOB" in capitals instead.
-_VEC_DAMAGE = re.compile(r"(vectors?|validity|rowids) blob|blob (read|size)|(from|opening) blob")
+# sqlite-vec reports damaged shadow tables as plain SQL errors: a blob of the wrong size or unreadable, chunks it
+# cannot iterate, a rowid its own index already holds (SQLite's own constraint errors say "failed:" and are
+# ConstraintError). Its errors about a caller's input say "BLOB" in capitals instead.
+_VEC_DAMAGE = re.compile(
+    r"(vectors?|validity|rowids) blob|blob (read|size)|(from|opening) blob|chunks iter|UNIQUE constraint failed on \w+ "
+)
 
 
 def vec_available() -> bool:
