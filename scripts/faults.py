@@ -30,7 +30,9 @@ sys.path.insert(0, str(REPO))
 from tests.faults.kinds import KINDS  # noqa: E402
 from tests.faults.loop import SeedReport, run_seed  # noqa: E402
 
-CI_SEEDS = (1, 2, 3)  # `make test-faults`: about four minutes on two cores
+# `make test-faults`: about three minutes on two cores. Together these draw every kind of fault (as root); seed 2
+# found the unreadable vector table (server/index/store.py).
+CI_SEEDS = (2, 5, 6, 7)
 STEPS = 10
 DISK_SIZE = "48m"
 
