@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast test-container test-browser lint bench clean
+.PHONY: run test test-fast test-container test-browser test-faults lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ test-container: $(VENV)/.installed-dev
 # root: scripts/test-browser.sh); screenshots of its views in build/screenshots/.
 test-browser: $(VENV)/.installed-dev
 	scripts/test-browser.sh
+
+# The seeded fault-injection loop (docs/faults.md): a real server and two real proxies under a random workload with
+# kills, cut connections, a full disk, wrong clocks and a damaged index; the invariants after each seed; a table.
+# SEED=17 replays one seed; STEPS=N changes the steps per seed. `scripts/faults.py --seeds 30` for a long run.
+test-faults: $(VENV)/.installed-dev
+	$(BIN)/python scripts/faults.py $(if $(SEED),--seed $(SEED)) $(if $(STEPS),--steps $(STEPS))
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py

@@ -25,9 +25,11 @@ import anyio
 import httpx2
 
 from channel.client_session import ClientSession
+from channel.client_stamps import StampFile
 from channel.codec import InnerHead, InnerRequest, pack_request, unpack_head
 from channel.constants import (
     CLOCK_OFF,
+    CLOCK_WINDOW,
     CONTENT_TYPE,
     HANDSHAKE_PATH,
     KIND_BODY,
@@ -74,6 +76,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         transport: httpx2.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.time,
         random: Callable[[int], bytes] = os.urandom,
+        stamps: StampFile | None = None,
     ) -> None:
         base = str(url).rstrip("/")
         self._handshake_url = httpx2.URL(base + HANDSHAKE_PATH)
@@ -86,6 +89,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         self._lock = anyio.Lock()
         self._session: ClientSession | None = None
         self._last_timestamp = 0
+        self._stamps = stamps  # the device's newest accepted timestamp, shared by its processes
         # How far this device's clock was ahead of the server's at the last handshake (seconds, the network's
         # one-way delay included), from the server time in msg2; None before one succeeded.
         self.clock_offset: float | None = None
@@ -174,7 +178,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         several) may have just handshaked with a later timestamp, which makes ours look replayed."""
         for attempt in range(2):
             # The timestamp must grow with every handshake of this key, even if the clock stalls or steps back.
-            timestamp = max(int(self._clock() * 1e9), self._last_timestamp + 1)
+            timestamp = max(int(self._clock() * 1e9), self._last_timestamp + 1, self._stamp_floor())
             self._last_timestamp = timestamp
             message, initiator = create_initiation(self._key, self._server, timestamp, self._random)
             sent_at = self._clock()
@@ -195,6 +199,8 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
                 welcome, keys = consume_response(initiator, body)
                 session = ClientSession.start(welcome, keys, sent_at)
                 self.clock_offset = sent_at - welcome.server_time_ms / 1000
+                if self._stamps is not None:
+                    self._stamps.accepted(timestamp)
                 log.info("handshake ok session=%s", session.tag)
                 return session
             self._check_server_key(response.headers.get(SERVER_KEY_HEADER))
@@ -203,6 +209,14 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             if response.status_code != 403 or attempt:
                 break
         raise HandshakeRefused(response.status_code, self._key.public.fingerprint)
+
+    def _stamp_floor(self) -> int:
+        """Just above the newest timestamp any process of this device had accepted; 0 without one, or when it is
+        more than two clock windows ahead of this clock (a stray file: the server ignores such a one too)."""
+        newest = self._stamps.newest() if self._stamps is not None else 0
+        if newest - self._clock() * 1e9 > 2 * CLOCK_WINDOW * 1e9:
+            return 0
+        return newest + 1 if newest else 0
 
     def _check_server_key(self, presented: str | None) -> None:
         """After a refusal: if the server names a key other than the pinned one, that is the error to report."""

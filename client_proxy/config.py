@@ -21,6 +21,8 @@ The config directory (`proxy_home`) is created with mode 0700 and holds:
   when neither `--index` nor `MEMORY_INDEX` names one. `sync` and `sync_exclude` steer the file sync
   (`client_proxy.sync.syncer`), `transcripts` the session upload (`client_proxy.transcripts.upload`); `init` keeps them.
   No other fields are allowed.
+- `handshake-stamp`: the newest handshake timestamp the server accepted from this device (mode 0600), so that a
+  clock set back does not lock the device out (`channel.client_stamps`).
 """
 
 from __future__ import annotations

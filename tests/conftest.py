@@ -48,6 +48,8 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/client_proxy/test_forwarder.py::test_the_proxy_exits_when_its_parent_is_gone_even_with_stdin_open",
     "tests/server/index/test_engine.py::test_a_process_killed_while_writing_a_file_leaves_a_consistent_index",
     "tests/client_proxy/test_doctor.py::test_every_check_passes_on_a_sound_set_up_with_the_proxy_running",
+    "tests/faults/test_fault_loop.py::test_a_seed_of_faults_breaks_no_invariant",
+    "tests/syncproto/test_faults.py::test_an_armed_point_kills_its_process_on_the_named_hit_and_an_unarmed_one_does_nothing",
 )
 SLOW = (  # seconds each on two cores: long property runs, real servers on sockets, large batches
     "tests/channel/test_tunnel.py",
@@ -70,6 +72,7 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/security/test_redaction_property.py",
     "tests/server/test_sessions_server.py::test_a_long_poll_is_not_answered_by_transcript_uploads_alone",
     "tests/client_proxy/test_doctor.py",  # a real server on a socket per test
+    "tests/faults/test_fault_loop.py::test_a_seed_of_faults_breaks_no_invariant",
 )
 
 

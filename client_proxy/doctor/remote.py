@@ -20,6 +20,7 @@ from channel.transport import ChannelTransport
 from client_proxy.config import ProxyConfig
 from client_proxy.doctor.checks import Result
 from client_proxy.forward.upstream import describe
+from client_proxy.remote.connection import channel_transport
 from client_proxy.settings import RunSettings
 from client_proxy.sync.state import StateCorruptError, StateStore
 from syncproto.wire import CHANGES_PATH
@@ -61,7 +62,7 @@ async def check_channel(
 ) -> tuple[list[Result], float | None]:
     """The handshake (the pinned key, this device let in), then the grant for the project's index; and the clock
     offset the handshake measured."""
-    transport = ChannelTransport(config.server_url, client_key=key, server_key=config.server_key)
+    transport = channel_transport(config, key)
     async with httpx2.AsyncClient(transport=transport, base_url=INNER_BASE, timeout=TIMEOUT) as client:
         results = await _check_channel(client, transport, config, settings, index)
     return results, transport.clock_offset

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import httpx2
 
+from channel.client_stamps import STAMP_FILE, StampFile
 from channel.constants import INDEX_HEADER
 from channel.errors import ChannelError
 from channel.keys import PrivateKey, read_private_key
@@ -28,9 +29,16 @@ INNER_BASE: Final = "http://memory"  # inside the tunnel only the path counts
 TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)  # the SDK's: a tool may stream for minutes
 
 
+def channel_transport(config: ProxyConfig, key: PrivateKey) -> ChannelTransport:
+    """The channel to the configured server, its handshake timestamps kept above the newest this device had
+    accepted (`channel.client_stamps`: a clock set back must not lock the laptop out)."""
+    stamps = StampFile(config.home / STAMP_FILE)
+    return ChannelTransport(config.server_url, client_key=key, server_key=config.server_key, stamps=stamps)
+
+
 def channel_client(config: ProxyConfig, key: PrivateKey, index: str, timezone: str) -> httpx2.AsyncClient:
     """An httpx2 client whose every request travels sealed to the server, naming the index and the time zone."""
-    transport = ChannelTransport(config.server_url, client_key=key, server_key=config.server_key)
+    transport = channel_transport(config, key)
     headers = {INDEX_HEADER: index, TIMEZONE_HEADER: timezone}
     return httpx2.AsyncClient(transport=transport, base_url=INNER_BASE, headers=headers, timeout=TIMEOUT)
 

@@ -33,6 +33,7 @@ from client_proxy.sync.plan import pending_pushes
 from client_proxy.sync.retry import Retry
 from client_proxy.sync.state import StateStore, SyncState, utc_stamp
 from client_proxy.sync.watcher import Wakeup, Watcher
+from syncproto.faults import fault_point
 from syncproto.paths import memory_folders
 from syncproto.progress import Progress
 from syncproto.wire import MAX_PUSH_CHANGES
@@ -260,6 +261,7 @@ class Syncer:
         counts.update(result.status for result in results)
 
     def _apply_results(self, batch: list[PushChange], results: list[PushResult]) -> None:
+        fault_point("proxy.push.answered")
         for sent, result in zip(batch, results, strict=True):
             self._reconciler.apply_result(sent, result)
         self._save()
@@ -272,6 +274,7 @@ class Syncer:
         outcomes: Counter[str] = Counter()
         for change in answer.changes:
             outcomes[self._reconciler.apply_change(change, reset=self._reset_listed is not None)] += 1
+            fault_point("proxy.pull.written")
             if self._reset_listed is not None:
                 self._reset_listed.add(change.path)
         if self._reset_listed is not None and not answer.more:
@@ -285,6 +288,7 @@ class Syncer:
             count, summary = len(answer.changes), _summary(outcomes)
             log.info("sync: pulled %d changes up to revision %d (%s)", count, answer.next, summary)
         self._save()
+        fault_point("proxy.pull.saved")
         return outcomes["dirty"] > 0 or answer.reset
 
     def _save(self) -> None:

@@ -128,15 +128,20 @@ class MemoryIndex:
         write_info(self.directory, {k: v for k, v in info.items() if v is not None})
 
     def _open_store(self) -> Store:
+        store: Store | None = None
         try:
             store = Store(self.db_path)
-        except CorruptIndexError:
+            if self.embedder is not None and store.vec_loaded:
+                ensure_live_space(store, self.embedder)
+        except Exception as exc:  # damage the schema check missed shows in the first reads of the vectors' space
+            if not (isinstance(exc, CorruptIndexError) or is_corruption(exc)):
+                raise
+            if store is not None:
+                store.close()
             quarantine(self.db_path)
             self.store = Store(self.db_path)
             self._reindex_after_rebuild()  # the vectors' table comes with the background rebuild
             return self.store
-        if self.embedder is not None and store.vec_loaded:
-            ensure_live_space(store, self.embedder)
         return store
 
     def _reindex_after_rebuild(self) -> None:
@@ -350,10 +355,10 @@ class MemoryIndex:
                 self.rebuild_vectors()
             else:
                 self.keep_vectors_current()
-            if report.chunks_pending or self.pending_count():
+            if report.chunks_pending or self._guard(self.pending_count):
                 try:
                     report.chunks_embedded += self.embed_pending()
-                    report.chunks_pending = self.pending_count()
+                    report.chunks_pending = self._guard(self.pending_count)
                 except EngineError as exc:
                     log.warning("pending chunks stay keyword-only: %s", exc)
             return report

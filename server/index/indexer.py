@@ -22,6 +22,7 @@ from server.index.scan import ScanConfig, UnreadableFile, day_of, decode_memory
 from server.index.store import Store
 from server.index.tagging import labelled_text
 from server.index.vectors import VectorSpace, embed_missing
+from syncproto.faults import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ class Indexer:
             return
         db = self.store.connection()
         vectors: dict[str, bytes] = {}
+        fault_point("index.chunked")
         if self.embedder is not None and self.space is not None:
             items = {c.hash: c.embed_text for p in batch for c in p.chunks}
             try:
@@ -197,8 +199,10 @@ class Indexer:
                 report.chunks_embedded += embedded
             except EmbeddingError as exc:
                 log.warning("embedding failed, chunks stay keyword-only until retried: %s", exc)
+        fault_point("index.embedded")
         for prepared in batch:
             self._write_file(db, prepared, vectors)
+            fault_point("index.committed")
             report.files_indexed += 1
             report.chunks_written += len(prepared.chunks)
             if self.space is not None:

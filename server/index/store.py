@@ -6,6 +6,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,12 @@ log = logging.getLogger(__name__)
 MMAP_BYTES = 1 << 30
 BUSY_TIMEOUT_MS = 10_000
 _CORRUPTION = (apsw.CorruptError, apsw.NotADBError)
+# sqlite-vec reports damaged shadow tables as plain SQL errors: a blob of the wrong size or unreadable, chunks it
+# cannot iterate, a rowid its own index already holds (SQLite's own constraint errors say "failed:" and are
+# ConstraintError). Its errors about a caller's input say "BLOB" in capitals instead.
+_VEC_DAMAGE = re.compile(
+    r"(vectors?|validity|rowids) blob|blob (read|size)|(from|opening) blob|chunks iter|UNIQUE constraint failed on \w+ "
+)
 
 
 def vec_available() -> bool:
@@ -41,7 +48,8 @@ def load_vec(db: apsw.Connection) -> None:
 
 
 def is_corruption(exc: BaseException) -> bool:
-    return isinstance(exc, _CORRUPTION)
+    """The database is damaged: SQLite says so, or sqlite-vec cannot read its own tables."""
+    return isinstance(exc, _CORRUPTION) or (isinstance(exc, apsw.SQLError) and bool(_VEC_DAMAGE.search(str(exc))))
 
 
 def is_disk_full(exc: BaseException) -> bool:

@@ -46,6 +46,7 @@ from server.mirror.state import (
     store_version,
     utc_now,
 )
+from syncproto.faults import fault_point
 from syncproto.paths import is_session_file
 from syncproto.wire import sha256_hex
 
@@ -197,18 +198,22 @@ class Mirror(StateRecords):
                 return current
             with folder(self.files_dir, path, create=True) as parent:
                 staged = Staged(parent, path.rsplit("/", 1)[-1], path, data)
+                fault_point("mirror.write.staged")
                 try:
                     with self._db:
                         lines = count_lines_of_bytes(data)
                         state = self._record(path, digest, len(data), staged.mtime_ns, lines, caller, change)
+                        fault_point("mirror.write.recorded")
                         if not is_session_file(path):  # transcripts are never merged: no merge bases
                             store_version(self._db, digest, data, state.updated_at)
                         self._remember(record)
                         self._prune_versions()
                         staged.publish()  # inside the transaction: a failed commit is a change on disk, seen later
+                        fault_point("mirror.write.published")
                 except BaseException:
                     staged.discard()
                     raise
+                fault_point("mirror.write.committed")
                 os.fsync(parent)
         self._changed()
         return state
@@ -232,6 +237,7 @@ class Mirror(StateRecords):
                     self._record(path, None, 0, 0, 0, caller, change)
                     lstat_file(parent, name, path)  # refuses a symbolic link
                     os.unlink(name, dir_fd=parent)
+                    fault_point("mirror.delete.unlinked")
                 os.fsync(parent)
         self._changed()
         return current

@@ -18,6 +18,7 @@ from server.mirror.mirror import ABSENT, FileState, MirrorFile
 from server.mirror.paths import normalise_memory_path
 from server.sync.conflicts import conflict_path
 from server.sync.merge import merge3, merge_unrelated
+from syncproto.faults import fault_point
 from syncproto.messages import Change, PushChange, PushResult, changes_json
 from syncproto.paths import is_session_file, memory_folders
 from syncproto.wire import MAX_CHANGE_BYTES, MAX_CHANGES, sha256_hex
@@ -90,10 +91,12 @@ class SyncService:
             mirror = handle.mirror
             results: list[PushResult] = []
             written: list[str] = []
+            fault_point("sync.push.received")
             with mirror.holding_changes():  # long-polls wake once, after the files are searchable
                 with mirror.lock:
                     for change in changes:
                         result = self._apply(mirror, caller.name, change)
+                        fault_point("sync.push.applied")
                         results.append(result)
                         if result.status in ("applied", "merged", "deleted") and result.path not in written:
                             written.append(result.path)
@@ -101,6 +104,7 @@ class SyncService:
                             written.append(result.conflict_path)
                 if written:
                     self.service.reindex(handle, written)
+                    fault_point("sync.push.indexed")
             revision = mirror.revision()
             mirror.record_sync(caller.name, "push", revision)
             counts: dict[str, int] = {}
@@ -159,6 +163,7 @@ def _write(
         base_text = mirror.version_text(base)
         merged = merge3(base_text, current.text, content) if base_text is not None else None
     if merged is not None:
+        fault_point("sync.merge.merged")
         try:
             state = mirror.write(path, merged, caller=caller, expected_hash=current.hash, change="merge")
         except InvalidArgumentError:  # the merged text is over the size cap: keep both sides apart instead

@@ -12,7 +12,7 @@ import pytest
 
 from channel.authz import CallerTable
 from channel.constants import CLOCK_WINDOW, HANDSHAKE_PATH
-from channel.errors import ClockOff
+from channel.errors import ClockOff, HandshakeRefused
 from channel.handshake import create_initiation
 from channel.keys import PrivateKey
 from channel.session import SessionTable
@@ -71,3 +71,37 @@ async def test_a_device_locked_out_by_an_old_far_future_timestamp_gets_back_in(t
         assert first.status_code == 200  # the old server: 403 "replayed" for ten years
         replayed = await post_msg1(server.url, server.server_key, time.time_ns() - 10**9)
         assert replayed.status_code == 403  # and the replay rule holds again from here
+
+
+@pytest.mark.parametrize("remembered", [True, False])
+async def test_a_clock_set_back_does_not_lock_out_a_restarted_device_that_keeps_its_newest_timestamp(
+    tmp_path, remembered
+):
+    # Found by the fault loop (clock two minutes ahead, then set right): the server keeps each key's newest
+    # timestamp, so every new process of the device (a restarted proxy, a terminal command) was refused as a replay
+    # until real time caught up. A device that keeps its newest accepted timestamp (channel.client_stamps) is not.
+    from channel.client_stamps import StampFile
+
+    stamps = StampFile(tmp_path / "handshake-stamp") if remembered else None
+    with serve_channel(inner_app(AppState()), directory()) as server, anyio.fail_after(10):
+        ahead = lambda: time.time() + 120.0  # noqa: E731
+        async with server.client(DEVICE, clock=ahead, stamps=stamps) as fast:
+            assert (await fast.post("/count")).status_code == 200
+        async with server.client(DEVICE, stamps=stamps) as corrected:  # NTP set the clock right; a new process
+            if remembered:
+                assert (await corrected.post("/count")).status_code == 200
+            else:
+                with pytest.raises(HandshakeRefused, match="clock went backwards"):
+                    await corrected.post("/count")
+
+
+def test_a_stray_or_unreadable_stamp_file_is_ignored(tmp_path):
+    from channel.client_stamps import StampFile
+
+    path = tmp_path / "handshake-stamp"
+    assert StampFile(path).newest() == 0
+    path.write_text("not a number")
+    assert StampFile(path).newest() == 0
+    StampFile(path).accepted(42)
+    StampFile(path).accepted(7)  # an older one never replaces a newer one
+    assert StampFile(path).newest() == 42

@@ -462,3 +462,72 @@ def test_neighbouring_chunks_of_one_file_come_back_as_one_hit_spanning_them(tmp_
     assert chunks > 2  # the file is several chunks, and every one of them matches
     assert len(hits) == 1 and (hits[0].start_line, hits[0].end_line) == (1, 42)
     assert hits[0].citation == "memory/2026-11-20.md#L1-L42"
+
+
+def test_a_damaged_vector_table_is_taken_for_corruption_and_rebuilt(tmp_path, folder):
+    # Found by the fault loop (scripts/faults.py --seed 2): 4 KiB of noise in the middle of index.sqlite3 left the
+    # b-tree sound but sqlite-vec's chunk of vectors unreadable, and every search failed with "vectors blob read
+    # error" instead of rebuilding the index from the files.
+    index = MemoryIndex.open(tmp_path / "data", "live", HashingEmbedder(), create=True)
+    try:
+        index.index(folder)
+        db = index.store.connection()
+        (table,) = [
+            row[0]
+            for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '%vector_chunks%'")
+        ]
+        db.execute(f"UPDATE {table} SET vectors = zeroblob(3)")  # a chunk of vectors of the wrong size
+
+        meanwhile = index.search("webhook idempotent processed events")
+        assert meanwhile.hits[0].path == "memory/2026-11-18.md"
+        assert list(index.db_path.parent.glob("index.sqlite3.corrupt-*")), "the damaged file is kept for inspection"
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "vectors blob read error for 1",
+        "vectors blob size doesn't match - expected 262144, found 3",
+        "chunks iter error",
+        "UNIQUE constraint failed on vectors_1 primary key",
+    ],
+)
+def test_sqlite_vec_reporting_its_own_tables_unreadable_is_corruption(message):
+    # The messages noise in index.sqlite3 drew from sqlite-vec in the fault loop and in a fuzz of its damage.
+    import apsw
+
+    from server.index.store import is_corruption
+
+    assert is_corruption(apsw.SQLError(message))
+    assert not is_corruption(apsw.SQLError("invalid float32 vector BLOB length. Must be divisible by 4, found 3"))
+    assert not is_corruption(apsw.ConstraintError("UNIQUE constraint failed: files.path"))
+
+
+def test_damage_first_seen_in_the_vector_space_at_open_is_rebuilt_from_the_files(tmp_path, folder, monkeypatch):
+    # Found by a fuzz of the fault loop's damage: the schema check passed, the meta page read next was malformed,
+    # and the index could not be opened at all (every search and push of the index failed).
+    import apsw
+
+    import server.index.engine as engine
+
+    index = MemoryIndex.open(tmp_path / "data", "live", HashingEmbedder(), create=True)
+    index.index(folder)
+    index.close()
+    real = engine.ensure_live_space
+    calls = []
+
+    def damaged_once(store, embedder):
+        calls.append(1)
+        if len(calls) == 1:
+            raise apsw.CorruptError("database disk image is malformed")
+        return real(store, embedder)
+
+    monkeypatch.setattr(engine, "ensure_live_space", damaged_once)
+    reopened = MemoryIndex.open(tmp_path / "data", "live", HashingEmbedder())
+    try:
+        assert reopened.search("webhook idempotent processed events").hits[0].path == "memory/2026-11-18.md"
+        assert list(reopened.db_path.parent.glob("index.sqlite3.corrupt-*")), "the damaged file is kept"
+    finally:
+        reopened.close()

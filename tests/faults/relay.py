@@ -1,0 +1,102 @@
+"""A TCP relay between the laptops and the server that can cut connections in the middle of a body.
+
+    relay = Relay(server_port)          # listens on 127.0.0.1:relay.port, in a thread of its own
+    relay.cut(rng)                      # from now on each connection is closed after a few hundred bytes more
+    relay.mend()                        # bytes flow whole again
+    relay.close()
+
+A cut closes both sides of the connection at once, as a broken Wi-Fi or a NAT timeout does: the proxy sees a
+request or answer end early and retries; the server sees a body end early and must change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import threading
+
+CHUNK = 4096
+
+
+class Relay:
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.cuts = 0  # connections cut so far
+        self._budget: tuple[int, int] | None = None  # bytes a connection may still carry once cutting: (low, high)
+        self._rng = random.Random(0)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the relay did not start")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def cut(self, rng: random.Random, low: int = 64, high: int = 6000) -> None:
+        self._rng = random.Random(rng.random())
+        self._budget = (low, high)
+
+    def mend(self) -> None:
+        self._budget = None
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", self.port))
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+            self._loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            writer.close()
+            return
+        left = [-1]  # bytes this connection may still carry once cutting began (-1: not counting yet)
+        done = asyncio.Event()
+        pumps = [
+            asyncio.ensure_future(self._pump(reader, up_writer, left, done)),
+            asyncio.ensure_future(self._pump(up_reader, writer, left, done)),
+        ]
+        await done.wait()
+        for pump in pumps:
+            pump.cancel()
+        for end in (writer, up_writer):
+            with contextlib.suppress(Exception):  # already gone
+                end.transport.abort()
+
+    async def _pump(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, left: list[int], done: asyncio.Event
+    ) -> None:
+        try:
+            while data := await source.read(CHUNK):
+                if self._budget is not None:
+                    if left[0] < 0:
+                        left[0] = self._rng.randint(*self._budget)
+                    if len(data) >= left[0]:
+                        sink.write(data[: left[0]])
+                        await sink.drain()
+                        self.cuts += 1
+                        return
+                    left[0] -= len(data)
+                sink.write(data)
+                await sink.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            done.set()
