@@ -55,7 +55,7 @@ test-browser: $(VENV)/.installed-dev
 # kills, cut connections, a full disk, wrong clocks and a damaged index; the invariants after each seed; a table.
 # SEED=17 replays one seed; STEPS=N changes the steps per seed. `scripts/faults.py --seeds 30` for a long run.
 test-faults: $(VENV)/.installed-dev
-	$(BIN)/python scripts/faults.py $(if $(SEED),--seed $(SEED)) $(if $(STEPS),--steps $(STEPS))
+	scripts/test-faults.sh $(if $(SEED),--seed $(SEED)) $(if $(STEPS),--steps $(STEPS))
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py
