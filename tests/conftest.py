@@ -45,6 +45,7 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/client_proxy/test_forwarder.py::test_the_proxy_exits_when_its_parent_is_gone_even_with_stdin_open",
     "tests/server/index/test_engine.py::test_a_process_killed_while_writing_a_file_leaves_a_consistent_index",
     "tests/client_proxy/test_doctor.py::test_every_check_passes_on_a_sound_set_up_with_the_proxy_running",
+    "tests/server/index/test_onnx_runtime.py::test_a_server_process_embeds_without_importing_torch",
 )
 SLOW = (  # seconds each on two cores: long property runs, real servers on sockets, large batches
     "tests/channel/test_tunnel.py",
