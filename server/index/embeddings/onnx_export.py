@@ -78,9 +78,23 @@ def export(model_dir: Path, target: Path, weights_sha256: str) -> Path:
     return target
 
 
+def exported_from(target: Path) -> str | None:
+    """The sha256 of the weights the export at `target` was made from; None when there is no readable export."""
+    import onnx
+
+    if not (target.is_file() and (target.parent / (target.name + DATA_SUFFIX)).is_file()):
+        return None
+    try:
+        graph = onnx.load(str(target), load_external_data=False)
+    except Exception:  # a damaged file: export it again
+        return None
+    return next((prop.value for prop in graph.metadata_props if prop.key == WEIGHTS_KEY), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="onnx_export", description=__doc__.splitlines()[0])
     parser.add_argument("target", nargs="?", type=Path, default=onnx_model_path())
+    parser.add_argument("--force", action="store_true", help="export again even if an export of these weights exists")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -89,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
 
     model_dir = packaged_model_dir()
     verify_weights(model_dir)
+    if not args.force and exported_from(args.target) == WEIGHTS_SHA256:
+        print(f"{args.target} is up to date", file=sys.stderr)
+        return 0
     written = export(model_dir, args.target, WEIGHTS_SHA256)
     print(f"exported {model_dir.name} to {written}", file=sys.stderr)
     return 0

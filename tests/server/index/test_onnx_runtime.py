@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from server.index.embeddings.local import WEIGHTS_SHA256, LocalEmbedder
-from server.index.embeddings.onnx_export import WEIGHTS_KEY
+from server.index.embeddings.onnx_export import DATA_SUFFIX, WEIGHTS_KEY, exported_from
 from server.index.embeddings.onnx_runtime import OnnxEncoder, batches, mean_pool
 from server.index.embeddings.select import EmbeddingSettings
 from server.index.errors import EmbeddingUnavailableError, InvalidArgumentError
@@ -62,7 +62,8 @@ def test_a_missing_export_is_a_clear_error_naming_the_fix(tmp_path):
         OnnxEncoder(packaged_model_dir(), tmp_path / "absent.onnx", WEIGHTS_SHA256)
 
 
-def test_an_export_of_other_weights_is_refused(tmp_path):
+def small_export(path: Path, weights_sha256: str) -> Path:
+    """A one-node ONNX graph carrying an export's metadata, and its (empty) weights file beside it."""
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("Identity", ["x"], ["y"])],
         "other",
@@ -70,10 +71,26 @@ def test_an_export_of_other_weights_is_refused(tmp_path):
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
     )
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    onnx.helper.set_model_props(model, {WEIGHTS_KEY: "0" * 64})
-    onnx.save(model, str(tmp_path / "other.onnx"))
+    onnx.helper.set_model_props(model, {WEIGHTS_KEY: weights_sha256})
+    onnx.save(model, str(path))
+    path.with_name(path.name + DATA_SUFFIX).write_bytes(b"")
+    return path
+
+
+def test_an_export_of_other_weights_is_refused(tmp_path):
+    other = small_export(tmp_path / "other.onnx", "0" * 64)
     with pytest.raises(EmbeddingUnavailableError, match="not exported from the packaged weights"):
-        OnnxEncoder(packaged_model_dir(), tmp_path / "other.onnx", WEIGHTS_SHA256)
+        OnnxEncoder(packaged_model_dir(), other, WEIGHTS_SHA256)
+
+
+def test_the_install_step_exports_again_only_when_the_export_is_missing_damaged_or_of_other_weights(tmp_path):
+    export = small_export(tmp_path / "model.onnx", WEIGHTS_SHA256)
+    assert exported_from(export) == WEIGHTS_SHA256
+    export.with_name(export.name + DATA_SUFFIX).unlink()
+    assert exported_from(export) is None
+    small_export(export, WEIGHTS_SHA256).write_bytes(b"not a protobuf of a graph \xff\x00")
+    assert exported_from(export) is None
+    assert exported_from(tmp_path / "absent.onnx") is None
 
 
 def test_the_runtime_setting_defaults_to_onnx_and_refuses_unknown_names():
