@@ -53,6 +53,9 @@ find "$site" -type f -size +1M -exec sha256sum {} + | sort | awk '$1 == last { p
     while IFS=$'\t' read -r kept duplicate; do ln -f "$kept" "$duplicate"; done
 
 PYTHONDONTWRITEBYTECODE='' "$venv/bin/memory-server" self-check >/dev/null
+if [[ "${2:-}" == "--keep-torch" ]]; then  # the torch runtime too, so the model families it imports keep theirs
+    PYTHONDONTWRITEBYTECODE='' MEMORY_EMBEDDING_RUNTIME=torch "$venv/bin/memory-server" self-check >/dev/null
+fi
 if [[ -d "$site/transformers/models" ]]; then
     for family in "$site"/transformers/models/*/; do
         [[ -d "$family/__pycache__" ]] || rm -rf "$family"

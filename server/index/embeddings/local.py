@@ -63,6 +63,11 @@ class TorchEncoder:
 
             transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
             self.model = sentence_transformers.SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+        except ImportError as exc:  # the image leaves torch out: its default runtime does not need it
+            raise EmbeddingUnavailableError(
+                f"the torch runtime needs {exc.name or 'sentence-transformers'}, which is not installed here; "
+                "use MEMORY_EMBEDDING_RUNTIME=onnx"
+            ) from exc
         except Exception as exc:  # any failure to load means: no local model here
             raise EmbeddingUnavailableError(f"cannot load the local model: {type(exc).__name__}") from exc
         if self.model.get_embedding_dimension() != DIMENSIONS:
