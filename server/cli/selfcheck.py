@@ -56,13 +56,22 @@ def check_entry_points(distribution: str = DISTRIBUTION) -> str:
 
 
 def check_model() -> str:
-    from server.index.embeddings.local import LocalEmbedder
+    """The local model as the server would run it (MEMORY_EMBEDDING_RUNTIME), embedding one sentence."""
+    import os
 
-    embedder = LocalEmbedder()  # verifies the weights' sha256
+    from server.index.embeddings.local import LocalEmbedder
+    from server.index.embeddings.select import EmbeddingSettings
+
+    runtime = EmbeddingSettings.from_env(os.environ).runtime
+    embedder = LocalEmbedder(runtime="torch" if runtime == "torch" else "onnx")  # verifies the weights' sha256
     vectors = embedder.embed(["the staging database is rebuilt every Sunday"])
     if vectors.shape != (1, embedder.dimensions):
         raise RuntimeError(f"the model embedded a sentence as {vectors.shape}, expected (1, {embedder.dimensions})")
-    return f"{embedder.model} weights verified, {embedder.dimensions} dimensions"
+    loaded = embedder.loaded()
+    return (
+        f"{embedder.model} weights verified, {embedder.dimensions} dimensions, "
+        f"runtime {loaded.runtime} ({loaded.detail})"
+    )
 
 
 def check_sqlite() -> str:

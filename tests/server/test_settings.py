@@ -29,6 +29,7 @@ SAMPLES = {
     "embedding_retries": "0",
     "embedding_batch": "16",
     "embedding_failover_after": "120",
+    "embedding_runtime": '"torch"',
     "voyage_model": '"voyage-3"',
     "voyage_base_url": '"http://gateway.internal/voyage"',
     "voyage_dimensions": "512",

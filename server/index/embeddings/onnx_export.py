@@ -1,0 +1,113 @@
+"""Export the packaged all-MiniLM-L6-v2 to ONNX, once, at install time: the only step that needs torch.
+
+    python -m server.index.embeddings.onnx_export [TARGET]
+
+The export is transformers' BertModel traced with dynamic batch and length (eager attention, so nothing about the
+example's shape is baked in); its output is the last hidden state, pooled by `onnx_runtime`. onnxruntime's
+transformer optimizer then fuses each layer's attention, GELU and layer norms (faster, and smaller buffers), and the
+weights are saved beside the graph (`NAME.onnx.data`), which onnxruntime memory-maps instead of copying. The sha256
+of the weights it was made from is stored in the graph's metadata, so a runtime refuses an export of other weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from server.index.model_package import WEIGHTS_SHA256, onnx_model_path, packaged_model_dir, verify_weights
+
+WEIGHTS_KEY = "weights_sha256"
+OPSET = 17
+INPUTS = ("input_ids", "attention_mask")
+OUTPUT = "last_hidden_state"
+DATA_SUFFIX = ".data"  # the weights file beside the graph
+
+
+def export(model_dir: Path, target: Path, weights_sha256: str) -> Path:
+    """Write the ONNX graph of the BERT model under `model_dir` to `target` (atomically) and return it."""
+    import onnx
+    import torch
+    from onnxruntime.transformers.optimizer import optimize_model
+    from transformers import AutoModel
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    model = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager", local_files_only=True).eval()
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    example = torch.ones((2, 8), dtype=torch.long)
+    axes = {0: "batch", 1: "length"}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".export-") as scratch:
+        traced = Path(scratch) / "traced.onnx"
+        torch.onnx.export(
+            LastHiddenState(model),
+            (example, torch.ones_like(example)),
+            str(traced),
+            dynamo=False,
+            input_names=list(INPUTS),
+            output_names=[OUTPUT],
+            dynamic_axes={name: axes for name in (*INPUTS, OUTPUT)},
+            opset_version=OPSET,
+        )
+        config = model.config
+        fused = optimize_model(
+            str(traced), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size
+        ).model
+        onnx.helper.set_model_props(fused, {WEIGHTS_KEY: weights_sha256})
+        data = target.name + DATA_SUFFIX
+        graph = Path(scratch) / target.name
+        onnx.save(fused, str(graph), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
+        # the weights first, the graph that names them last: a reader never finds a graph without its weights
+        for written in (Path(scratch) / data, graph):
+            written.chmod(0o644)  # onnx writes 0600; the server may run as another user (the image's)
+        shutil.move(Path(scratch) / data, target.parent / data)
+        os.replace(graph, target)
+    return target
+
+
+def exported_from(target: Path) -> str | None:
+    """The sha256 of the weights the export at `target` was made from; None when there is no readable export."""
+    import onnx
+
+    if not (target.is_file() and (target.parent / (target.name + DATA_SUFFIX)).is_file()):
+        return None
+    try:
+        graph = onnx.load(str(target), load_external_data=False)
+    except Exception:  # a damaged file: export it again
+        return None
+    return next((prop.value for prop in graph.metadata_props if prop.key == WEIGHTS_KEY), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="onnx_export", description=__doc__.splitlines()[0])
+    parser.add_argument("target", nargs="?", type=Path, default=onnx_model_path())
+    parser.add_argument("--force", action="store_true", help="export again even if an export of these weights exists")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    model_dir = packaged_model_dir()
+    verify_weights(model_dir)
+    if not args.force and exported_from(args.target) == WEIGHTS_SHA256:
+        print(f"{args.target} is up to date", file=sys.stderr)
+        return 0
+    written = export(model_dir, args.target, WEIGHTS_SHA256)
+    print(f"exported {model_dir.name} to {written}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

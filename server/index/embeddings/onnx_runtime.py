@@ -1,0 +1,116 @@
+"""The local model without torch: onnxruntime runs the ONNX export of the packaged all-MiniLM-L6-v2 weights.
+
+What sentence-transformers does around the model is redone here, step for step, so the vectors are the same to
+float rounding: texts stripped of surrounding whitespace, WordPiece with [CLS]/[SEP] truncated to 256 tokens, mean
+pooling over the real tokens, L2 normalisation. Texts are batched by length with a token budget, which bounds the
+attention buffers (batch x heads x length x length) and so the memory an embedding call takes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from tokenizers import Tokenizer as HFTokenizer
+
+from server.index.embeddings.base import Vectors, normalise
+from server.index.embeddings.onnx_export import INPUTS, OUTPUT, WEIGHTS_KEY
+from server.index.errors import EmbeddingUnavailableError
+
+SEQUENCE_LENGTH = 256  # sentence_bert_config.json's max_seq_length, [CLS] and [SEP] included
+MAX_BATCH = 32  # texts in one call of the model
+# Padded tokens in one call (two texts of 256 tokens): the peak memory of a call grows with it (measured in a
+# process embedding notes: 512 -> 175 MB, 1024 -> 203 MB, 2048 -> 255 MB, 4096 -> 366 MB) and the speed does not.
+MAX_BATCH_TOKENS = 512
+MAX_THREADS = 4  # the server shares its machine; more threads gain little on a model this small
+
+
+def thread_count() -> int:
+    """The CPUs this process may run on, at most MAX_THREADS."""
+    try:
+        available = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        available = os.cpu_count() or 1
+    return max(1, min(MAX_THREADS, available))
+
+
+def batches(lengths: Sequence[int], max_batch: int = MAX_BATCH, max_tokens: int = MAX_BATCH_TOKENS) -> list[list[int]]:
+    """Indexes of texts grouped for the model: longest first, each group's padded size within `max_tokens`."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for index in order:
+        if groups:
+            group = groups[-1]
+            longest = lengths[group[0]]  # sorted: the first is the longest
+            if len(group) < max_batch and (len(group) + 1) * longest <= max_tokens:
+                group.append(index)
+                continue
+        groups.append([index])
+    return groups
+
+
+def mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> Vectors:
+    """The mean of each row's real-token states (sentence-transformers' mean pooling), L2-normalised."""
+    weights = mask[:, :, None].astype(np.float32)
+    summed = (hidden * weights).sum(axis=1)
+    counts = np.maximum(weights.sum(axis=1), np.float32(1e-9))
+    return normalise(summed / counts)
+
+
+class OnnxEncoder:
+    """One onnxruntime session over the export, shared by all threads (a session's `run` is thread-safe)."""
+
+    runtime = "onnx"
+
+    def __init__(self, model_dir: Path, onnx_path: Path, weights_sha256: str) -> None:
+        if not onnx_path.is_file():
+            raise EmbeddingUnavailableError(
+                f"no ONNX export of the model at {onnx_path}; run `python -m server.index.embeddings.onnx_export` "
+                "(scripts/install.sh does) or set MEMORY_EMBEDDING_RUNTIME=torch"
+            )
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = thread_count()
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # errors only
+        # Prepacking keeps a second, repacked copy of every weight matrix: 40 MB for no speed measured here.
+        options.add_session_config_entry("session.disable_prepacking", "1")
+        try:
+            self.session: Any = onnxruntime.InferenceSession(
+                str(onnx_path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # a damaged or foreign file: onnxruntime's own error classes
+            raise EmbeddingUnavailableError(f"cannot load the ONNX model at {onnx_path}: {exc}") from exc
+        made_from = self.session.get_modelmeta().custom_metadata_map.get(WEIGHTS_KEY)
+        if made_from != weights_sha256:
+            raise EmbeddingUnavailableError(
+                f"the ONNX model at {onnx_path} was not exported from the packaged weights; export it again"
+            )
+        self.detail = f"onnxruntime {onnxruntime.__version__}, {options.intra_op_num_threads} threads, {onnx_path}"
+        tokenizer = HFTokenizer.from_file(str(model_dir / "tokenizer.json"))
+        tokenizer.no_padding()  # the file pads to 128: padding is done here, per batch
+        tokenizer.enable_truncation(SEQUENCE_LENGTH)
+        self.tokenizer = tokenizer
+
+    def encode(self, texts: Sequence[str]) -> Vectors:
+        encodings = self.tokenizer.encode_batch([text.strip() for text in texts])
+        vectors = np.zeros((len(texts), 0), dtype=np.float32)
+        for group in batches([len(encoding.ids) for encoding in encodings]):
+            length = len(encodings[group[0]].ids)
+            ids = np.zeros((len(group), length), dtype=np.int64)
+            mask = np.zeros((len(group), length), dtype=np.int64)
+            for row, index in enumerate(group):
+                tokens = encodings[index].ids
+                ids[row, : len(tokens)] = tokens
+                mask[row, : len(tokens)] = 1
+            (hidden,) = self.session.run([OUTPUT], dict(zip(INPUTS, (ids, mask), strict=True)))
+            pooled = mean_pool(hidden, mask)
+            if vectors.shape[1] == 0:
+                vectors = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
+            vectors[group] = pooled
+        return vectors
