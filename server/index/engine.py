@@ -261,6 +261,8 @@ class MemoryIndex:
 
         def run() -> None:
             try:
+                if isinstance(target, GuardedEmbedder):
+                    target.try_once()
                 self.rebuild_vectors(self._rebuild_stop, target, on_batch=progress.add)
             except EngineError as exc:
                 log.error("vector rebuild of %s failed: %s", self.name, exc)

@@ -66,6 +66,15 @@ class GuardedEmbedder:
             self.breaker.succeeded()
         return vectors
 
+    def try_once(self) -> None:
+        """Before a rebuild sends batches to a provider that failed before: one short request, without the
+        provider's retries (a query's), so a provider still down costs one attempt, not a batch's backoff.
+        EmbeddingError (and a longer rest) when it still fails."""
+        with self._lock:
+            failed_before = self.breaker.failures > 0
+        if failed_before:
+            self.embed(["are you back?"], kind="query")
+
     def warm_up(self) -> None:
         warm_up = getattr(self.inner, "warm_up", None)
         if callable(warm_up):

@@ -23,7 +23,7 @@ def apis():
         yield voyage, openai
 
 
-def _open(tmp_path, voyage, openai, now):
+def _open(tmp_path, voyage, openai, now, retries=0):
     env = {
         "MEMORY_EMBEDDING_PROVIDERS": "voyage,openai",
         "VOYAGE_API_KEY": KEY,
@@ -32,7 +32,7 @@ def _open(tmp_path, voyage, openai, now):
         "MEMORY_OPENAI_BASE_URL": openai.url,
         "MEMORY_VOYAGE_DIMENSIONS": "64",
         "MEMORY_OPENAI_DIMENSIONS": "48",
-        "MEMORY_EMBEDDING_RETRIES": "0",
+        "MEMORY_EMBEDDING_RETRIES": str(retries),
         "MEMORY_EMBEDDING_FAILOVER_AFTER": "30",
     }
     providers, reasons = select_providers(EmbeddingSettings.from_env(env), env, clock=lambda: now[0])
@@ -149,5 +149,31 @@ def test_a_provider_down_at_start_is_bypassed_at_once_and_taken_back_when_it_ans
         assert index.search(QUERY).mode == "hybrid"
         _rebuilt(index)
         assert index.status().provider == "voyage" and index.search(QUERY).mode == "hybrid"
+    finally:
+        index.close()
+
+
+def test_a_provider_still_down_after_its_rest_costs_one_request_not_a_batchs_retries(apis, tmp_path):
+    voyage, openai = apis
+    folder = tmp_path / "project"
+    shutil.copytree(EXAMPLE, folder)
+    now = [1000.0]
+    index = _open(tmp_path, voyage, openai, now, retries=4)  # a batch would be tried five times, with backoff
+    try:
+        index.index(folder)
+        voyage.fail(503, times=10_000)
+        index.search(QUERY)
+        now[0] += 31  # failing past MEMORY_EMBEDDING_FAILOVER_AFTER: OpenAI's vectors are built
+        index.search(QUERY)
+        _rebuilt(index)
+        assert index.status().provider == "openai"
+
+        now[0] += 600  # Voyage's rest is over, but it still fails: the rebuild back to it tries it once
+        failures_left = voyage.failures[0].times  # each request Voyage gets takes one
+        assert index.search(QUERY).mode == "hybrid"  # on OpenAI's vectors
+        _rebuilt(index)
+        assert failures_left - voyage.failures[0].times == 1
+        assert index.status().provider == "openai"
+        assert [p.state for p in index.status().providers] == ["failing", "ok"]
     finally:
         index.close()
