@@ -10,6 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from mcp import Client
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from client_proxy.config import render_config, write_config
 from server.app import create_app
@@ -73,3 +75,31 @@ async def test_every_tool_works_through_the_proxy_and_the_daily_log_is_dated_in_
     assert (status["caller"], status["index"]) == ("alice", INDEX)
     assert synced["files_seen"] == 1 and progress == [1]
     assert deleted["deleted"] is True
+
+
+async def test_the_new_arguments_work_through_the_proxy_and_an_unknown_one_is_refused_by_name(product, tmp_path):
+    params = proxy_params(product, tmp_path / "proxy.log", index=INDEX)
+    with open(tmp_path / "stderr", "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode="auto") as client:
+            decisions = {"path": "memory/decisions.md", "content": "# Decisions\n\n## Database\n\nPostgres 16.\n"}
+            new = {**decisions, "mode": "replace", "expected_hash": "absent", "tags": ["database"]}
+            structured(await client.call_tool("memory_write", new))
+            structured(await client.call_tool("memory_write", {"content": "Lunch was good", "category": "fact"}))
+            section = structured(
+                await client.call_tool("memory_get", {"path": "memory/decisions.md", "heading": "Database"})
+            )
+            found = structured(await client.call_tool("memory_search", {"query": "postgres", "tags": ["database"]}))
+            synced = structured(
+                await client.call_tool("memory_sync", {"source": "memory", "path": "memory/decisions.md"})
+            )
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("memory_search", {"query": "postgres", "heading": "Database"})
+
+    assert "Postgres 16." in section["content"] and section["content"].lstrip().startswith("## Database")
+    hit = found["hits"][0]
+    assert hit["path"] == "memory/decisions.md" and hit["tags"] == ["database"]
+    assert hit["matched_by"] in ("keyword", "both") and hit["keyword_rank"] == 1
+    assert [h["path"] for h in found["hits"]] == ["memory/decisions.md"]  # the untagged daily log is filtered out
+    assert synced["files_seen"] == 1
+    assert refused.value.error.code == INVALID_PARAMS
+    assert "memory_search does not take the argument 'heading'; it takes: query," in refused.value.error.message
