@@ -4,13 +4,6 @@
 # /usr/bin/chromium. Screenshots of the main views land in build/screenshots/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v chromium >/dev/null; then
-    echo "test-browser.sh: installing chromium" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install --yes --quiet chromium >&2 || {
-        apt-get update --quiet >&2
-        apt-get install --yes --quiet chromium >&2
-    }
-fi
+scripts/ensure-package.sh chromium chromium
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 exec .venv/bin/pytest -m browser "$@"

@@ -4,12 +4,5 @@
 # scripts/faults.py (`--seeds N`, `--seed S`, `--steps N`, `--keep`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v faketime >/dev/null; then
-    echo "test-faults.sh: installing faketime" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install --yes --quiet faketime >&2 || {
-        apt-get update --quiet >&2
-        apt-get install --yes --quiet faketime >&2
-    }
-fi
+scripts/ensure-package.sh faketime faketime
 exec .venv/bin/python scripts/faults.py "$@"
