@@ -93,3 +93,13 @@ def open_file_store(backend: str, request: pytest.FixtureRequest, directory: Pat
         url = request.getfixturevalue("postgres_url")
         return PgFileStore(url, directory.name, directory / "files", **options)  # type: ignore[return-value]
     return Mirror(directory, **options)
+
+
+def cut_all(url: str) -> int:
+    """Cut every other connection to the database at `url`; how many there were."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return int(row[0]) if row else 0

@@ -133,6 +133,11 @@ class PgConnection:
         finally:
             self._lock.release()
 
+    def backend_pid(self) -> int | None:
+        """The server process of the current connection (None once it is closed)."""
+        conn = self._conn
+        return None if conn.closed else conn.info.backend_pid
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

@@ -5,7 +5,9 @@ history, merge bases, idempotency records and callers' syncs use the same tables
 SQLite mirror (`server.mirror.state`, `server.mirror.history`). A change takes the index's revision row first
 (`queries.lock_revision`), so writers on any replica take turns and `expected_hash` is checked against the
 committed state. The files are laid out in a local folder for the search engine (`server.postgres.layout`): a
-copy, rebuilt on open. Nothing on that disk is read back as a change.
+copy, rebuilt on open. Nothing on that disk is read back as a change. A change is announced to the other servers
+on the database by a `NOTIFY` on the index's channel, sent on commit, and theirs are heard (`server.postgres.notify`):
+`on_change` is called for every change, wherever it was made.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from server.postgres import queries as q
 from server.postgres.connection import PgConnection, schema_of
 from server.postgres.layout import FilesLayout
 from server.postgres.migrations import migrate
+from server.postgres.notify import ChangeListener, notify_statement
 from syncproto.paths import is_session_file
 from syncproto.wire import sha256_hex
 
@@ -82,8 +85,16 @@ class PgFileStore(StateRecords):
         except BaseException:
             self._db.close()
             raise
+        self._channel = schema
+        self._listener = ChangeListener(url, schema, self._changed, own_pid=self._db.backend_pid)
+
+    @property
+    def listening(self) -> threading.Event:
+        """Set while this store listens for the changes other servers make (`server.postgres.notify`)."""
+        return self._listener.listening
 
     def close(self) -> None:
+        self._listener.close()
         with self.lock:
             self._db.close()
 
@@ -206,11 +217,12 @@ class PgFileStore(StateRecords):
     def _record(
         self, path: str, digest: str | None, data: bytes | None, lines: int, by: str, change: ChangeKind
     ) -> FileState:
-        """Take the next revision, store the new state of `path` and its version; call inside a transaction
-        that holds the revision row."""
+        """Take the next revision, store the new state of `path` and its version, and tell the other servers on
+        commit; call inside a transaction that holds the revision row."""
         revision = int(self._db.execute(*q.next_revision()).fetchall()[0][0])
         at = iso(self.clock())
         self._db.execute(*q.upsert_file(path, digest, data, lines, revision, by, at))
+        self._db.execute(*notify_statement(self._channel))
         size = len(data or b"")
         if not is_session_file(path):
             record_change(self._db, Version(path, revision, digest, size, change, by, at))

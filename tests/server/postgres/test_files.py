@@ -17,7 +17,7 @@ from server.mirror.state import ABSENT
 from server.postgres.backend import PgBackend
 from server.postgres.connection import schema_of
 from server.postgres.files import PgFileStore
-from tests.postgres_support import database_url
+from tests.postgres_support import cut_all, database_url
 
 NOW = dt.datetime(2024, 5, 1, 9, 30, tzinfo=dt.UTC)
 
@@ -211,13 +211,3 @@ def test_a_replica_whose_connection_was_cut_connects_again(
     cut_all(postgres_url)
     store.write("MEMORY.md", "after the cut\n", caller="alice")  # BEGIN finds it cut: a new connection
     assert store.revision() == 2
-
-
-def cut_all(url: str) -> int:
-    """Cut every other connection to the database at `url`; how many there were."""
-    with psycopg.connect(url, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchone()
-    return int(row[0]) if row else 0
