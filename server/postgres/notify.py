@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 CHECK_SECONDS = 30.0  # an idle listening connection is checked this often
 RETRY_SECONDS = 1.0  # wait before connecting again after the listening connection failed
-WAIT_SECONDS = 0.5  # longest wait for notifications before looking whether to stop
+WAIT_SECONDS = 0.2  # longest wait for notifications before looking whether to stop (`close` waits as long)
 
 
 def notify_statement(channel: str) -> Query:
@@ -45,8 +46,8 @@ class ChangeListener:
         self._url, self._channel, self._on_notice, self._own_pid = url, channel, on_notice, own_pid
         self._stop = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
-        self.listening = threading.Event()  # set while a connection listens (for tests and the log)
-        self.connections = 0  # connections made so far
+        self.listening = threading.Event()  # set while a connection listens
+        self._connections = 0  # connections made so far: after the first, notifications may have been missed
         self._thread = threading.Thread(target=self._run, name=f"pg-listen-{channel}", daemon=True)
         self._thread.start()
 
@@ -60,6 +61,8 @@ class ChangeListener:
                 self._listen()
             except psycopg.Error as exc:  # its text may hold the URL: only its kind is logged
                 log.warning("postgres: listening for changes on %s failed (%s)", self._channel, type(exc).__name__)
+            except Exception:  # a bug must not end the listening for good
+                log.exception("postgres: listening for changes on %s failed", self._channel)
             finally:
                 self.listening.clear()
                 if self._conn is not None:
@@ -70,22 +73,20 @@ class ChangeListener:
     def _listen(self) -> None:
         conn = self._conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-        self.connections += 1
+        self._connections += 1
         self.listening.set()
-        if self.connections > 1:
+        if self._connections > 1:
             log.info("postgres: listening for changes on %s again", self._channel)
             self._notice()  # whatever was sent while no connection listened
-        idle = 0.0
+        checked = time.monotonic()
         while not self._stop.is_set():
-            heard = False
             for notification in conn.notifies(timeout=WAIT_SECONDS):
-                heard = True
-                if notification.pid != self._own_pid():
+                checked = time.monotonic()  # the connection works
+                if notification.pid != self._own_pid() and not self._stop.is_set():
                     self._notice()
-            idle = 0.0 if heard else idle + WAIT_SECONDS
-            if idle >= CHECK_SECONDS:
+            if time.monotonic() - checked >= CHECK_SECONDS:
                 conn.execute("SELECT 1")
-                idle = 0.0
+                checked = time.monotonic()
 
     def _notice(self) -> None:
         try:
