@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +77,10 @@ def run_seed(seed: int, folder: Path, *, steps: int, disk: Path | None) -> SeedR
     except AssertionError as exc:  # a process that would not start, a command that failed: a finding too
         report.violations.append(f"step {report.steps}: {exc}")
     except Exception as exc:  # the loop's own failure: shown like a violation, so that it is fixed too
-        report.violations.append(f"step {report.steps}: the loop failed: {type(exc).__name__}: {exc}")
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        report.violations.append(
+            f"step {report.steps}: the loop failed: {type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
+        )
     finally:
         cluster.close()
         report.seconds = time.monotonic() - started
