@@ -74,6 +74,7 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/server/test_sessions_server.py::test_a_long_poll_is_not_answered_by_transcript_uploads_alone",
     "tests/client_proxy/test_doctor.py",  # a real server on a socket per test
     "tests/faults/test_fault_loop.py::test_a_seed_of_faults_breaks_no_invariant",
+    "tests/server/postgres/test_replicas.py",  # two real servers on one PostgreSQL database
 )
 
 
