@@ -19,15 +19,13 @@ import itertools
 import os
 import subprocess
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx2
 from bench_channel import SMALL_BODY, free_port, inner, latencies, throughput, wait_ready
-from common import percentile, report, save_json, table
+from common import percentile, postgres_url, report, save_json, table
 
 from channel.authz import Caller, CallerTable
 from channel.keys import PrivateKey, parse_private_key
@@ -75,23 +73,6 @@ class RoundRobin(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-@contextmanager
-def database() -> Iterator[str]:
-    url = os.environ.get("MEMORY_DATABASE_URL")
-    if url:
-        yield url
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver  # type: ignore[import-untyped]
-    with tempfile.TemporaryDirectory(prefix="bench-pg-") as folder:
-        server = pgserver.get_server(folder, cleanup_mode="stop")
-        try:
-            yield str(server.get_uri())
-        finally:
-            server.cleanup()
 
 
 @contextmanager
@@ -175,7 +156,7 @@ def main() -> None:
         return
     server_key, client_key = PrivateKey.generate(), PrivateKey.generate()
     results: dict[str, dict[str, float]] = {}
-    with database() as url:
+    with postgres_url() as url:
         # Throwaway keys for this run, handed to the server processes through their environment (never printed).
         env = dict(
             os.environ,
