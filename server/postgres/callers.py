@@ -34,11 +34,11 @@ CHECK_EVERY = 0.5  # seconds between version checks on lookup, should a notice b
 
 def import_callers(db: PgConnection, path: Path) -> bool:
     """Fill the empty table from `callers.toml` at `path` (none or a missing file: no callers); True if it did."""
-    config, _ = read_callers(path)
     with db:
         db.execute("LOCK TABLE callers IN EXCLUSIVE MODE")
         if db.execute("SELECT 1 FROM callers").fetchone() is not None:
             return False
+        config, _ = read_callers(path)  # only now: once imported, the file is not read (nor refused) again
         db.execute(
             "INSERT INTO callers(id, version, document, updated_at) VALUES(1, 1, ?, ?)",
             (render_callers(config), utc_now()),
@@ -107,7 +107,8 @@ class SharedCallers:
         self._config = CallersConfig()
         self._table = self._config.table()
         self.error: str | None = None
-        import_callers(self._db, path)
+        if not import_callers(self._db, path) and path.exists():
+            log.info("the callers are in the database; %s is not read: edit them with `memory-server callers`", path)
         self._next_check = 0.0
         self.reload()
         self._listener = ChangeListener(url, CALLERS_CHANNEL, self._noticed, own_pid=lambda: None)

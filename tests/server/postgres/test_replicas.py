@@ -5,6 +5,7 @@ and a key revoked through either is refused by both within a second."""
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
@@ -19,8 +20,9 @@ import pytest
 from psycopg import sql
 
 from channel.authz import CallerDirectory
-from channel.constants import TUNNEL_PATH
+from channel.constants import HANDSHAKE_PATH, TUNNEL_PATH
 from channel.errors import HandshakeRefused, TunnelRefused
+from channel.handshake import create_initiation
 from channel.keys import PrivateKey
 from server.postgres.callers import SharedCallers, update_shared_callers
 from server.postgres.sessions import PgSessionStore
@@ -98,6 +100,13 @@ async def test_a_request_accepted_on_one_replica_is_refused_on_the_other(shared:
     assert (replayed.status, replayed.body) == (400, b"bad frame\n") and shared.state.count == 1
     again = await shared.resend(accepted, 0)
     assert again.status == 400 and shared.state.count == 1
+
+
+async def test_a_handshake_accepted_on_one_replica_is_refused_when_replayed_to_the_other(shared: Replicas):
+    hello = create_initiation(DEVICE, SERVER.public, time.time_ns(), os.urandom)[0]
+    first = await shared.relay.forward(Outer(httpx2.URL(shared.servers[0].url + HANDSHAKE_PATH), [], hello))
+    replayed = await shared.relay.forward(Outer(httpx2.URL(shared.servers[1].url + HANDSHAKE_PATH), [], hello))
+    assert first.status == 200 and (replayed.status, replayed.body) == (403, b"handshake failed\n")
 
 
 async def test_a_key_revoked_on_one_replica_is_refused_by_both_within_a_second(postgres_url: str, tmp_path: Path):
