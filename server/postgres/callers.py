@@ -3,7 +3,8 @@
 With `MEMORY_DATABASE_URL` set, the database holds the one version every replica answers from; the file in the
 keys directory is read only once, to fill an empty table on the first start (`import_callers`). The
 `memory-server callers` commands edit the row (`update_shared_callers`: read, change and write under a row lock,
-bumping `version`) and NOTIFY `CALLERS_CHANNEL` in the same transaction. Each replica's `SharedCallers` reloads on
+bumping `version`), delete the sessions of every key no longer allowed and NOTIFY `CALLERS_CHANNEL`, all in one
+transaction. Each replica's `SharedCallers` reloads on
 that notice (a listening thread, `server.postgres.notify`) and, should a notice be lost, compares the version at
 most every CHECK_EVERY seconds on the next lookup: a revoked key is refused everywhere within a second.
 
@@ -66,6 +67,11 @@ def read_or_import(url: str, path: Path) -> CallersConfig:
         db.close()
 
 
+def active_keys(config: CallersConfig) -> set[bytes]:
+    """The X25519 forms of every key that may connect (what sessions record)."""
+    return {key.x25519 for entry in config.callers for key in entry.keys}
+
+
 def update_shared_callers(
     url: str, path: Path, change: Callable[[CallersConfig], CallersConfig]
 ) -> tuple[CallersConfig, CallersConfig]:
@@ -82,6 +88,8 @@ def update_shared_callers(
                 "UPDATE callers SET document = ?, version = version + 1, updated_at = ?",
                 (render_callers(after), utc_now()),
             )
+            for key in active_keys(before) - active_keys(after):  # their sessions end with the change
+                db.execute("DELETE FROM sessions WHERE static_key = ?", (key,))
             db.execute("SELECT pg_notify(?, '')", (CALLERS_CHANNEL,))
         return before, after
     finally:

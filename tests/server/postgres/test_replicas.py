@@ -123,8 +123,10 @@ async def test_a_key_revoked_on_one_replica_is_refused_by_both_within_a_second(p
                 for _ in range(2):  # a request on each replica
                     assert (await client.post("/count")).status_code == 200
                 assert all(d.lookup(DEVICE.public.x25519) is not None for d in directories)
+                assert [len(server.middleware.sessions) for server in replicas.servers] == [1, 1]  # one, shared
                 revoke = lambda config: config.revoke("alice", None)  # noqa: E731
                 await anyio.to_thread.run_sync(update_shared_callers, postgres_url, path, revoke)
+                assert all(len(server.middleware.sessions) == 0 for server in replicas.servers)  # ended at once
                 with anyio.fail_after(REVOCATION_BOUND):
                     while any(d.lookup(DEVICE.public.x25519) is not None for d in directories):
                         await anyio.sleep(0.01)
