@@ -20,6 +20,7 @@ EXAMPLE = REPO / "examples" / "demo-project"
 # here, by module or by test, so that the list stays in one place.
 SUBPROCESS = (  # start another process: a console script, the proxy, a child Python, a schema checker
     "tests/server/test_serve.py",
+    "tests/server/postgres/test_serve_replicas.py",
     "tests/server/test_server_cli.py",
     "tests/e2e/test_sync_proxy.py",
     "tests/e2e/test_sync_e2e.py",

@@ -37,6 +37,18 @@ DEVICE = PrivateKey.generate("alice@laptop")
 REVOCATION_BOUND = 1.0  # seconds: a revoked key is refused by every replica within this
 
 
+class RoundRobin:
+    """A load balancer for a `Relay`: each outer request to the next of `urls` in turn, or as `route` says."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.route: Iterator[int] = itertools.cycle(range(len(urls)))
+
+    async def __call__(self, outer: Outer, forward: Forward) -> Answer:
+        target = self.urls[next(self.route)]
+        return await forward(Outer(httpx2.URL(target + outer.path), outer.headers, outer.content))
+
+
 class Replicas:
     """Servers sharing one database, the server key and the inner app's state; `relay` routes each outer request
     to the replica a test names (`route`), round robin by default, as a load balancer does."""
@@ -49,12 +61,16 @@ class Replicas:
             stack.callback(store.close)
             running = serve_channel(inner_app(state), directory, server_key=SERVER, sessions=store)
             self.servers.append(stack.enter_context(running))
-        self.route: Iterator[int] = itertools.cycle(range(len(self.servers)))
-        self.relay = Relay(self._to_replica)
+        self.balancer = RoundRobin([server.url for server in self.servers])
+        self.relay = Relay(self.balancer)
 
-    async def _to_replica(self, outer: Outer, forward: Forward) -> Answer:
-        target = self.servers[next(self.route)].url
-        return await forward(Outer(httpx2.URL(target + outer.path), outer.headers, outer.content))
+    @property
+    def route(self) -> Iterator[int]:
+        return self.balancer.route
+
+    @route.setter
+    def route(self, order: Iterator[int]) -> None:
+        self.balancer.route = order
 
     def only(self, index: int) -> None:
         self.route = itertools.repeat(index)
