@@ -18,10 +18,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from channel.authz import Identity
-from server.callers.config import CallersConfig, CallersFileError, parse_callers, render_callers
+from server.callers.config import CallerEntry, CallersConfig, CallersFileError, parse_callers, render_callers
 from server.callers.file import read_callers
 from server.mirror.state import utc_now
 from server.postgres.channel_schema import CALLERS_CHANNEL, open_channel_db
@@ -70,6 +71,27 @@ def read_or_import(url: str, path: Path) -> CallersConfig:
 def active_keys(config: CallersConfig) -> set[bytes]:
     """The X25519 forms of every key that may connect (what sessions record)."""
     return {key.x25519 for entry in config.callers for key in entry.keys}
+
+
+def imported(path: Path) -> Callable[[CallersConfig], CallersConfig]:
+    """A change that replaces the shared callers with `callers.toml` at `path`, keeping every key revoked in the
+    database revoked: refused when the file would let one in, and kept in `revoked_keys` when the file omits it."""
+    config, _ = read_callers(path)
+
+    def change(before: CallersConfig) -> CallersConfig:
+        revoked = {key.x25519: key for entry in before.callers for key in entry.revoked_keys}
+        for key in active_keys(config) & revoked.keys():
+            raise CallersFileError(f"{path} lists key {revoked[key].fingerprint} as active, but it was revoked")
+        listed = {key.x25519 for entry in config.callers for key in entry.revoked_keys}
+        entries = {entry.name: entry for entry in config.callers}
+        for old in before.callers:  # revokes the file does not know are kept, under their caller
+            kept = tuple(key for key in old.revoked_keys if key.x25519 not in listed)
+            if kept:
+                entry = entries.get(old.name, CallerEntry(old.name))
+                entries[old.name] = replace(entry, revoked_keys=entry.revoked_keys + kept)
+        return CallersConfig(tuple(entries.values()))
+
+    return change
 
 
 def update_shared_callers(
