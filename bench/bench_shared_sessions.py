@@ -90,8 +90,15 @@ def servers(count: int, shared: bool, env: dict[str, str]) -> Iterator[list[int]
             process.wait(10)
 
 
-async def measure(ports: list[int], server_key: PrivateKey, client_key: PrivateKey) -> dict[str, float]:
-    def client() -> httpx2.AsyncClient:
+ROUND = 50  # requests per configuration before the next one's turn: load from elsewhere falls on all alike
+
+
+async def measure(
+    setups: dict[str, list[int]], server_key: PrivateKey, client_key: PrivateKey
+) -> dict[str, dict[str, float]]:
+    """Every configuration in turn, round after round, so a machine busy with other work slows all of them alike."""
+
+    def client(ports: list[int]) -> httpx2.AsyncClient:
         transport = ChannelTransport(
             f"http://127.0.0.1:{ports[0]}",
             client_key=client_key,
@@ -100,27 +107,42 @@ async def measure(ports: list[int], server_key: PrivateKey, client_key: PrivateK
         )
         return httpx2.AsyncClient(transport=transport, base_url="http://memory")
 
-    async with client() as session:
-
-        async def echo() -> None:
-            response = await session.post("/echo", content=SMALL_BODY)
-            assert response.content == SMALL_BODY
-
-        await latencies(echo, 50)  # warm up: the handshake, connections, the replicas' caches
-        times = await latencies(echo, REQUESTS)
-        rate = await throughput(echo, 8, REQUESTS // 8)
-
-    async def handshake() -> None:
-        async with client() as fresh:
-            await fresh.post("/echo", content=b"x")
-
-    handshakes = await latencies(handshake, HANDSHAKES)
+    clients = {name: client(ports) for name, ports in setups.items()}
+    times: dict[str, list[float]] = {name: [] for name in setups}
+    handshakes: dict[str, list[float]] = {name: [] for name in setups}
+    rates: dict[str, list[float]] = {name: [] for name in setups}
+    try:
+        for session in clients.values():  # warm up: the handshake, connections, the replicas' caches
+            await latencies(lambda session=session: echo(session), ROUND)
+        for _ in range(REQUESTS // ROUND):
+            for name, session in clients.items():
+                times[name] += await latencies(lambda session=session: echo(session), ROUND)
+                rates[name].append(await throughput(lambda session=session: echo(session), 8, ROUND // 8))
+        for _ in range(HANDSHAKES // 10):
+            for name, ports in setups.items():
+                handshakes[name] += await latencies(lambda ports=ports: handshake(client(ports)), 10)
+    finally:
+        for session in clients.values():
+            await session.aclose()
     return {
-        "p50_ms": percentile(times, 50) * 1000,
-        "p90_ms": percentile(times, 90) * 1000,
-        "requests_per_s": rate,
-        "handshake_p50_ms": percentile(handshakes, 50) * 1000,
+        name: {
+            "p50_ms": percentile(times[name], 50) * 1000,
+            "p90_ms": percentile(times[name], 90) * 1000,
+            "requests_per_s": percentile(rates[name], 50),
+            "handshake_p50_ms": percentile(handshakes[name], 50) * 1000,
+        }
+        for name in setups
     }
+
+
+async def echo(session: httpx2.AsyncClient) -> None:
+    response = await session.post("/echo", content=SMALL_BODY)
+    assert response.content == SMALL_BODY
+
+
+async def handshake(fresh: httpx2.AsyncClient) -> None:
+    async with fresh:
+        await fresh.post("/echo", content=b"x")
 
 
 def store_costs(url: str, server_key: PrivateKey, client_key: PrivateKey) -> dict[str, float]:
@@ -164,18 +186,19 @@ def main() -> None:
             BENCH_CLIENT_KEY=client_key.file_text(),
             BENCH_DATABASE_URL=url,
         )
-        for name, count, shared in (
-            ("one server, sessions in memory", 1, False),
-            ("one server, sessions in PostgreSQL", 1, True),
-            ("two servers round robin, PostgreSQL", 2, True),
-        ):
-            with servers(count, shared, env) as ports:
-                results[name] = asyncio.run(measure(ports, server_key, client_key))
+        with servers(1, False, env) as memory, servers(1, True, env) as one, servers(2, True, env) as two:
+            setups = {
+                "one server, sessions in memory": memory,
+                "one server, sessions in PostgreSQL": one,
+                "two servers round robin, PostgreSQL": two,
+            }
+            results.update(asyncio.run(measure(setups, server_key, client_key)))
         store = store_costs(url, server_key, client_key)
     rows = [[name, r["p50_ms"], r["p90_ms"], r["requests_per_s"], r["handshake_p50_ms"]] for name, r in results.items()]
     body = (
-        f"{REQUESTS} small requests one at a time, then 8 at once; {HANDSHAKES} handshakes; client and servers in "
-        "separate processes on 127.0.0.1, PostgreSQL on a Unix socket on the same machine.\n\n"
+        f"{REQUESTS} small requests one at a time and in bursts of 8 at once, {HANDSHAKES} handshakes, the three "
+        f"configurations taking turns every {ROUND} requests; client and servers in separate processes on "
+        "127.0.0.1, PostgreSQL on a Unix socket on the same machine.\n\n"
         + table(("sessions", "request p50 ms", "p90 ms", "requests/s (8 at once)", "handshake p50 ms"), rows)
     )
     body += (
