@@ -76,6 +76,8 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/client_proxy/test_doctor.py",  # a real server on a socket per test
     "tests/faults/test_fault_loop.py::test_a_seed_of_faults_breaks_no_invariant",
     "tests/server/postgres/test_replicas.py",  # two real servers on one PostgreSQL database
+    "tests/server/postgres/test_tunnel_on_postgres.py",  # test_tunnel.py again, sessions in PostgreSQL
+    "tests/server/postgres/test_attacks_on_postgres.py",  # test_attacks.py again, sessions in PostgreSQL
 )
 
 
