@@ -78,6 +78,7 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/server/postgres/test_replicas.py",  # two real servers on one PostgreSQL database
     "tests/server/postgres/test_tunnel_on_postgres.py",  # test_tunnel.py again, sessions in PostgreSQL
     "tests/server/postgres/test_attacks_on_postgres.py",  # test_attacks.py again, sessions in PostgreSQL
+    "tests/server/postgres/test_log_canary_on_postgres.py",  # test_log_canary.py again, sessions in PostgreSQL
 )
 
 
