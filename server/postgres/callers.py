@@ -137,8 +137,14 @@ class SharedCallers:
         self._config = CallersConfig()
         self._table = self._config.table()
         self.error: str | None = None
-        if not import_callers(self._db, path) and path.exists():
-            log.info("the callers are in the database; %s is not read: edit them with `memory-server callers`", path)
+        try:
+            if not import_callers(self._db, path) and path.exists():
+                log.info(
+                    "the callers are in the database; %s is not read: edit them with `memory-server callers`", path
+                )
+        except BaseException:
+            self._db.close()
+            raise
         self._next_check = 0.0
         self.reload()
         self._listener = ChangeListener(url, CALLERS_CHANNEL, self._noticed, own_pid=lambda: None)
