@@ -4,6 +4,7 @@ both within a second."""
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from channel.transport import ChannelTransport
 from server.cli.main import main
 from tests.channel.relay import Relay
 from tests.server.postgres.test_replicas import REVOCATION_BOUND, RoundRobin
-from tests.server.test_serve import running, until_listening
+from tests.server.test_serve import WAIT, running, until_listening
 
 pytestmark = pytest.mark.anyio
 
@@ -49,9 +50,15 @@ async def test_two_servers_on_one_database_share_sessions_and_a_revocation(
                 assert [outer.path for outer in relay.seen].count("/v1/handshake") == 1
                 revoke = ["--keys-dir", str(keys), "callers", "revoke", "alice"]
                 assert await anyio.to_thread.run_sync(main, revoke) == 0
-                with anyio.fail_after(REVOCATION_BOUND):
-                    for _ in range(2):  # refused by each server
-                        with pytest.raises(HandshakeRefused):
+                revoked_at, refusals = time.monotonic(), 0
+                with anyio.fail_after(WAIT):  # a busy machine makes each request slow, not the revocation
+                    while refusals < 2:  # each refusal: a 401 from one server, then a 403 from the other
+                        started = time.monotonic()
+                        try:
                             await client.get("/healthz")
+                        except HandshakeRefused:
+                            refusals += 1
+                        else:
+                            assert started - revoked_at < REVOCATION_BOUND, "served a second after the revoke"
         finally:
             await relay.shutdown()
