@@ -8,6 +8,8 @@ Times are seconds since the epoch (the channel's clock), not `now()`: replicas c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from server.postgres.connection import PgConnection
 from server.postgres.migrations import migrate
 
@@ -56,13 +58,13 @@ CREATE TABLE callers(                       -- callers.toml's text, one version 
 MIGRATIONS: tuple[str, ...] = (M001_CHANNEL,)
 
 
-def open_channel_db(url: str) -> PgConnection:
-    """A connection whose search path is the channel's schema, the schema created or brought up to date."""
-    db = PgConnection(url, SCHEMA)
+def open_channel_db(url: str, settings: Mapping[str, str] | None = None) -> PgConnection:
+    """A connection whose search path is the channel's schema, the schema created or brought up to date. Requests
+    wait on its statements: a database that stalls gives errors (503s) after STATEMENT_TIMEOUT_MS, not a frozen
+    server. `settings`: more run-time parameters for it."""
+    db = PgConnection(url, SCHEMA, {"statement_timeout": str(STATEMENT_TIMEOUT_MS), **(settings or {})})
     try:
         migrate(db, SCHEMA, MIGRATIONS)
-        # Requests wait on these statements: a database that stalls gives errors (503s), not a frozen server.
-        db.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
     except BaseException:
         db.close()
         raise

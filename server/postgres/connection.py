@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -59,8 +59,10 @@ class PgConnection:
     lost (the database restarted, a proxy cut it) is opened again: a statement outside a transaction (a read:
     every write here runs in one) or a BEGIN that finds it lost is tried once more on a new one."""
 
-    def __init__(self, url: str, schema: str | None = None) -> None:
-        self._url, self._schema = url, schema
+    def __init__(self, url: str, schema: str | None = None, settings: Mapping[str, str] | None = None) -> None:
+        """`settings`: run-time parameters (`statement_timeout`...) set on every connection made, the first and
+        any made again after one was lost."""
+        self._url, self._schema, self._settings = url, schema, dict(settings or {})
         self._lock = threading.RLock()
         self._transactions: list[contextlib.AbstractContextManager[Any]] = []
         self._changes = 0
@@ -71,6 +73,8 @@ class PgConnection:
             conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
             if self._schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
                 conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
+            for name, value in self._settings.items():
+                conn.execute("SELECT set_config(%s, %s, false)", (name, value))
         return conn
 
     def _usable(self) -> psycopg.Connection[Any]:

@@ -107,12 +107,11 @@ class PgSessionStore:
         self._clock, self._random = clock, random
         self._max, self._max_per_caller = max_sessions, max_per_caller
         self._sealer = KeySealer(server_key)
-        self._db: PgConnection = open_channel_db(url)
         # A request's commit need not wait for the disk (3 ms of its 4, measured). What it guards stays safe: the
         # request's own writes (the files, in the same database) commit after it and wait for the disk, and the
         # log is flushed in order, so a replay record can be lost in a crash of the database only if nothing the
         # request changed survived it either. Every other write (files, callers) keeps waiting for the disk.
-        self._db.execute("SET synchronous_commit = off")
+        self._db: PgConnection = open_channel_db(url, {"synchronous_commit": "off"})
         self._cache: dict[bytes, _Cached] = {}
         self._lock = threading.Lock()  # the cache, for the metrics collector's thread
 

@@ -12,9 +12,11 @@ from channel.constants import SESSION_IDLE, SESSION_LIFETIME
 from channel.keys import PrivateKey
 from channel.session import Session
 from server.errors import EngineError
+from server.postgres.channel_schema import STATEMENT_TIMEOUT_MS, open_channel_db
 from server.postgres.sealing import KeySealer, hkdf_sha256
 from server.postgres.sessions import SEND_BLOCK, PgSessionStore
 from tests.channel.test_session import Clock, session
+from tests.postgres_support import cut_all
 
 SERVER = PrivateKey.generate("server")
 DEVICE = PrivateKey.generate("alice@laptop")
@@ -172,3 +174,15 @@ def test_stored_keys_open_only_with_the_server_key_and_only_for_their_session():
 def test_the_sealing_key_derivation_is_rfc_5869_hkdf_sha256():
     okm = hkdf_sha256(bytes([0x0B] * 22), bytes(range(13)), bytes(range(0xF0, 0xFA)), 42)
     assert okm.hex() == ("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865")
+
+
+def test_the_channels_connection_keeps_its_settings_when_it_connects_again(postgres_url):
+    db = open_channel_db(postgres_url, {"synchronous_commit": "off"})
+    try:
+        for _ in range(2):  # as made, then made again after every connection was cut
+            timeout = db.execute("SELECT setting FROM pg_settings WHERE name = 'statement_timeout'").fetchone()
+            commit = db.execute("SHOW synchronous_commit").fetchone()
+            assert (timeout, commit) == ((str(STATEMENT_TIMEOUT_MS),), ("off",))
+            assert cut_all(postgres_url) >= 1
+    finally:
+        db.close()
