@@ -68,6 +68,10 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         "max_results": engine.search.max_results,
         "min_score": engine.search.min_score,
         "candidate_multiplier": engine.search.candidate_multiplier,
+        "mmr_lambda": engine.search.mmr_lambda,
+        "recency_half_life_days": engine.search.recency_half_life_days,
+        "rerank": engine.search.rerank,
+        "rerank_model": settings.rerank_model,
         "embedding_cache_entries": engine.cache_max_entries,
         "redact_writes": settings.redact_writes,
         "history_days": settings.history.all_days,
@@ -81,6 +85,9 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
             "chunk_overlap": per_index.chunker.overlap_tokens,
             "max_results": per_index.search.max_results,
             "min_score": per_index.search.min_score,
+            "mmr_lambda": per_index.search.mmr_lambda,
+            "recency_half_life_days": per_index.search.recency_half_life_days,
+            "rerank": per_index.search.rerank,
         }
         for key, value in own.items():  # a value other than the global one came from the index's table
             values[f"indexes.{name}.{key}"] = (value, "file" if value != plain[key] else origin[key])

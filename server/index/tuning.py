@@ -16,6 +16,7 @@ from server.index.errors import InvalidArgumentError
 CHUNK_TOKENS_RANGE = (64, 2048)
 MAX_RESULTS_CAP = 50  # memory_search's own cap (server.mcp.tools.MAX_RESULTS: what fits one tool result)
 CANDIDATE_MULTIPLIER_RANGE = (1, 20)
+MAX_HALF_LIFE_DAYS = 36500  # a century: any longer is no boost at all
 HEADING_BUDGET = 40  # tokens of heading context at most, a quarter of a small chunk's budget
 
 
@@ -26,6 +27,9 @@ class SearchDefaults:
     max_results: int = 8
     min_score: float = 0.0
     candidate_multiplier: int = 4  # each side's candidates: max_results times this (at least search.MIN_CANDIDATES)
+    mmr_lambda: float = 1.0  # 1: no diversity step (bench/bench_options.py measured the others)
+    recency_half_life_days: float = 0.0  # 0: no recency boost
+    rerank: bool = False  # reranking needs VOYAGE_API_KEY on the server
 
 
 def chunker_config(tokens: int, overlap: int) -> ChunkerConfig:
@@ -72,18 +76,31 @@ def check_model_limit(config: ChunkerConfig, model: str, max_tokens: int) -> Non
 def search_defaults_from_env(env: Mapping[str, str]) -> SearchDefaults:
     default = SearchDefaults()
     low, high = CANDIDATE_MULTIPLIER_RANGE
-    raw = env.get("MEMORY_MIN_SCORE", "").strip()
-    try:
-        min_score = float(raw) if raw else default.min_score
-    except ValueError:
-        raise InvalidArgumentError(f"MEMORY_MIN_SCORE must be a number from 0 to 1, not {raw!r}") from None
-    if not 0 <= min_score <= 1:
-        raise InvalidArgumentError(f"MEMORY_MIN_SCORE must be a number from 0 to 1, not {raw}")
+    rerank = env.get("MEMORY_RERANK", "").strip().lower()
+    if rerank not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise InvalidArgumentError(f"MEMORY_RERANK must be 1 or 0, not {rerank!r}")
     return SearchDefaults(
         max_results=whole(env, "MEMORY_MAX_RESULTS", default.max_results, 1, MAX_RESULTS_CAP),
-        min_score=min_score,
+        min_score=fraction(env, "MEMORY_MIN_SCORE", default.min_score),
         candidate_multiplier=whole(env, "MEMORY_CANDIDATE_MULTIPLIER", default.candidate_multiplier, low, high),
+        mmr_lambda=fraction(env, "MEMORY_MMR_LAMBDA", default.mmr_lambda),
+        recency_half_life_days=fraction(
+            env, "MEMORY_RECENCY_HALF_LIFE_DAYS", default.recency_half_life_days, MAX_HALF_LIFE_DAYS
+        ),
+        rerank=rerank in ("1", "true", "yes") if rerank else default.rerank,
     )
+
+
+def fraction(env: Mapping[str, str], key: str, default: float, high: float = 1.0) -> float:
+    """A number from 0 to `high` (1 unless told), or the default when unset."""
+    raw = env.get(key, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise InvalidArgumentError(f"{key} must be a number from 0 to {high:g}, not {raw!r}") from None
+    if not 0 <= value <= high:  # also refuses nan
+        raise InvalidArgumentError(f"{key} must be a number from 0 to {high:g}, not {raw}")
+    return value
 
 
 def whole(env: Mapping[str, str], key: str, default: int, low: int, high: int | None = None) -> int:
