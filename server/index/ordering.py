@@ -85,5 +85,5 @@ def nothing_relevant(min_score: float) -> str:
     """The notice of an empty answer that a threshold made empty: memory holds nothing relevant enough."""
     return (
         f"nothing relevant: no passage scored min_score {min_score:g} or more, so memory holds no good answer to "
-        "this query (a lower min_score shows weaker matches)"
+        "this query (min_score 0 shows the closest matches anyway)"
     )

@@ -35,7 +35,7 @@ from server.index.queries import (
 from server.index.rerank import Reranker
 from server.index.snippets import make_snippet
 from server.index.store import Store
-from server.index.tuning import SearchDefaults
+from server.index.tuning import SearchDefaults, default_min_score
 from server.index.vectors import VectorSpace
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ MAX_QUERY_CHARS = 2000
 CANDIDATE_MULTIPLIER = 4
 MIN_CANDIDATES = 40
 KEYWORD_WAIT_SECONDS = 120.0  # the keyword side waits this long at most for the vector candidates
-DEFAULTS = SearchDefaults(min_score=0.0)  # the engine's own: no threshold (the server's come from its settings)
+DEFAULTS = SearchDefaults()
 # Shared by every index in the process; each thread keeps its own connection per index (see Store).
 _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-search")
 
@@ -56,7 +56,7 @@ _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-se
 @dataclass(frozen=True)
 class SearchOptions:
     limit: int = 8
-    min_score: float = 0.0
+    min_score: float | None = None  # None: tuning.default_min_score for the model and mode that ran
     filters: Filters = field(default_factory=Filters)
     mode: Mode = "auto"
     mmr_lambda: float = 1.0  # 1: relevance order; lower: more variety (server.index.mmr)
@@ -159,7 +159,9 @@ def build_options(
     rerank = defaults.rerank if rerank is None else rerank
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 <= min_score <= 1:
+    if min_score is not None and (
+        isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 <= min_score <= 1
+    ):
         raise InvalidArgumentError("min_score must be a number from 0 to 1")
     check_reordering(mmr_lambda, half_life, rerank)
     if mode not in ("auto", "hybrid", "vector", "keyword"):
@@ -183,7 +185,7 @@ def build_options(
     )
     return SearchOptions(
         limit=limit,
-        min_score=float(min_score),
+        min_score=None if min_score is None else float(min_score),
         filters=filters,
         mode=mode,  # type: ignore[arg-type]
         mmr_lambda=float(mmr_lambda),
@@ -292,7 +294,9 @@ def search(
             notice = notice or "the query has no searchable words"
 
     fused = [s for s in fuse(similarities, ranks, weights, mode) if s.score > 0]
-    scored = [s for s in fused if s.score >= options.min_score]
+    model = (embedder.provider, embedder.model) if embedder is not None else None
+    threshold = options.min_score if options.min_score is not None else default_min_score(model, mode)
+    scored = [s for s in fused if s.score >= threshold]
     scored, spans, reordered = reorder(
         db, space, query, scored, _spans(db, scored), mmr_lambda=options.mmr_lambda,
         half_life_days=options.recency_half_life_days, rerank=options.rerank, reranker=reranker,
@@ -301,7 +305,7 @@ def search(
     places = merge_places(spans, options.limit)
     hits = _load_hits(db, places, {s.chunk_id: s for s in scored}, found, query_terms(query))
     if fused and not hits:
-        notice = _join(notice, nothing_relevant(options.min_score))
+        notice = _join(notice, nothing_relevant(threshold))
     notice = _join(notice, reordered)
     return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
 
