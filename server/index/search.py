@@ -56,7 +56,7 @@ _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-se
 @dataclass(frozen=True)
 class SearchOptions:
     limit: int = 8
-    min_score: float | None = None  # None: tuning.default_min_score for the model and mode that ran
+    min_score: float | None = None  # None (auto): tuning.default_min_score gates the best hit; else every hit
     filters: Filters = field(default_factory=Filters)
     mode: Mode = "auto"
     mmr_lambda: float = 1.0  # 1: relevance order; lower: more variety (server.index.mmr)
@@ -295,8 +295,12 @@ def search(
 
     fused = [s for s in fuse(similarities, ranks, weights, mode) if s.score > 0]
     model = (embedder.provider, embedder.model) if embedder is not None else None
-    threshold = options.min_score if options.min_score is not None else default_min_score(model, mode)
-    scored = [s for s in fused if s.score >= threshold]
+    if options.min_score is None:  # auto: the answer is empty when even its best hit is under the measured gate
+        threshold = default_min_score(model, mode)
+        scored = fused if fused and fused[0].score >= threshold else []
+    else:  # a threshold given: every hit under it goes
+        threshold = options.min_score
+        scored = [s for s in fused if s.score >= threshold]
     scored, spans, reordered = reorder(
         db, space, query, scored, _spans(db, scored), mmr_lambda=options.mmr_lambda,
         half_life_days=options.recency_half_life_days, rerank=options.rerank, reranker=reranker,

@@ -13,6 +13,7 @@ from server.index.engine import EngineSettings, MemoryIndex
 from server.index.ordering import NO_RERANKER
 from server.index.rerank import GuardedReranker, VoyageReranker
 from server.index.search import build_options
+from server.index.tuning import CALIBRATED_MIN_SCORE
 from tests.fakes.embedder import HashingEmbedder
 from tests.fakes.provider_api import FakeProviderAPI, serve
 
@@ -165,3 +166,18 @@ def test_bad_option_values_are_refused_by_name(options, message):
 
     with pytest.raises(InvalidArgumentError, match=message):
         build_options(**options)  # type: ignore[arg-type]
+
+
+def test_the_measured_default_gates_the_best_hit_and_keeps_the_weaker_ones_after_a_relevant_one(tmp_path, monkeypatch):
+    monkeypatch.setitem(CALIBRATED_MIN_SCORE, ("test", "hashing-v1"), 0.5)  # as measured for the local model
+    index = _open(tmp_path, NOTES)
+    try:
+        auto = index.search("billing webhook retries idempotent ledger", build_options(limit=4)).hits
+        assert auto[0].score >= 0.5 and min(hit.score for hit in auto) < 0.5  # the tail stays
+        cut = index.search("billing webhook retries idempotent ledger", build_options(limit=4, min_score=0.5)).hits
+        assert cut and all(hit.score >= 0.5 for hit in cut) and len(cut) < len(auto)  # a given one cuts every hit
+        weak = index.search("ledger zebra unicorn moon river castle dragon", build_options(limit=4))
+        assert weak.hits == [] and weak.notice is not None and "min_score 0.5" in weak.notice
+        assert index.search("ledger zebra unicorn moon river castle dragon", build_options(limit=4, min_score=0)).hits
+    finally:
+        index.close()
