@@ -102,7 +102,7 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
 def _min_score(value: float | None) -> object:
     """None is the threshold measured per model (`default_min_score`)."""
     measured = ", ".join(f"{score:g} for {model}" for (_provider, model), score in CALIBRATED_MIN_SCORE.items())
-    return f"auto ({measured}'s hybrid score, else 0)" if value is None else value
+    return f"auto (a gate on the best hit: {measured}'s hybrid score, else 0)" if value is None else value
 
 
 def cmd_config(args: argparse.Namespace) -> int:

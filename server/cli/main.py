@@ -61,7 +61,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     search.add_argument("query", nargs="?", help="what to look for")
     search.add_argument("--index", required=True, dest="index_name", metavar="NAME")
     search.add_argument("--limit", type=int, help=f"hits to return, 1-{MAX_LIMIT} (default: max_results, 8)")
-    search.add_argument("--min-score", type=float, help="drop hits scoring below this (default: min_score)")
+    search.add_argument("--min-score", type=float, help="drop hits scoring below this (default: min_score, auto)")
     search.add_argument("--mmr-lambda", type=float, help="1: relevance order; lower: more variety (default: 1)")
     search.add_argument("--recency-half-life", type=float, metavar="DAYS", help="boost recent daily logs (0: off)")
     search.add_argument("--rerank", action=argparse.BooleanOptionalAction, help="rerank with Voyage (needs its key)")

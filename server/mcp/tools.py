@@ -84,7 +84,10 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         ] = None,
         min_score: Annotated[
             float | None,
-            Field(description="drop hits scoring below this, 0-1 (default: the server's); 0 shows weak matches too"),
+            Field(
+                description="drop hits scoring below this, 0-1 (default: none, but an empty answer when even the best"
+                " hit is under the server's measured threshold); 0 shows the closest matches anyway"
+            ),
         ] = None,
         sources: Annotated[
             list[Literal["memory", "sessions"]] | None, Field(description="only these sources (default: all)")
