@@ -2,7 +2,9 @@
 
 Each step takes the candidate with the best `lam * relevance - (1 - lam) * (its highest cosine similarity to
 what is already taken)`: `lam` 1 is the relevance order unchanged, lower values push near-duplicates of what ranks
-above them down the list (Carbonell and Goldstein, 1998). Candidates without a vector count as unlike everything.
+above them down the list (Carbonell and Goldstein, 1998). Candidates without a vector count as unlike everything,
+and so does a negative similarity. A search reorders its first MMR_POOL candidates only (`ordering.py`): its ranking
+already put the rest below them, and the cost grows with the square of the pool.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+MMR_POOL = 200  # candidates a search reorders at most
 
 
 def mmr_order(
@@ -26,14 +30,15 @@ def mmr_order(
         if blob is not None and len(blob) == dimensions * 4:
             matrix[row] = np.frombuffer(blob, dtype=np.float32)
     gains = np.array([relevance[chunk] for chunk in ids], dtype=np.float64) * lam
-    closest = np.full(len(ids), -np.inf)  # each candidate's highest similarity to the ones taken
-    left = np.ones(len(ids), dtype=bool)
+    similar = (matrix @ matrix.T) * (1.0 - lam)  # one product up front: each greedy step below is then linear
+    penalty = np.zeros(len(ids))  # each candidate's highest (weighted) similarity to the ones taken, at least 0
+    taken = np.zeros(len(ids), dtype=bool)
     order: list[int] = []
     for _ in range(len(ids)):
-        penalty = np.where(np.isfinite(closest), closest, 0.0) * (1.0 - lam)
-        value = np.where(left, gains - penalty, -np.inf)
+        value = gains - penalty
+        value[taken] = -np.inf
         best = int(np.argmax(value))  # the first of equals: ties keep the relevance order
         order.append(ids[best])
-        left[best] = False
-        closest = np.maximum(closest, matrix @ matrix[best])
+        taken[best] = True
+        np.maximum(penalty, similar[best], out=penalty)
     return order

@@ -12,7 +12,7 @@ import apsw
 from server.index.errors import EmbeddingError, InvalidArgumentError
 from server.index.filtered import chunk_vectors
 from server.index.fusion import Scored
-from server.index.mmr import mmr_order
+from server.index.mmr import MMR_POOL, mmr_order
 from server.index.places import Span
 from server.index.queries import hits_sql
 from server.index.recency import boost_recent
@@ -61,6 +61,7 @@ def reorder(
         else:
             order, pool = rerank_order(order, scores), len(head)
             relevance = dict(zip(head, scores, strict=True))
+    pool = min(pool, MMR_POOL)
     if mmr_lambda < 1 and space is not None and pool > 2:
         vectors = chunk_vectors(db, space, order[:pool])
         order = mmr_order(order[:pool], relevance, vectors, mmr_lambda) + order[pool:]
