@@ -12,7 +12,9 @@ quality needs a real key).
 - Both: search p50 in ms without the query embedding (each query is embedded once and reused by every variant),
   and the share of empty answers.
 
-    .venv/bin/python bench/bench_options.py [--quick]   (--quick: the first 100 questions of each set)
+    .venv/bin/python bench/bench_options.py [--quick] [--only PREFIX]
+    (--quick: the first 100 questions of each set; --only mmr: those variants beside the one before, into
+    bench/results/options-mmr.md)
 """
 
 from __future__ import annotations
@@ -164,7 +166,10 @@ def rerank_round_trip(reranker: GuardedReranker, rounds: int = 200) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="100 SciFact queries, 20 questions per conversation")
+    parser.add_argument("--only", help="the variants whose name starts with this (and the one before), e.g. mmr")
     args = parser.parse_args()
+    if args.only:
+        VARIANTS[1:] = [(name, given) for name, given in VARIANTS[1:] if name.startswith(args.only)]
     embedder = QueryMemo(LocalEmbedder())
     with serve(FakeProviderAPI(api_key=KEY)) as api:
         reranker = GuardedReranker(VoyageReranker(model="rerank-2-lite", api_key=KEY, base_url=api.url))
@@ -192,7 +197,8 @@ def main() -> None:
             "call adds Voyage's network and model time, which only a real key can measure.",
         ]
     )
-    report("options", "Search options: MMR, recency, min_score, rerank (SciFact + LoCoMo dev)", body)
+    name = f"options-{args.only}" if args.only else "options"
+    report(name, "Search options: MMR, recency, min_score, rerank (SciFact + LoCoMo dev)", body)
     save_json(
         "options", {"scifact": scifact, "locomo": locomo, "rerank_round_trip_ms": round_trip, "quick": args.quick}
     )
