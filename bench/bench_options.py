@@ -45,7 +45,8 @@ BEFORE = {"min_score": 0.0}  # the defaults before these options: no threshold, 
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("before (min_score 0)", BEFORE),
     ("min_score 0.3", {"min_score": 0.3}),
-    ("min_score 0.35 (= the new default)", {}),
+    ("min_score 0.35 on every hit", {"min_score": 0.35}),
+    ("auto: 0.35 gate on the best hit (new default)", {}),
     ("min_score 0.4", {"min_score": 0.4}),
     ("mmr_lambda 0.9", {**BEFORE, "mmr_lambda": 0.9}),
     ("mmr_lambda 0.7", {**BEFORE, "mmr_lambda": 0.7}),
@@ -151,6 +152,37 @@ def run_locomo(embedder: QueryMemo, settings: EngineSettings, quick: bool) -> di
     return out
 
 
+def run_off_topic(embedder: QueryMemo, settings: EngineSettings) -> list[list[object]]:
+    """How often an answer comes back empty (and says so) before and with the new default: the 300 SciFact test
+    queries on every conversation's index (off-topic), and each conversation's questions on the next one's index
+    (unanswerable, same kind of talk); and the answerable questions on their own index."""
+    _corpus, queries, _qrels = load_scifact()
+    conversations = [build(sample) for sample in json.loads((LOCOMO / "locomo-dev.json").read_text())]
+    rows = []
+    for name, given in (("before (min_score 0)", BEFORE), ("new default (auto: 0.35 gate)", {})):
+        options = build_options(limit=HITS, **given)
+        counts = {"off-topic": [0, 0], "unanswerable": [0, 0], "answerable": [0, 0]}
+        for number, conversation in enumerate(conversations):
+            index = _open(CACHE / "options" / "data", conversation.name, embedder, settings)
+            foreign = conversations[(number + 1) % len(conversations)]
+            asked = {
+                "off-topic": list(queries.values()),
+                "unanswerable": [q for q, _ in foreign.questions],
+                "answerable": [q for q, _ in conversation.questions],
+            }
+            try:
+                for kind, texts in asked.items():
+                    for text in texts:
+                        result = index.search(text, options)
+                        counts[kind][0] += not result.hits and "nothing relevant" in (result.notice or "")
+                        counts[kind][1] += 1
+            finally:
+                index.close()
+        rows.append([name, *(empty / total for empty, total in counts.values())])
+        print(f"empty answers {name}: {rows[-1]}", flush=True)
+    return rows
+
+
 def rerank_round_trip(reranker: GuardedReranker, rounds: int = 200) -> float:
     """p50 ms of one rerank of RERANK_CANDIDATES passages of SciFact's length against the fake: the client's own
     cost (JSON, HTTP over a local socket, parsing); a real API adds its network and model time to this."""
@@ -177,6 +209,7 @@ def main() -> None:
         scifact = run_scifact(embedder, settings, args.quick)
         locomo = run_locomo(embedder, settings, args.quick)
         round_trip = rerank_round_trip(reranker)
+    off_topic = run_off_topic(embedder, settings)
     sci_rows = [[name, *values.values()] for name, values in scifact.items()]
     loc_rows = [[name, *values.values()] for name, values in locomo.items()]
     body = "\n\n".join(
@@ -192,6 +225,11 @@ def main() -> None:
             + table(["variant", *next(iter(scifact.values()))], sci_rows),
             f"## LoCoMo development half (997 questions, {HITS} hits)\n\n"
             + table(["variant", *next(iter(locomo.values()))], loc_rows),
+            "## Empty answers saying nothing is relevant (LoCoMo indexes, 40 hits)\n\n"
+            + table(
+                ["min_score", "off-topic (SciFact queries)", "unanswerable (other conversation)", "answerable"],
+                off_topic,
+            ),
             f"## Rerank overhead\n\nOne rerank of {RERANK_CANDIDATES} SciFact-sized passages against the fake, "
             f"client side (JSON, HTTP on a local socket, parsing): p50 {round_trip:.2f} ms over 200 calls. A real "
             "call adds Voyage's network and model time, which only a real key can measure.",
@@ -200,7 +238,14 @@ def main() -> None:
     name = f"options-{args.only}" if args.only else "options"
     report(name, "Search options: MMR, recency, min_score, rerank (SciFact + LoCoMo dev)", body)
     save_json(
-        "options", {"scifact": scifact, "locomo": locomo, "rerank_round_trip_ms": round_trip, "quick": args.quick}
+        "options",
+        {
+            "scifact": scifact,
+            "locomo": locomo,
+            "rerank_round_trip_ms": round_trip,
+            "empty": off_topic,
+            "quick": args.quick,
+        },
     )
 
 
