@@ -238,7 +238,7 @@ def main() -> None:
     name = f"options-{args.only}" if args.only else "options"
     report(name, "Search options: MMR, recency, min_score, rerank (SciFact + LoCoMo dev)", body)
     save_json(
-        "options",
+        name,
         {
             "scifact": scifact,
             "locomo": locomo,
