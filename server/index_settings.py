@@ -5,8 +5,11 @@
     chunk_overlap = 64
     min_score = 0.3
     max_results = 5
+    mmr_lambda = 0.7           # and the reordering options: diversity, a recency boost, reranking
+    recency_half_life_days = 30
+    rerank = true
 
-Only these four keys may differ per index (`PER_INDEX`): chunking suits an index's kind of text, and the search
+Only these keys may differ per index (`PER_INDEX`): chunking suits an index's kind of text, and the search
 defaults its readers. The others are the process's (one model, one cache policy, one listener). The file alone sets
 them; each index's values start from the global ones (environment over file) and are checked the same way.
 """
@@ -27,7 +30,11 @@ PER_INDEX = {
     "chunk_overlap": "MEMORY_CHUNK_OVERLAP",
     "max_results": "MEMORY_MAX_RESULTS",
     "min_score": "MEMORY_MIN_SCORE",
+    "mmr_lambda": "MEMORY_MMR_LAMBDA",
+    "recency_half_life_days": "MEMORY_RECENCY_HALF_LIFE_DAYS",
+    "rerank": "MEMORY_RERANK",
 }
+NUMBERS = ("min_score", "mmr_lambda", "recency_half_life_days")
 TABLE = "indexes"
 
 
@@ -48,7 +55,12 @@ def read_index_tables(raw: object, path: Path) -> dict[str, dict[str, str]]:
                 raise InvalidArgumentError(
                     f"config file {path}: unknown key {where!r}; an index may set {', '.join(PER_INDEX)}"
                 )
-            number = key == "min_score"
+            if key == "rerank":
+                if not isinstance(value, bool):
+                    raise InvalidArgumentError(f"config file {path}: {where} must be true or false")
+                values[PER_INDEX[key]] = "1" if value else "0"
+                continue
+            number = key in NUMBERS
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)

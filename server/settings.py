@@ -26,7 +26,7 @@ from typing import Literal
 from server.errors import InvalidArgumentError
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
-from server.index.embeddings.select import EmbeddingSettings, select_embedder, select_providers
+from server.index.embeddings.select import EmbeddingSettings, select_embedder, select_providers, select_reranker
 from server.index.engine import EngineSettings
 from server.index.fusion import FusionWeights
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, DEFAULT_RULES, ScanConfig, ScanRule
@@ -76,6 +76,10 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_MAX_RESULTS": "integer",
     "MEMORY_MIN_SCORE": "number",
     "MEMORY_CANDIDATE_MULTIPLIER": "integer",
+    "MEMORY_MMR_LAMBDA": "number",
+    "MEMORY_RECENCY_HALF_LIFE_DAYS": "number",
+    "MEMORY_RERANK": "boolean",
+    "MEMORY_RERANK_MODEL": "text",
     "MEMORY_EMBEDDING_CACHE_ENTRIES": "integer",
     "MEMORY_REDACT_WRITES": "boolean",
     "MEMORY_HISTORY_DAYS": "integer",
@@ -124,6 +128,7 @@ class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     history: Retention = field(default_factory=Retention)  # how long versions of memory files are kept
     database_url: str | None = None  # PostgreSQL (postgresql://...) for the files; None: SQLite under data_dir
+    rerank_model: str = "rerank-2-lite"  # Voyage's; used where rerank is on (MEMORY_RERANK, per index)
     config_file: Path | None = None
     origins: Mapping[str, Origin] = field(default_factory=dict)  # file key -> where its value came from
     key_files: Mapping[str, str] = field(default_factory=dict)  # NAME_FILE -> path, from the config file
@@ -209,6 +214,7 @@ class Settings:
                 max_days=int(_number(env, "MEMORY_HISTORY_MAX_DAYS", Retention.max_days)),
             ),
             database_url=_database_url(env),
+            rerank_model=env.get("MEMORY_RERANK_MODEL", "").strip() or cls.rerank_model,
             config_file=named,
             origins=dict(origins),
             key_files=dict(key_files),
@@ -222,6 +228,14 @@ class Settings:
     def select_providers(self, env: Mapping[str, str]) -> tuple[ProviderChain, list[str]]:
         """Every configured provider in fallback order, each behind a breaker: what a long-running server uses."""
         return select_providers(self.embedding, self.key_sources(env))
+
+    def with_reranker(self, env: Mapping[str, str]) -> Settings:
+        """These settings with the reranker in the engine's (and every index's) settings, when the Voyage key is
+        configured; without it, a search that asks for reranking keeps its order and says why."""
+        reranker = select_reranker(self.rerank_model, self.embedding, self.key_sources(env))
+        engine = dataclasses.replace(self.engine, reranker=reranker)
+        per_index = {name: dataclasses.replace(own, reranker=reranker) for name, own in engine.per_index.items()}
+        return dataclasses.replace(self, engine=dataclasses.replace(engine, per_index=per_index))
 
     def select_embedder(self, env: Mapping[str, str]) -> tuple[Embedder | None, list[str]]:
         """The first usable provider in the configured order, and why the ones before it were skipped."""

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from server.errors import InvalidArgumentError
 from server.index.embeddings.select import read_secret, read_secret_file
+from server.index.tuning import CALIBRATED_MIN_SCORE
 from server.settings import CONFIG_VARIABLE, SECRETS, Settings
 
 COMMAND_LINE = "command line"
@@ -66,8 +67,12 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         "chunk_tokens": engine.chunker.max_tokens,
         "chunk_overlap": engine.chunker.overlap_tokens,
         "max_results": engine.search.max_results,
-        "min_score": engine.search.min_score,
+        "min_score": _min_score(engine.search.min_score),
         "candidate_multiplier": engine.search.candidate_multiplier,
+        "mmr_lambda": engine.search.mmr_lambda,
+        "recency_half_life_days": engine.search.recency_half_life_days,
+        "rerank": engine.search.rerank,
+        "rerank_model": settings.rerank_model,
         "embedding_cache_entries": engine.cache_max_entries,
         "redact_writes": settings.redact_writes,
         "history_days": settings.history.all_days,
@@ -80,7 +85,10 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
             "chunk_tokens": per_index.chunker.max_tokens,
             "chunk_overlap": per_index.chunker.overlap_tokens,
             "max_results": per_index.search.max_results,
-            "min_score": per_index.search.min_score,
+            "min_score": _min_score(per_index.search.min_score),
+            "mmr_lambda": per_index.search.mmr_lambda,
+            "recency_half_life_days": per_index.search.recency_half_life_days,
+            "rerank": per_index.search.rerank,
         }
         for key, value in own.items():  # a value other than the global one came from the index's table
             values[f"indexes.{name}.{key}"] = (value, "file" if value != plain[key] else origin[key])
@@ -89,6 +97,12 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         where = "file" if f"{name}_FILE" in settings.key_files else "env" if _any_set(env, name) else "default"
         values[name.lower()] = (_secret_origin(sources, name), where)
     return values
+
+
+def _min_score(value: float | None) -> object:
+    """None is the threshold measured per model (`default_min_score`)."""
+    measured = ", ".join(f"{score:g} for {model}" for (_provider, model), score in CALIBRATED_MIN_SCORE.items())
+    return f"auto (a gate on the best hit: {measured}'s hybrid score, else 0)" if value is None else value
 
 
 def cmd_config(args: argparse.Namespace) -> int:

@@ -61,7 +61,10 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     search.add_argument("query", nargs="?", help="what to look for")
     search.add_argument("--index", required=True, dest="index_name", metavar="NAME")
     search.add_argument("--limit", type=int, help=f"hits to return, 1-{MAX_LIMIT} (default: max_results, 8)")
-    search.add_argument("--min-score", type=float, help="drop hits scoring below this (default: min_score, 0)")
+    search.add_argument("--min-score", type=float, help="drop hits scoring below this (default: min_score, auto)")
+    search.add_argument("--mmr-lambda", type=float, help="1: relevance order; lower: more variety (default: 1)")
+    search.add_argument("--recency-half-life", type=float, metavar="DAYS", help="boost recent daily logs (0: off)")
+    search.add_argument("--rerank", action=argparse.BooleanOptionalAction, help="rerank with Voyage (needs its key)")
     search.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"])
     search.add_argument("--path", dest="path_prefix", help="only files under this relative path prefix")
     search.add_argument("--from", dest="date_from", metavar="YYYY-MM-DD", help="daily logs from this day")
@@ -138,7 +141,7 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> MemoryIndex:
         args.index_name,
         _embedder(args),
         create=create,
-        settings=args.settings.engine.for_index(args.index_name),
+        settings=args.settings.with_reranker(os.environ).engine.for_index(args.index_name),
     )
 
 
@@ -169,15 +172,18 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     if (args.query is None) == (args.queries is None):
         raise InvalidArgumentError("give either a QUERY or --queries FILE.jsonl")
-    defaults = args.settings.engine.for_index(args.index_name).search
     options = build_options(
-        limit=defaults.max_results if args.limit is None else args.limit,
-        min_score=defaults.min_score if args.min_score is None else args.min_score,
+        defaults=args.settings.engine.for_index(args.index_name).search,
+        limit=args.limit,
+        min_score=args.min_score,
         sources=args.sources,
         path_prefix=args.path_prefix,
         date_from=args.date_from,
         date_to=args.date_to,
         mode=args.mode,
+        mmr_lambda=args.mmr_lambda,
+        recency_half_life_days=args.recency_half_life,
+        rerank=args.rerank,
     )
     index = _open(args)
     try:

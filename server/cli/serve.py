@@ -100,6 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if first is not None and first.provider == "local":  # the others load on first use, if they ever are
         print(f"loading the embedding model {first.model} ...", file=_stdout(), flush=True)
         first.warm_up()
+    settings = settings.with_reranker(os.environ)  # Voyage's reranker, when its key is configured
     backend = storage_backend(settings, data_dir, providers)
     service = MemoryService(data_dir, providers, settings.engine, redact_writes=settings.redact_writes, backend=backend)
     metrics = service_metrics(service)

@@ -27,6 +27,7 @@ from server.index.naming import index_dir, validate_name, write_info
 from server.index.rebuild_progress import RebuildProgress
 from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, remove_strays
 from server.index.relabel import start_relabel
+from server.index.rerank import Reranker
 from server.index.scan import ScanConfig
 from server.index.search import SearchOptions, SearchResult, search
 from server.index.status import IndexStatus, index_status
@@ -55,6 +56,7 @@ class EngineSettings:
     weights: FusionWeights = field(default_factory=FusionWeights)
     search: SearchDefaults = field(default_factory=SearchDefaults)
     cache_max_entries: int = 0  # the embedding cache's cap in vectors; 0: no cap (unused ones age out)
+    reranker: Reranker | None = None  # built at start from the server's key (Settings.select_reranker)
     per_index: Mapping[str, EngineSettings] = field(default_factory=dict)  # [indexes.NAME] (server.index_settings)
 
     def for_index(self, name: str) -> EngineSettings:
@@ -374,12 +376,10 @@ class MemoryIndex:
         return result
 
     def _search(self, query: str, options: SearchOptions) -> SearchResult:
-        _state, why = self.vector_state()
+        why, own = self.vector_state()[1], self.settings
         space, provider = self._serving() or (None, None)
-        multiplier = self.settings.search.candidate_multiplier
-        return search(
-            self.store, provider, space, query, options, self.settings.weights, why, candidate_multiplier=multiplier
-        )
+        return search(self.store, provider, space, query, options, own.weights, why,
+                      candidate_multiplier=own.search.candidate_multiplier, reranker=own.reranker)  # fmt: skip
 
     def status(self) -> IndexStatus:
         return self._guard(lambda: index_status(self))

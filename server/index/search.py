@@ -19,6 +19,7 @@ from server.index.filtered import filtered_similarities, similarities_of
 from server.index.fts import match_expression, query_terms
 from server.index.fusion import FusionWeights, Scored, fuse
 from server.index.labels import labels_argument
+from server.index.ordering import check_reordering, nothing_relevant, reorder
 from server.index.places import Place, Span, merge_places
 from server.index.queries import (
     CLEAR_KEYWORD_SCORES,
@@ -31,8 +32,10 @@ from server.index.queries import (
     spans_sql,
     vector_sql,
 )
+from server.index.rerank import Reranker
 from server.index.snippets import make_snippet
 from server.index.store import Store
+from server.index.tuning import SearchDefaults, default_min_score
 from server.index.vectors import VectorSpace
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,7 @@ MAX_QUERY_CHARS = 2000
 CANDIDATE_MULTIPLIER = 4
 MIN_CANDIDATES = 40
 KEYWORD_WAIT_SECONDS = 120.0  # the keyword side waits this long at most for the vector candidates
+DEFAULTS = SearchDefaults()
 # Shared by every index in the process; each thread keeps its own connection per index (see Store).
 _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-search")
 
@@ -52,9 +56,12 @@ _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyword-se
 @dataclass(frozen=True)
 class SearchOptions:
     limit: int = 8
-    min_score: float = 0.0
+    min_score: float | None = None  # None (auto): tuning.default_min_score gates the best hit; else every hit
     filters: Filters = field(default_factory=Filters)
     mode: Mode = "auto"
+    mmr_lambda: float = 1.0  # 1: relevance order; lower: more variety (server.index.mmr)
+    recency_half_life_days: float = 0.0  # 0: off; else daily logs' scores halve per this many days of age
+    rerank: bool = False  # the best candidates reordered by the configured reranker (server.index.rerank)
 
 
 @dataclass(frozen=True)
@@ -129,8 +136,9 @@ class SearchResult:
 
 def build_options(
     *,
-    limit: int = 8,
-    min_score: float = 0.0,
+    defaults: SearchDefaults = DEFAULTS,
+    limit: int | None = None,
+    min_score: float | None = None,
     sources: list[str] | tuple[str, ...] | None = None,
     path_prefix: str | None = None,
     date_from: str | None = None,
@@ -138,14 +146,28 @@ def build_options(
     mode: str = "auto",
     tags: list[str] | None = None,
     category: str | None = None,
+    mmr_lambda: float | None = None,
+    recency_half_life_days: float | None = None,
+    rerank: bool | None = None,
 ) -> SearchOptions:
-    """Validate user-supplied search arguments into options; every problem is an InvalidArgumentError."""
+    """Validate user-supplied search arguments into options, `defaults` (the configured ones) for those not given;
+    every problem is an InvalidArgumentError."""
+    limit = defaults.max_results if limit is None else limit
+    min_score = defaults.min_score if min_score is None else min_score
+    mmr_lambda = defaults.mmr_lambda if mmr_lambda is None else mmr_lambda
+    half_life = defaults.recency_half_life_days if recency_half_life_days is None else recency_half_life_days
+    rerank = defaults.rerank if rerank is None else rerank
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 <= min_score <= 1:
+    if min_score is not None and (
+        isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 <= min_score <= 1
+    ):
         raise InvalidArgumentError("min_score must be a number from 0 to 1")
+    check_reordering(mmr_lambda, half_life, rerank)
     if mode not in ("auto", "hybrid", "vector", "keyword"):
         raise InvalidArgumentError("mode must be auto, hybrid, vector or keyword")
+    if sources is not None and (not isinstance(sources, list | tuple) or not all(isinstance(s, str) for s in sources)):
+        raise InvalidArgumentError("sources must be a list of source names")
     unknown = set(sources or ()) - set(SOURCES)
     if unknown:
         raise InvalidArgumentError(f"unknown source {sorted(unknown)[0]!r}; sources are {', '.join(SOURCES)}")
@@ -161,7 +183,15 @@ def build_options(
         tags=labels.tags,
         category=labels.category,
     )
-    return SearchOptions(limit=limit, min_score=float(min_score), filters=filters, mode=mode)  # type: ignore[arg-type]
+    return SearchOptions(
+        limit=limit,
+        min_score=None if min_score is None else float(min_score),
+        filters=filters,
+        mode=mode,  # type: ignore[arg-type]
+        mmr_lambda=float(mmr_lambda),
+        recency_half_life_days=float(half_life),
+        rerank=rerank,
+    )
 
 
 def _check_day(value: str | None, name: str) -> str | None:
@@ -202,10 +232,12 @@ def search(
     unavailable: str | None = None,
     *,
     candidate_multiplier: int = CANDIDATE_MULTIPLIER,
+    reranker: Reranker | None = None,
+    today: dt.date | None = None,
 ) -> SearchResult:
     """Run one search. `space` is the live vector table when it belongs to `embedder`; `unavailable` says why
     vectors are off when they are. Each side brings `limit * candidate_multiplier` candidates (at least
-    MIN_CANDIDATES) to the fusion."""
+    MIN_CANDIDATES) to the fusion; `reranker` serves `options.rerank`, `today` (UTC by default) the recency boost."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidArgumentError("the query is empty")
     if len(query) > MAX_QUERY_CHARS:
@@ -261,10 +293,29 @@ def search(
         if match is None:
             notice = notice or "the query has no searchable words"
 
-    scored = [s for s in fuse(similarities, ranks, weights, mode) if s.score >= options.min_score and s.score > 0]
-    places = merge_places(_spans(db, scored), options.limit)
+    fused = [s for s in fuse(similarities, ranks, weights, mode) if s.score > 0]
+    model = (embedder.provider, embedder.model) if embedder is not None else None
+    if options.min_score is None:  # auto: the answer is empty when even its best hit is under the measured gate
+        threshold = default_min_score(model, mode)
+        scored = fused if fused and fused[0].score >= threshold else []
+    else:  # a threshold given: every hit under it goes
+        threshold = options.min_score
+        scored = [s for s in fused if s.score >= threshold]
+    scored, spans, reordered = reorder(
+        db, space, query, scored, _spans(db, scored), mmr_lambda=options.mmr_lambda,
+        half_life_days=options.recency_half_life_days, rerank=options.rerank, reranker=reranker,
+        today=today or dt.datetime.now(dt.UTC).date(),
+    )  # fmt: skip
+    places = merge_places(spans, options.limit)
     hits = _load_hits(db, places, {s.chunk_id: s for s in scored}, found, query_terms(query))
+    if fused and not hits:
+        notice = _join(notice, nothing_relevant(threshold))
+    notice = _join(notice, reordered)
     return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
+
+
+def _join(first: str | None, second: str | None) -> str | None:
+    return "; ".join(part for part in (first, second) if part) or None
 
 
 def _keyword_side(

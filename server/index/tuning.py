@@ -16,6 +16,10 @@ from server.index.errors import InvalidArgumentError
 CHUNK_TOKENS_RANGE = (64, 2048)
 MAX_RESULTS_CAP = 50  # memory_search's own cap (server.mcp.tools.MAX_RESULTS: what fits one tool result)
 CANDIDATE_MULTIPLIER_RANGE = (1, 20)
+MAX_HALF_LIFE_DAYS = 36500  # a century: any longer is no boost at all
+# Measured on LoCoMo (development half) and SciFact with the default fusion: a change of the fusion or its weights
+# moves the scores, and these must be measured again.
+CALIBRATED_MIN_SCORE = {("local", "sentence-transformers/all-MiniLM-L6-v2"): 0.35}
 HEADING_BUDGET = 40  # tokens of heading context at most, a quarter of a small chunk's budget
 
 
@@ -24,8 +28,20 @@ class SearchDefaults:
     """What memory_search uses when the caller gives no value; a caller's own value still wins (within caps)."""
 
     max_results: int = 8
-    min_score: float = 0.0
+    min_score: float | None = None  # None (auto): a gate on the best hit, measured per model (`default_min_score`)
     candidate_multiplier: int = 4  # each side's candidates: max_results times this (at least search.MIN_CANDIDATES)
+    mmr_lambda: float = 1.0  # 1: no diversity step (bench/bench_options.py measured the others)
+    recency_half_life_days: float = 0.0  # 0: no recency boost
+    rerank: bool = False  # reranking needs VOYAGE_API_KEY on the server
+
+
+def default_min_score(model: tuple[str, str] | None, mode: str) -> float:
+    """The gate of a search given no min_score: its answer is empty when even the best hit scores under this, and
+    whole otherwise (a threshold on every hit cut LoCoMo's r@100lines from 0.923 to 0.890 at 0.35; a gate on the
+    best one only empties the answers that had nothing relevant). Measured for the hybrid score of `model`
+    (provider, model id) by bench/bench_min_score.py and bench/bench_options.py; 0 for a model not measured and
+    for vector-only or keyword-only scores, which are scaled otherwise."""
+    return CALIBRATED_MIN_SCORE.get(model, 0.0) if model is not None and mode == "hybrid" else 0.0
 
 
 def chunker_config(tokens: int, overlap: int) -> ChunkerConfig:
@@ -72,18 +88,31 @@ def check_model_limit(config: ChunkerConfig, model: str, max_tokens: int) -> Non
 def search_defaults_from_env(env: Mapping[str, str]) -> SearchDefaults:
     default = SearchDefaults()
     low, high = CANDIDATE_MULTIPLIER_RANGE
-    raw = env.get("MEMORY_MIN_SCORE", "").strip()
-    try:
-        min_score = float(raw) if raw else default.min_score
-    except ValueError:
-        raise InvalidArgumentError(f"MEMORY_MIN_SCORE must be a number from 0 to 1, not {raw!r}") from None
-    if not 0 <= min_score <= 1:
-        raise InvalidArgumentError(f"MEMORY_MIN_SCORE must be a number from 0 to 1, not {raw}")
+    rerank = env.get("MEMORY_RERANK", "").strip().lower()
+    if rerank not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise InvalidArgumentError(f"MEMORY_RERANK must be 1 or 0, not {rerank!r}")
     return SearchDefaults(
         max_results=whole(env, "MEMORY_MAX_RESULTS", default.max_results, 1, MAX_RESULTS_CAP),
-        min_score=min_score,
+        min_score=fraction(env, "MEMORY_MIN_SCORE", -1.0) if env.get("MEMORY_MIN_SCORE", "").strip() else None,
         candidate_multiplier=whole(env, "MEMORY_CANDIDATE_MULTIPLIER", default.candidate_multiplier, low, high),
+        mmr_lambda=fraction(env, "MEMORY_MMR_LAMBDA", default.mmr_lambda),
+        recency_half_life_days=fraction(
+            env, "MEMORY_RECENCY_HALF_LIFE_DAYS", default.recency_half_life_days, MAX_HALF_LIFE_DAYS
+        ),
+        rerank=rerank in ("1", "true", "yes") if rerank else default.rerank,
     )
+
+
+def fraction(env: Mapping[str, str], key: str, default: float, high: float = 1.0) -> float:
+    """A number from 0 to `high` (1 unless told), or the default when unset."""
+    raw = env.get(key, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise InvalidArgumentError(f"{key} must be a number from 0 to {high:g}, not {raw!r}") from None
+    if not 0 <= value <= high:  # also refuses nan
+        raise InvalidArgumentError(f"{key} must be a number from 0 to {high:g}, not {raw}")
+    return value
 
 
 def whole(env: Mapping[str, str], key: str, default: int, low: int, high: int | None = None) -> int:

@@ -32,6 +32,7 @@ from pydantic import Field
 from server.error_table import KNOWN_ERRORS, answer_for
 from server.mcp import strict
 from server.mcp.answers import compact, fit_list, fit_search, get_answer
+from server.mcp.arguments import CategoryFilter, FilePath, Hash, Heading, MmrLambda, RecencyHalfLife, Rerank, TagFilter
 from server.mcp.caller import channel_user
 from server.mcp.calls import Progress, in_thread, run_with_progress, tool_caller, translated
 from server.mcp.history_tools import add_history_tools
@@ -66,26 +67,6 @@ INSTRUCTIONS = (
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
-FilePath = Annotated[str, Field(description="file path inside memory: MEMORY.md or memory/<folders>/<name>.md")]
-Heading = Annotated[
-    str | None,
-    Field(
-        description="a section by its heading text without the #s, e.g. 'Decisions', or a path 'Project > Decisions'"
-        " (as search hits name them); matched exactly, then ignoring case. A section runs to the next heading of its"
-        " level or higher, subsections included"
-    ),
-]
-TagFilter = Annotated[
-    list[str] | None, Field(description="only passages with any of these tags, e.g. ['database']", max_length=16)
-]
-CategoryFilter = Annotated[
-    str | None, Field(description="only passages of this category (exact), e.g. decision, pattern, preference, fact")
-]
-Hash = Annotated[
-    str | None,
-    Field(description="sha256 of the file's current content (from memory_get or memory_list); 'absent' for none"),
-]
-
 
 def build_mcp_server(service: MemoryService) -> MCPServer:
     """The MCP server over `service`: tools, resources and prompts, answering for the caller of each request."""
@@ -102,7 +83,11 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             Field(description="hits to return (default: the server's, 8 unless configured)", ge=1, le=MAX_RESULTS),
         ] = None,
         min_score: Annotated[
-            float | None, Field(description="drop hits scoring below this, 0-1 (default: the server's, 0)")
+            float | None,
+            Field(
+                description="drop hits scoring below this, 0-1 (default: none, but an empty answer when even the best"
+                " hit is under the server's measured threshold); 0 shows the closest matches anyway"
+            ),
         ] = None,
         sources: Annotated[
             list[Literal["memory", "sessions"]] | None, Field(description="only these sources (default: all)")
@@ -116,6 +101,9 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         ] = "index",
         tags: TagFilter = None,
         category: CategoryFilter = None,
+        mmr_lambda: MmrLambda = None,
+        recency_half_life_days: RecencyHalfLife = None,
+        rerank: Rerank = None,
     ) -> Annotated[CallToolResult, SearchOutput]:
         """Search memory (meaning and keywords) for notes, decisions and past work. Returns the best passages
         with a path#Lx-Ly citation, heading, snippet and score; read more around a hit with memory_get."""
@@ -134,6 +122,9 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
             scope=scope,
             tags=tags,
             category=category,
+            mmr_lambda=mmr_lambda,
+            recency_half_life_days=recency_half_life_days,
+            rerank=rerank,
         )
         return compact(fit_search(found))
 

@@ -61,7 +61,8 @@ def search_indexes(
             updated_at = iso_epoch(handle.index.last_change())
     if pending:
         notices.append(f"{pending} changed files are not indexed yet; memory_sync indexes them")
-    hits.sort(key=lambda h: -h.score)
+    if len(searched) > 1:  # one index's order stands as it is (diversity and reranking order hits, not only scores)
+        hits.sort(key=lambda h: -h.score)
     return SearchOutput(
         hits=hits[: options.limit],
         search_mode=cast(Literal["hybrid", "vector", "keyword"], min(modes, key=_MODE_RANK.__getitem__)),

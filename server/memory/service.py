@@ -167,8 +167,6 @@ class MemoryService:
                 self._in_flight -= 1
                 self._calls.notify_all()
 
-    # authorisation -------------------------------------------------------------------------------------
-
     # search --------------------------------------------------------------------------------------------
 
     def search(
@@ -185,26 +183,29 @@ class MemoryService:
         scope: Literal["index", "all"] = "index",
         tags: builtins.list[str] | None = None,
         category: str | None = None,
+        mmr_lambda: float | None = None,
+        recency_half_life_days: float | None = None,
+        rerank: bool | None = None,
     ) -> SearchOutput:
-        """Hybrid search of the caller's index (`scope="all"`: and of every other index it may read); with `tags`
-        and `category`, of chunks with any of those tags and that category only. Without `max_results` or
-        `min_score`, the configured defaults (`MEMORY_MAX_RESULTS`, `MEMORY_MIN_SCORE`) apply."""
+        """Hybrid search of the caller's index (`scope="all"`: and of every other index it may read), of chunks with
+        any of `tags` and of `category` when given; arguments not given take the configured `SearchDefaults`."""
         with self._call():
             name, _access = authorise(caller)
             if scope not in ("index", "all"):
                 raise InvalidArgumentError("scope must be 'index' or 'all'")
-            if sources is not None and (not isinstance(sources, list) or not all(isinstance(s, str) for s in sources)):
-                raise InvalidArgumentError("sources must be a list of source names")
-            defaults = self.settings.for_index(name).search
             options = build_options(
-                limit=defaults.max_results if max_results is None else max_results,
-                min_score=defaults.min_score if min_score is None else min_score,
+                defaults=self.settings.for_index(name).search,
+                limit=max_results,
+                min_score=min_score,
                 sources=sources,
                 path_prefix=normalise_memory_prefix(path, argument="path"),
                 date_from=date_from,
                 date_to=date_to,
                 tags=tags,
                 category=category,
+                mmr_lambda=mmr_lambda,
+                recency_half_life_days=recency_half_life_days,
+                rerank=rerank,
             )
             names = [name]
             if scope == "all":

@@ -1,5 +1,6 @@
-"""A local HTTP server speaking the Voyage and OpenAI embeddings wire format, for tests (the real APIs are
-unreachable here). Vectors are a hashed bag of words, so similar texts really are close; failures are scripted."""
+"""A local HTTP server speaking the Voyage and OpenAI embeddings wire format and Voyage's rerank, for tests (the
+real APIs are unreachable here). Vectors are a hashed bag of words, so similar texts really are close; a rerank
+scores the query's words a document holds; failures are scripted."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ class FakeProviderAPI:
             return 401, {}, json.dumps({"error": {"message": message}}).encode(), 0.0
         request = json.loads(raw)
         self.requests.append(request)
+        if "query" in request:
+            return self.rerank(request)
         texts = request["input"]
         rows = [
             {"object": "embedding", "index": i, "embedding": bag_of_words(text, self.dimensions)}
@@ -84,6 +87,22 @@ class FakeProviderAPI:
         body = {"object": "list", "data": rows, "model": request["model"], "usage": {"total_tokens": len(texts)}}
         return 200, {}, json.dumps(body, allow_nan=True).encode(), 0.0
 
+    def rerank_scores(self, query: str, documents: list[str]) -> list[float]:
+        """Voyage's rerank, faked: the share of the query's words that a document holds."""
+        wanted = set(WORD.findall(query.lower()))
+        return [len(wanted & set(WORD.findall(d.lower()))) / max(1, len(wanted)) for d in documents]
+
+    def rerank(self, request: dict[str, Any]) -> tuple[int, dict[str, str], bytes, float]:
+        scores = self.rerank_scores(request["query"], request["documents"])
+        rows = sorted(
+            ({"index": i, "relevance_score": score} for i, score in enumerate(scores)),
+            key=lambda row: -float(row["relevance_score"]),
+        )  # best first, as Voyage answers
+        if self.corrupt == "indexes":
+            rows = [{**row, "index": 0} for row in rows]
+        body = {"object": "list", "data": rows, "model": request["model"], "usage": {"total_tokens": len(rows)}}
+        return 200, {}, json.dumps(body).encode(), 0.0
+
 
 @contextmanager
 def serve(api: FakeProviderAPI) -> Iterator[FakeProviderAPI]:
@@ -91,7 +110,7 @@ def serve(api: FakeProviderAPI) -> Iterator[FakeProviderAPI]:
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0"))
             raw = self.rfile.read(length)
-            if self.path != "/v1/embeddings":
+            if self.path not in ("/v1/embeddings", "/v1/rerank"):
                 status, headers, body, delay = 404, {}, b'{"detail": "Not Found"}', 0.0
             else:
                 lowered = {k.lower(): v for k, v in self.headers.items()}

@@ -90,6 +90,22 @@ async def test_write_then_search_finds_the_new_text_within_the_same_second(servi
     assert found["search_mode"] == "hybrid" and found["indexes"] == ["alice-notes"]
 
 
+async def test_an_agent_is_told_plainly_when_nothing_relevant_is_in_memory_and_may_ask_for_order_options(service):
+    async with connect(service, ALICE) as client:
+        await client.call_tool("memory_write", {"content": "Webhooks are deduplicated by id"})
+        written = structured(await client.call_tool("memory_write", {"content": "Webhook retries back off slowly"}))
+        strict = structured(await client.call_tool("memory_search", {"query": "webhooks garden", "min_score": 0.99}))
+        ordered = structured(
+            await client.call_tool(
+                "memory_search",
+                {"query": "webhooks", "mmr_lambda": 0.5, "recency_half_life_days": 7, "rerank": True, "min_score": 0},
+            )
+        )
+    assert strict["hits"] == [] and strict["notice"].startswith("nothing relevant: no passage scored min_score 0.99")
+    assert len(ordered["hits"]) == 2 and {hit["path"] for hit in ordered["hits"]} == {written["path"]}
+    assert "reranking is not configured on this server" in ordered["notice"]
+
+
 async def test_append_goes_to_the_daily_log_of_the_callers_own_date_under_a_topic_heading(tmp_path):
     late_evening_utc = dt.datetime(2026, 3, 1, 23, 30, tzinfo=dt.UTC)
     service = MemoryService(tmp_path, HashingEmbedder(), clock=lambda: late_evening_utc)
@@ -338,6 +354,9 @@ BAD_ARGUMENTS = [
     ("memory_search", {"query": "x", "max_results": 51}, "max_results"),
     ("memory_search", {"query": "x", "max_results": "lots"}, "max_results"),
     ("memory_search", {"query": "x", "min_score": 2}, "min_score"),
+    ("memory_search", {"query": "x", "mmr_lambda": 1.5}, "mmr_lambda"),
+    ("memory_search", {"query": "x", "recency_half_life_days": -1}, "recency_half_life_days"),
+    ("memory_search", {"query": "x", "rerank": "sometimes"}, "rerank"),
     ("memory_search", {"query": "x", "date_from": "yesterday"}, "date_from"),
     ("memory_search", {"query": "x", "scope": "everything"}, "scope"),
     ("memory_search", {"query": "x", "sources": ["email"]}, "sources"),

@@ -44,6 +44,10 @@ SAMPLES = {
     "max_results": "5",
     "min_score": "0.25",
     "candidate_multiplier": "6",
+    "mmr_lambda": "0.7",
+    "recency_half_life_days": "30",
+    "rerank": "true",
+    "rerank_model": '"rerank-2"',
     "embedding_cache_entries": "10000",
     "extra_paths": '["notes", "decisions"]',
     "history_days": "7",
@@ -80,7 +84,10 @@ def test_every_setting_has_a_config_file_key_and_each_sample_is_read_from_the_fi
     assert (settings.engine.weights.vector, settings.engine.weights.keyword) == (0.6, 1.0)
     assert settings.engine.scan.max_file_bytes == 1000
     assert (settings.engine.chunker.max_tokens, settings.engine.chunker.overlap_tokens) == (128, 16)
-    assert settings.engine.search == SearchDefaults(max_results=5, min_score=0.25, candidate_multiplier=6)
+    assert settings.engine.search == SearchDefaults(
+        max_results=5, min_score=0.25, candidate_multiplier=6, mmr_lambda=0.7, recency_half_life_days=30, rerank=True
+    )
+    assert settings.rerank_model == "rerank-2" and Settings.from_env({}).rerank_model == "rerank-2-lite"
     assert settings.engine.cache_max_entries == 10000
     assert settings.extra_paths == ("notes", "decisions")
     assert (settings.history.all_days, settings.history.max_days) == (7, 365)
@@ -249,6 +256,9 @@ def test_the_metrics_listener_is_off_by_default_and_only_ever_on_loopback():
         ({"MEMORY_MAX_RESULTS": "51"}, "MEMORY_MAX_RESULTS must be a whole number from 1 to 50, not 51"),
         ({"MEMORY_MIN_SCORE": "1.5"}, "MEMORY_MIN_SCORE must be a number from 0 to 1, not 1.5"),
         ({"MEMORY_MIN_SCORE": "high"}, "MEMORY_MIN_SCORE must be a number from 0 to 1, not 'high'"),
+        ({"MEMORY_MMR_LAMBDA": "nan"}, "MEMORY_MMR_LAMBDA must be a number from 0 to 1, not nan"),
+        ({"MEMORY_RECENCY_HALF_LIFE_DAYS": "-1"}, "MEMORY_RECENCY_HALF_LIFE_DAYS must be a number from 0 to 36500"),
+        ({"MEMORY_RERANK": "maybe"}, "MEMORY_RERANK must be 1 or 0, not 'maybe'"),
         ({"MEMORY_CANDIDATE_MULTIPLIER": "0"}, "MEMORY_CANDIDATE_MULTIPLIER must be a whole number from 1 to 20"),
         (
             {"MEMORY_EMBEDDING_CACHE_ENTRIES": "-5"},
@@ -284,6 +294,21 @@ def test_an_index_may_have_its_own_chunking_and_search_defaults_in_the_file(tmp_
     assert settings.engine.chunker.max_tokens == 254
 
 
+def test_an_index_may_turn_on_diversity_recency_and_reranking_and_the_reranker_reaches_every_index(tmp_path):
+    path = config(
+        tmp_path, "[indexes.logs]\nmmr_lambda = 0.7\nrecency_half_life_days = 14\nrerank = true\n[indexes.docs]\n"
+    )
+    settings = Settings.from_env({"MEMORY_MIN_SCORE": "0.2"}, config_file=path)
+    logs = settings.engine.for_index("logs").search
+    assert (logs.mmr_lambda, logs.recency_half_life_days, logs.rerank, logs.min_score) == (0.7, 14, True, 0.2)
+    assert settings.engine.search.rerank is False and settings.engine.for_index("docs").search.mmr_lambda == 1.0
+    assert settings.with_reranker({}).engine.reranker is None  # no Voyage key: none
+    served = settings.with_reranker({"VOYAGE_API_KEY": "pa-test-key"})
+    rerankers = {served.engine.for_index(name).reranker for name in ("logs", "docs", "other")}
+    assert len(rerankers) == 1 and None not in rerankers
+    assert "pa-test-key" not in repr(served.engine.reranker.inner)  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -293,6 +318,9 @@ def test_an_index_may_have_its_own_chunking_and_search_defaults_in_the_file(tmp_
         ("indexes = 3\n", "indexes must be tables"),
         ("[indexes.team]\nchunk_tokens = 100000\n", "not 100000 (set as indexes.team.chunk_tokens in "),
         ("[indexes.team]\nchunk_overlap = 200\n", "less than half of MEMORY_CHUNK_TOKENS (254), not 200 (set as"),
+        ("[indexes.team]\nrerank = 1\n", "indexes.team.rerank must be true or false"),
+        ("[indexes.team]\nmmr_lambda = 2\n", "MEMORY_MMR_LAMBDA must be a number from 0 to 1, not 2 (set as"),
+        ("[indexes.team]\nrecency_half_life_days = -3\n", "number from 0 to 36500, not -3 (set as indexes.team"),
     ],
 )
 def test_a_bad_index_table_is_refused_naming_the_index_and_key(tmp_path, text, message):

@@ -1,4 +1,5 @@
-"""A circuit breaker for one embedding provider: pure state, the clock passed in.
+"""A circuit breaker for one provider (an embedder, the reranker): pure state, the clock passed in; `through` runs a
+call behind one.
 
 Closed, a provider is used. A failure opens it: no call for `delay` seconds, doubling with each failure in a row
 up to `cap` (longer when the provider said `Retry-After`, and at least `REFUSED_DELAY` when it refused the key).
@@ -8,7 +9,14 @@ never wait on a provider known to be down, and a recovered one is taken back by 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+from server.index.errors import EmbeddingError
+
+T = TypeVar("T")
 
 FIRST_DELAY = 2.0  # seconds a provider rests after its first failure in a row
 MAX_DELAY = 300.0  # the longest rest between two trials
@@ -54,3 +62,21 @@ class Breaker:
         wait = self.open_until - now
         when = f"next try in {wait:.0f} s" if wait > 0.5 else "next call is a trial"
         return f"{self.reason}; {when}"
+
+
+def through(breaker: Breaker, lock: threading.Lock, clock: Callable[[], float], name: str, call: Callable[[], T]) -> T:
+    """`call()` while `breaker` lets calls through, its EmbeddingError recorded as a failure and re-raised; while
+    the breaker rests, an EmbeddingError at once, naming `name` and the next try."""
+    with lock:
+        now = clock()
+        if not breaker.available(now):
+            raise EmbeddingError(f"{name} is unavailable ({breaker.describe(now)})")
+    try:
+        answer = call()
+    except EmbeddingError as exc:
+        with lock:
+            breaker.failed(clock(), str(exc), retry_after=exc.retry_after, refused=exc.refused)
+        raise
+    with lock:
+        breaker.succeeded()
+    return answer

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from server.index.embeddings.base import Embedder, InputKind, Tokenizer, Vectors
-from server.index.embeddings.breaker import Breaker
-from server.index.errors import EmbeddingError
+from server.index.embeddings.breaker import Breaker, through
 
 FAILOVER_AFTER = 60.0  # seconds a provider fails before the next one's vectors are built
 
@@ -52,19 +51,7 @@ class GuardedEmbedder:
             return self.breaker.available(self._clock())
 
     def embed(self, texts: Sequence[str], *, kind: InputKind = "document") -> Vectors:
-        with self._lock:
-            now = self._clock()
-            if not self.breaker.available(now):
-                raise EmbeddingError(f"{self.provider} is unavailable ({self.breaker.describe(now)})")
-        try:
-            vectors = self.inner.embed(texts, kind=kind)
-        except EmbeddingError as exc:
-            with self._lock:
-                self.breaker.failed(self._clock(), str(exc), retry_after=exc.retry_after, refused=exc.refused)
-            raise
-        with self._lock:
-            self.breaker.succeeded()
-        return vectors
+        return through(self.breaker, self._lock, self._clock, self.provider, lambda: self.inner.embed(texts, kind=kind))
 
     def try_once(self) -> None:
         """Before a rebuild sends batches to a provider that failed before: one short request, without the

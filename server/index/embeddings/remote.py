@@ -35,11 +35,74 @@ class HttpOptions:
     batch_size: int = 128  # inputs per request
 
 
-class HttpEmbedder:
-    """Shared machinery of the JSON embedding APIs; subclasses say how to shape a request."""
+class ProviderApi:
+    """One provider's JSON API over HTTP: the key in the Authorization header only, and a POST retried with backoff
+    on 429/5xx and network errors. The embedders and the reranker (`server.index.rerank`) share it."""
 
     provider = "http"
     path = "/v1/embeddings"
+    what = "embeddings"  # named in errors: "voyage embeddings failed: ..."
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        base_url: str,
+        options: HttpOptions | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not api_key or any(c.isspace() for c in api_key):
+            raise EmbeddingError(f"{self.provider}: the API key is empty or contains whitespace")
+        self.options = options or HttpOptions()
+        self._api_key = api_key
+        self._sleep = sleep
+        self._url = base_url.rstrip("/") + self.path
+        self._client = httpx2.Client(
+            timeout=httpx2.Timeout(self.options.timeout),
+            headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:  # never the key
+        return f"{type(self).__name__}(url={self._url!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def post(self, body: dict[str, Any], retries: int) -> httpx2.Response:
+        """The 200 answer to `body`, after at most `retries` retries; EmbeddingError (no key, no provider body)."""
+        payload = json.dumps(body).encode()
+        attempt = 0
+        while True:
+            try:
+                response = self._client.post(self._url, content=payload)
+            except httpx2.TimeoutException:
+                failure, retry_after = f"timed out after {self.options.timeout:g} s", None
+            except httpx2.TransportError as exc:
+                failure, retry_after = f"network error ({type(exc).__name__})", None
+            else:
+                if response.status_code == 200:
+                    return response
+                failure = provider_failure(response.status_code)  # never the provider's body: it may echo the key
+                if response.status_code not in RETRY_STATUSES:
+                    raise EmbeddingError(
+                        f"{self.provider} {self.what} failed: {failure}", refused=response.status_code in (401, 403)
+                    )
+                retry_after = _retry_after(response.headers.get("retry-after"))
+            if attempt >= retries:
+                raise EmbeddingError(
+                    f"{self.provider} {self.what} failed after {attempt + 1} attempts: {failure}",
+                    retry_after=retry_after,
+                )
+            delay = retry_after if retry_after is not None else self.options.backoff * 2**attempt
+            delay = min(delay * random.uniform(1.0, 1.25), MAX_RETRY_AFTER)
+            log.warning("%s %s: %s; retrying in %.1f s", self.provider, self.what, failure, delay)
+            self._sleep(delay)
+            attempt += 1
+
+
+class HttpEmbedder(ProviderApi):
+    """Shared machinery of the JSON embedding APIs; subclasses say how to shape a request."""
 
     def __init__(
         self,
@@ -53,27 +116,14 @@ class HttpEmbedder:
         options: HttpOptions | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if not api_key or any(c.isspace() for c in api_key):
-            raise EmbeddingError(f"{self.provider}: the API key is empty or contains whitespace")
+        super().__init__(api_key=api_key, base_url=base_url, options=options, sleep=sleep)
         self.model = model
         self.dimensions = dimensions
         self.max_tokens = max_tokens
         self.tokenizer = tokenizer
-        self.options = options or HttpOptions()
-        self._api_key = api_key
-        self._sleep = sleep
-        self._url = base_url.rstrip("/") + self.path
-        self._client = httpx2.Client(
-            timeout=httpx2.Timeout(self.options.timeout),
-            headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
-            follow_redirects=False,
-        )
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}(model={self.model!r}, url={self._url!r})"
-
-    def close(self) -> None:
-        self._client.close()
 
     def body(self, texts: Sequence[str], kind: InputKind) -> dict[str, Any]:
         raise NotImplementedError
@@ -92,36 +142,10 @@ class HttpEmbedder:
         return int(self._embed_batch(["ping"], "query", check_dimensions=False).shape[1])
 
     def _embed_batch(self, texts: Sequence[str], kind: InputKind, *, check_dimensions: bool = True) -> Vectors:
-        payload = json.dumps(self.body(texts, kind)).encode()
         # A query waits for no retry: a search answers by keyword at once, and the breaker above us retries later.
         retries = 0 if kind == "query" else self.options.max_retries
-        attempt = 0
-        while True:
-            try:
-                response = self._client.post(self._url, content=payload)
-            except httpx2.TimeoutException:
-                failure, retry_after = f"timed out after {self.options.timeout:g} s", None
-            except httpx2.TransportError as exc:
-                failure, retry_after = f"network error ({type(exc).__name__})", None
-            else:
-                if response.status_code == 200:
-                    return self._parse(response, len(texts), check_dimensions)
-                failure = provider_failure(response.status_code)  # never the provider's body: it may echo the key
-                if response.status_code not in RETRY_STATUSES:
-                    raise EmbeddingError(
-                        f"{self.provider} embeddings failed: {failure}", refused=response.status_code in (401, 403)
-                    )
-                retry_after = _retry_after(response.headers.get("retry-after"))
-            if attempt >= retries:
-                raise EmbeddingError(
-                    f"{self.provider} embeddings failed after {attempt + 1} attempts: {failure}",
-                    retry_after=retry_after,
-                )
-            delay = retry_after if retry_after is not None else self.options.backoff * 2**attempt
-            delay = min(delay * random.uniform(1.0, 1.25), MAX_RETRY_AFTER)
-            log.warning("%s embeddings: %s; retrying in %.1f s", self.provider, failure, delay)
-            self._sleep(delay)
-            attempt += 1
+        response = self.post(self.body(texts, kind), retries)
+        return self._parse(response, len(texts), check_dimensions)
 
     def _parse(self, response: httpx2.Response, count: int, check_dimensions: bool) -> Vectors:
         try:

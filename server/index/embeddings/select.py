@@ -20,6 +20,7 @@ from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import FAILOVER_AFTER, ProviderChain
 from server.index.embeddings.remote import HttpEmbedder, HttpOptions, OpenAIEmbedder, VoyageEmbedder
 from server.index.errors import EmbeddingError, InvalidArgumentError
+from server.index.rerank import GuardedReranker, VoyageReranker
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +260,15 @@ def _probe(embedder: Embedder, settings: EmbeddingSettings) -> str | None:
     elif answered != embedder.dimensions:
         return f"model {embedder.model} answered with {answered} dimensions, expected {embedder.dimensions}"
     return None
+
+
+def select_reranker(model: str, settings: EmbeddingSettings, env: Mapping[str, str]) -> GuardedReranker | None:
+    """Voyage's reranker with the Voyage key and base URL, behind its breaker; None when no key is configured."""
+    api_key = read_secret(env, "VOYAGE_API_KEY")
+    if api_key is None:
+        return None
+    reranker = VoyageReranker(model=model, api_key=api_key, base_url=settings.voyage.base_url, options=settings.http)
+    return GuardedReranker(reranker)
 
 
 def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str]) -> Embedder:

@@ -104,7 +104,9 @@ def test_only_memory_files_are_indexed_and_symlinks_are_not_followed(index, fold
 
 def test_filters_by_source_path_prefix_and_date_range(index, folder):
     index.index(folder)
-    only_logs = build_options(limit=50, path_prefix="memory/", date_from="2026-11-17", date_to="2026-11-20")
+    only_logs = build_options(
+        limit=50, min_score=0.0, path_prefix="memory/", date_from="2026-11-17", date_to="2026-11-20"
+    )
     paths = {h.path for h in index.search("deploy database test", only_logs).hits}
     assert paths == {"memory/2026-11-18.md", "memory/2026-11-20.md"}
     prefixed = {h.path for h in index.search("decisions", build_options(limit=50, path_prefix="memory/dec")).hits}
@@ -115,7 +117,7 @@ def test_filters_by_source_path_prefix_and_date_range(index, folder):
 
 def test_min_score_drops_weak_hits(index, folder):
     index.index(folder)
-    everything = index.search("integer cents for money", build_options(limit=50)).hits
+    everything = index.search("integer cents for money", build_options(limit=50, min_score=0.0)).hits
     strong = index.search("integer cents for money", build_options(limit=50, min_score=0.5)).hits
     assert strong and len(strong) < len(everything) and all(h.score >= 0.5 for h in strong)
 
