@@ -42,7 +42,7 @@ MatchedBy = Literal["vector", "keyword", "both"]
 SOURCES = ("memory", "sessions")
 MAX_LIMIT = 100
 MAX_QUERY_CHARS = 2000
-CANDIDATE_MULTIPLIER = 4
+CANDIDATE_MULTIPLIER = 1  # tuning.SearchDefaults.candidate_multiplier
 MIN_CANDIDATES = 40
 KEYWORD_WAIT_SECONDS = 120.0  # the keyword side waits this long at most for the vector candidates
 # Shared by every index in the process; each thread keeps its own connection per index (see Store).

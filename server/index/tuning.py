@@ -25,7 +25,9 @@ class SearchDefaults:
 
     max_results: int = 8
     min_score: float = 0.0
-    candidate_multiplier: int = 4  # each side's candidates: max_results times this (at least search.MIN_CANDIDATES)
+    # Each side's candidates: max_results times this (at least search.MIN_CANDIDATES). Wider pools let weak
+    # candidates chain neighbouring chunks into long places (bench/results/locomo.md).
+    candidate_multiplier: int = 1
 
 
 def chunker_config(tokens: int, overlap: int) -> ChunkerConfig:
@@ -43,7 +45,11 @@ def chunker_of(identity: str | None) -> ChunkerConfig | None:
     if not identity:
         return None
     try:
-        return ChunkerConfig(**json.loads(identity))
+        fields = json.loads(identity)
+        if not isinstance(fields, dict):
+            return None
+        fields.setdefault("dated_context", True)  # marked before the field existed: cut with dates in the context
+        return ChunkerConfig(**fields)
     except (ValueError, TypeError):
         return None
 
