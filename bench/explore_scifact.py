@@ -7,6 +7,7 @@ them at document level (a document is scored by its best chunk, as the real benc
 
 from __future__ import annotations
 
+import json
 import pickle
 import sys
 from dataclasses import dataclass
@@ -36,7 +37,8 @@ def prepare(queries: dict[str, str]) -> Lists:
         return pickle.loads(PICKLED.read_bytes())  # type: ignore[no-any-return]
     embedder = LocalEmbedder()
     # The store, not the MemoryIndex: opening that may start background work that cuts chunks again.
-    store = Store(CACHE / "scifact-data" / "indexes" / "scifact" / "index.sqlite3")
+    folder = CACHE / "scifact-data" / "indexes" / "scifact"
+    store = Store(folder / json.loads((folder / "index.json").read_text()).get("database", "index.sqlite3"))
     db = store.connection()
     space = live_space(store)
     assert space is not None
