@@ -14,13 +14,18 @@ import hashlib
 import itertools
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from server.index.embeddings.base import Tokenizer
 from server.index.markdown import Section, parse_sections, split_lines
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
+# A date or a clock time in a heading (`# 2026-11-25`, `## 14:05 — deploy`): digits the model cannot relate to a
+# question's words, which make every chunk under one daily log's heading look alike. Kept in the chunk's stored
+# heading (keyword search and date filters still see it), left out of the context the model embeds.
+_DATE_OR_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?\b|\b\d{1,2}:\d{2}(?::\d{2})?\b")
+_LOOSE_ENDS = " \t-–—:,|·"
 CONTEXT_SEPARATOR = " > "
 ANCHOR_CHARS = 24
 
@@ -31,6 +36,7 @@ class ChunkerConfig:
     overlap_tokens: int = 40  # carried over when a cut falls inside a paragraph or list
     heading_budget: int = 40  # the heading context is cut to this many tokens
     min_fill: float = 0.2  # an anchor cuts only after this share of the budget since the previous anchor
+    dated_context: bool = False  # True: dates and times stay in the embedded heading context (the old cut)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 32 or not 0 <= self.overlap_tokens < self.max_tokens // 2:
@@ -107,7 +113,7 @@ def chunk_markdown(text: str, tokenizer: Tokenizer, config: ChunkerConfig | None
 def _chunk_section(
     doc: _Text, section: Section, carried: list[int], tokenizer: Tokenizer, config: ChunkerConfig
 ) -> Iterator[Chunk]:
-    full_context = _truncate(CONTEXT_SEPARATOR.join(section.path), tokenizer, config.heading_budget)
+    full_context = _context(section.path, tokenizer, config)
     budget = config.max_tokens - (tokenizer.count(full_context) + 1 if full_context else 0)
     pieces = [_whole(doc, line, line, tokenizer, True) for line in carried]
     for unit in section.units:
@@ -169,7 +175,7 @@ def _make_chunks(
     start, end = group[0].start, group[-1].end
     first_line = doc.line_of(start)
     titles = [t for t, line in zip(section.path, section.path_lines, strict=True) if line < first_line]
-    context = _truncate(CONTEXT_SEPARATOR.join(titles), tokenizer, config.heading_budget)
+    context = _context(titles, tokenizer, config)
     chunk = _chunk(doc, section, start, end, context, tokenizer)
     if chunk.tokens <= config.max_tokens:
         yield chunk
@@ -242,6 +248,18 @@ def _split_line(doc: _Text, line: int, tokenizer: Tokenizer, budget: int) -> Ite
 def _anchor_hash(text: str) -> int:
     # Only the opening characters count, so editing the rest of a paragraph does not move a cut.
     return zlib.crc32(text.strip()[:ANCHOR_CHARS].encode("utf-8"))
+
+
+def _context(titles: Iterable[str], tokenizer: Tokenizer, config: ChunkerConfig) -> str:
+    """The heading titles the model embeds before a chunk's text, within the heading budget."""
+    if not config.dated_context:
+        titles = (dateless_title(title) for title in titles)
+    return _truncate(CONTEXT_SEPARATOR.join(t for t in titles if t), tokenizer, config.heading_budget)
+
+
+def dateless_title(title: str) -> str:
+    """`2023-05-08 - talk with Ann` -> `talk with Ann`; a title that is only a date or a time becomes empty."""
+    return " ".join(_DATE_OR_TIME.sub(" ", title).split()).strip(_LOOSE_ENDS)
 
 
 def _truncate(text: str, tokenizer: Tokenizer, max_tokens: int) -> str:

@@ -29,7 +29,9 @@ class SearchDefaults:
 
     max_results: int = 8
     min_score: float | None = None  # None (auto): a gate on the best hit, measured per model (`default_min_score`)
-    candidate_multiplier: int = 4  # each side's candidates: max_results times this (at least search.MIN_CANDIDATES)
+    # Each side's candidates: max_results times this (at least search.MIN_CANDIDATES). Wider pools let weak
+    # candidates chain neighbouring chunks into long places (bench/results/locomo.md).
+    candidate_multiplier: int = 1
     mmr_lambda: float = 1.0  # 1: no diversity step (bench/bench_options.py measured the others)
     recency_half_life_days: float = 0.0  # 0: no recency boost
     rerank: bool = False  # reranking needs VOYAGE_API_KEY on the server
@@ -59,7 +61,11 @@ def chunker_of(identity: str | None) -> ChunkerConfig | None:
     if not identity:
         return None
     try:
-        return ChunkerConfig(**json.loads(identity))
+        fields = json.loads(identity)
+        if not isinstance(fields, dict):
+            return None
+        fields.setdefault("dated_context", True)  # marked before the field existed: cut with dates in the context
+        return ChunkerConfig(**fields)
     except (ValueError, TypeError):
         return None
 

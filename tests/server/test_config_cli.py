@@ -112,6 +112,6 @@ def test_the_index_settings_and_each_indexs_own_values_are_shown_with_their_orig
     assert (values["max_results"], origins["max_results"]) == (5, "file")
     assert (values["min_score"], origins["min_score"]) == (0.2, "env")
     assert (values["chunk_overlap"], origins["chunk_overlap"]) == (40, "default")
-    assert (values["candidate_multiplier"], values["embedding_cache_entries"], values["extra_paths"]) == (4, 0, [])
+    assert (values["candidate_multiplier"], values["embedding_cache_entries"], values["extra_paths"]) == (1, 0, [])
     assert (values["indexes.team-docs.chunk_tokens"], origins["indexes.team-docs.chunk_tokens"]) == (128, "file")
     assert (values["indexes.team-docs.min_score"], origins["indexes.team-docs.min_score"]) == (0.2, "env")

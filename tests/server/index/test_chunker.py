@@ -90,6 +90,19 @@ def test_chunks_carry_heading_paths_and_empty_parent_headings_join_the_next_sect
     assert chunks[1].embed_text == "Project\n## People\nDana owns billing."
 
 
+def test_dates_and_times_in_headings_stay_out_of_the_embedded_context_but_not_out_of_the_heading(tokenizer):
+    text = "# 2026-11-25 - standup with Ann\n\nAnn ran it.\n\n## 14:05 — deploy\nWe shipped the billing fix.\n"
+    chunks = chunk_markdown(text, tokenizer)
+    assert chunks[1].heading == ("2026-11-25 - standup with Ann", "14:05 — deploy")
+    assert chunks[1].context == "standup with Ann"
+    assert chunks[1].embed_text == "standup with Ann\n## 14:05 — deploy\nWe shipped the billing fix."
+    # A title that is only a date adds nothing to embed; the old cut (dated_context) kept the date.
+    only_date = chunk_markdown("# 2026-11-25\n\nIntro.\n\n## Deploy\nShipped.\n", tokenizer)
+    assert only_date[1].context == ""
+    old = chunk_markdown(text, tokenizer, ChunkerConfig(dated_context=True))
+    assert old[1].context == "2026-11-25 - standup with Ann"
+
+
 def test_a_fenced_code_block_that_fits_is_never_split(tokenizer):
     code = "\n".join(f"    value_{i} = compute({i})  # step {i}" for i in range(18))
     prose = "\n\n".join(f"Paragraph {i} about the deploy pipeline and its many steps." * 3 for i in range(8))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from server.index import search as search_module
+from server.index.chunker import ChunkerConfig
 from server.index.embeddings.base import InputKind, Vectors
 from server.index.engine import EngineSettings, MemoryIndex
 from server.index.errors import InvalidArgumentError
@@ -136,6 +137,22 @@ def test_a_rechunk_stopped_by_a_restart_resumes_and_a_newer_size_starts_it_again
     finally:
         third.close()
     assert [p.name for p in third.directory.glob("index*.sqlite3")] == [third.db_path.name]  # the old one is gone
+
+
+def test_an_index_cut_before_dates_left_the_embedded_context_is_cut_again(tmp_path, folder):
+    first = MemoryIndex.open(tmp_path / "data", "notes", HashingEmbedder(), create=True)
+    first.index(folder)
+    old_mark = '{"heading_budget": 40, "max_tokens": 254, "min_fill": 0.2, "overlap_tokens": 40}'  # no such field yet
+    with first.store.connection() as db:
+        first.store.set_meta(CHUNKING_KEY, old_mark, db)
+    first.close()
+    index = MemoryIndex.open(tmp_path / "data", "notes", HashingEmbedder())
+    try:
+        assert index.needs_rebuild
+        assert index.rechunker.run() is True
+        assert index.store.get_meta(CHUNKING_KEY) == chunking_identity(ChunkerConfig()) and not index.needs_rebuild
+    finally:
+        index.close()
 
 
 def test_a_new_index_is_cut_with_the_configured_size_at_once(tmp_path, folder):
