@@ -341,7 +341,11 @@ class PgSearchIndex:
         check_query(query)
         started = time.perf_counter()
         with self._reader() as db:
-            hits, mode, notice, embed_ms = self._search(db, query, options)
+            try:
+                hits, mode, notice, embed_ms = self._search(db, query, options)
+            except EngineError:  # the vector table it read was dropped by a swap on another server meanwhile
+                log.info("search of %s failed once; trying again", self.name)
+                hits, mode, notice, embed_ms = self._search(db, query, options)
         self.keep_vectors_current()  # after: a provider that failed this search is bypassed from the next one
         return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
 

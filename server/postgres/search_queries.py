@@ -4,7 +4,7 @@ same aliases: chunks `c`, their files `f` (here the table `indexed_files`), a ve
 
 Keyword ranking is BM25 as FTS5 computes it (k1 1.2, b 0.75, IDF `ln((N - n + 0.5) / (n + 0.5))` floored at 1e-6,
 the heading weighted 0.5 beside the text), from statistics kept in tables: each chunk's lexemes with their counts
-(`chunk_terms`, PostgreSQL's `english` configuration), each chunk's length, and the number of chunks and their total
+(`chunk_terms`: English stems, no stopword list), each chunk's length, and the number of chunks and their total
 length (`keyword_stats`). A term's document frequency is counted from its postings, which the query reads anyway.
 `bench/bench_pg_keyword.py` measured it against FTS5 on SciFact and LoCoMo.
 """
@@ -18,7 +18,7 @@ from server.mirror.queries import Query
 
 K1, B = 1.2, 0.75
 HEADING_WEIGHT = 0.5  # as the engine's `bm25(chunks_fts, 1.0, 0.5)`
-TEXT_SEARCH_CONFIG = "english"
+TEXT_SEARCH_CONFIG = "memory_text"  # `migrations.M002_SEARCH`: English stems, no stopwords
 _TABLE_NAME = re.compile(r"^vectors_[0-9]{1,9}$")
 
 
