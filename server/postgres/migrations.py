@@ -72,12 +72,8 @@ CREATE INDEX history_by_hash ON history(hash);
 # `search_meta` like the SQLite engine's meta.
 M002_SEARCH = """
 CREATE EXTENSION IF NOT EXISTS vector SCHEMA public;
--- English stemming without a stopword list, as FTS5's porter tokenizer: every word is found and counted in a
--- chunk's length (PostgreSQL's `english` drops stopwords, which cost BM25 on SciFact and LoCoMo)
+-- English stems without a stopword list, as FTS5's porter tokenizer: every word is found and counted
 CREATE TEXT SEARCH DICTIONARY memory_stem (TEMPLATE = snowball, Language = english);
-CREATE TEXT SEARCH CONFIGURATION memory_text (COPY = english);
-ALTER TEXT SEARCH CONFIGURATION memory_text
-    ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword, hword_part WITH memory_stem;
 CREATE TABLE search_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE indexed_files(
     id BIGSERIAL PRIMARY KEY,

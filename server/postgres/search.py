@@ -64,8 +64,8 @@ READERS = 4  # connections per index and process for searches and reads (the wri
 
 
 class PgSearchIndex:
-    """Index `name`'s search state in the database at `url`. Thread-safe: a connection per thread for searches,
-    one for indexing."""
+    """Index `name`'s search state in the database at `url`. Thread-safe: searches and reads borrow a connection
+    of a small pool, indexing has its own (which holds the indexing lock)."""
 
     def __init__(
         self, url: str, name: str, embedder: Embedder | ProviderChain | None, settings: EngineSettings
