@@ -354,7 +354,8 @@ class PgSearchIndex:
         _state, notice = self.vector_state(db)
         served = self._serving(db)
         candidates = max(options.limit * self.settings.search.candidate_multiplier, MIN_CANDIDATES)
-        terms = " ".join(query_terms(query)) if options.mode != "vector" else ""
+        words = [w for term in query_terms(query) for w in term.split("_") if w] if options.mode != "vector" else []
+        terms = [str(row[0]) for row in db.execute(*sq.stems_sql(words))] if words else []
         vector, notice, embed_ms = embed_query(served[1] if served else None, query, options.mode, notice)
         literal = sq.vector_literal(vector) if vector is not None else None
         similarities: dict[int, float] = {}

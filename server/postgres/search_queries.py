@@ -214,9 +214,16 @@ def cache(provider: str, model: str, digest: str, vector: bytes, now: float) -> 
 # searching ---------------------------------------------------------------------------------------------------
 
 
-def keyword_sql(terms: str, filters: Filters, limit: int, also: list[int]) -> Query:
-    """BM25 (negative: lower is better, as FTS5's) of the `limit` best chunks matching any word of `terms` that
-    pass `filters`, and of the chunks `also` (the vector candidates) that match at all."""
+def stems_sql(words: list[str]) -> Query:
+    """The distinct lexemes of a query's words (`server.index.fts.query_terms`), stemmed as the chunks' are."""
+    return f"SELECT DISTINCT coalesce((ts_lexize('{STEMMER}', w))[1], w) FROM unnest(?::text[]) w", (words,)
+
+
+def keyword_sql(lexemes: list[str], filters: Filters, limit: int, also: list[int]) -> Query:
+    """BM25 (negative: lower is better, as FTS5's) of the `limit` best chunks having any of `lexemes` that pass
+    `filters`, and of the chunks `also` (the vector candidates) that match at all. The lexemes come as an array,
+    not from a function of the query in the statement, so the planner knows they are few and reads their postings
+    by the index."""
     conditions, params = chunk_conditions(filters)
     best = "SELECT id, rank FROM scored"
     if conditions:
@@ -225,9 +232,8 @@ def keyword_sql(terms: str, filters: Filters, limit: int, also: list[int]) -> Qu
             f" WHERE {' AND '.join(conditions)}"
         )
     sql = f"""
-WITH q AS (SELECT DISTINCT lexeme FROM {words_of("?::text")} u),
-p AS (SELECT t.chunk_id, t.tf, count(*) OVER (PARTITION BY t.lexeme) AS df
-    FROM q JOIN chunk_terms t ON t.lexeme = q.lexeme),
+WITH p AS (SELECT t.chunk_id, t.tf, count(*) OVER (PARTITION BY t.lexeme) AS df
+    FROM chunk_terms t WHERE t.lexeme = ANY(?::text[])),
 s AS (SELECT greatest(chunks, 1)::float8 AS n, greatest(terms, 1)::float8 / greatest(chunks, 1) AS avgdl
     FROM keyword_stats),
 scored AS MATERIALIZED (SELECT p.chunk_id AS id,
@@ -237,7 +243,7 @@ scored AS MATERIALIZED (SELECT p.chunk_id AS id,
 ({best} ORDER BY rank, id LIMIT ?)
 UNION
 SELECT id, rank FROM scored WHERE id = ANY(?::bigint[])"""
-    return sql, (terms, *params, limit, also)
+    return sql, (lexemes, *params, limit, also)
 
 
 def vector_sql(table: str, filters: Filters, k: int, query: str) -> Query:
