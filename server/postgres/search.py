@@ -91,6 +91,9 @@ class PgSearchIndex:
             migrate(self._writer, self.schema)
             if self.embedder is not None:
                 create_space(self._writer, self.embedder, LIVE, only_if_missing=True)
+            # Files left unindexed (a server stopped before indexing its change, an upgrade from a local search
+            # index): the background work on open indexes them, on one server.
+            self._catch_up = bool(self._writer.execute(*sq.any_unindexed()).fetchall()[0][0])
             if meta(self._writer, CHUNKING_KEY) is None:
                 with self._writer:
                     put_meta(self._writer, CHUNKING_KEY, chunking_identity(settings.chunker))
@@ -181,9 +184,10 @@ class PgSearchIndex:
 
     @property
     def needs_rebuild(self) -> bool:
-        """The chunks are to be cut again (new chunk settings), or the vectors built for another provider."""
+        """The chunks are to be cut again (new chunk settings), the vectors built for another provider, or files
+        found unindexed on open to be indexed."""
         with self._reader() as db:
-            return self._rechunk_due(db) or self._vectors_due(db)
+            return self._catch_up or self._rechunk_due(db) or self._vectors_due(db)
 
     def start_background_rebuild(self) -> threading.Thread | None:
         """Rebuild in a thread, on the replica that gets the rebuild lock; elsewhere nothing starts and the live
@@ -214,6 +218,9 @@ class PgSearchIndex:
                 return
             self.rebuilding_elsewhere = False
             try:
+                if self._catch_up:
+                    self._index(wait=True)
+                    self._catch_up = False
                 if self._rechunk_due(db):
                     self._rechunk(db)
                 target = self._rebuild_target

@@ -83,6 +83,16 @@ def contents(paths: list[str]) -> Query:
     return "SELECT path, hash, content FROM files WHERE hash IS NOT NULL AND path = ANY(?::text[])", (paths,)
 
 
+def any_unindexed() -> Query:
+    """Whether a live file is not indexed at its hash (or an indexed file is gone): work left from before."""
+    return (
+        "SELECT EXISTS (SELECT 1 FROM files f LEFT JOIN indexed_files i ON i.path = f.path WHERE f.hash IS NOT NULL"
+        " AND i.hash IS DISTINCT FROM f.hash) OR EXISTS (SELECT 1 FROM indexed_files i LEFT JOIN files f"
+        " ON f.path = i.path AND f.hash IS NOT NULL WHERE f.path IS NULL)",
+        (),
+    )
+
+
 def indexed() -> Query:
     """id, path and hash of every indexed file."""
     return "SELECT id, path, hash FROM indexed_files", ()

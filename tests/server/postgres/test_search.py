@@ -231,3 +231,14 @@ def test_new_chunk_settings_cut_every_file_again_once(open_index: Callable[..., 
         assert set(paths_of(other, "Paragraph 11")) == {"memory/long.md"}
     finally:
         other.close()
+
+
+def test_files_left_unindexed_are_indexed_in_the_background_on_open(open_index: Callable[..., Opened]) -> None:
+    _first, store = open_index(None, "one")
+    write_all(store, NOTES)  # written, never indexed (as after an upgrade from a local search index)
+    index, _ = open_index(None, "two")
+    assert index.needs_rebuild
+    thread = index.start_background_rebuild()
+    assert thread is not None
+    thread.join(30)
+    assert set(index.indexed_files()) == set(NOTES) and not index.needs_rebuild
