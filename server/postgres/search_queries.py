@@ -66,11 +66,6 @@ def delete_meta(key: str) -> Query:
     return "DELETE FROM search_meta WHERE key = ?", (key,)
 
 
-def lock_key(schema: str, what: str) -> Query:
-    """The advisory lock of one kind of work on one index (`pg_try_advisory_lock` and friends take its value)."""
-    return "SELECT hashtextextended(?, 0)", (f"{schema}:{what}",)
-
-
 # the files to index ------------------------------------------------------------------------------------------
 
 
