@@ -76,11 +76,14 @@ class ProductServer:
         update_callers(self.keys_dir / CALLERS_FILE, lambda callers: callers.add(name, [device], grants))
 
     def text(self, index: str, relpath: str) -> str | None:
-        """The server's copy of a file (its mirror), or None."""
-        try:
-            return (self.data_dir / "indexes" / index / "files" / relpath).read_text("utf-8")
-        except FileNotFoundError:
-            return None
+        """The server's copy of a file (its file store, on either backend), or None."""
+        if self.service is None:  # stopped: the SQLite mirror's folder
+            try:
+                return (self.data_dir / "indexes" / index / "files" / relpath).read_text("utf-8")
+            except FileNotFoundError:
+                return None
+        found = self.service.indexes.get(index).mirror.read(relpath)
+        return found.text if found is not None else None
 
     def start(self) -> None:
         service = MemoryService(self.data_dir, self.embedder, self.settings)

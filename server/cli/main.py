@@ -18,8 +18,9 @@ from server.cli import selfcheck, serve
 from server.errors import EngineError, InvalidArgumentError
 from server.index.embeddings.base import Embedder
 from server.index.engine import MemoryIndex
+from server.index.hits import SearchResult
 from server.index.indexer import count_memory_files
-from server.index.search import MAX_LIMIT, SearchResult, build_options
+from server.index.search import MAX_LIMIT, build_options
 from server.index.status import IndexStatus
 from server.observe import logs
 from server.settings import Settings

@@ -20,6 +20,7 @@ from server.index.embeddings.base import Embedder, Tokenizer
 from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_chain
 from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentError, UnknownIndexError
 from server.index.fusion import FusionWeights
+from server.index.hits import SearchResult
 from server.index.indexer import Indexer, IndexReport
 from server.index.labelled_files import FileLabels, file_labels
 from server.index.labels import Labels
@@ -29,7 +30,7 @@ from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, remove_
 from server.index.relabel import start_relabel
 from server.index.rerank import Reranker
 from server.index.scan import ScanConfig
-from server.index.search import SearchOptions, SearchResult, search
+from server.index.search import SearchOptions, search
 from server.index.status import IndexStatus, index_status
 from server.index.store import Store, is_corruption, quarantine
 from server.index.tuning import SearchDefaults, check_model_limit
@@ -386,9 +387,7 @@ class MemoryIndex:
 
     def indexed_files(self) -> dict[str, str]:
         """The content hash of every file the index holds, by path."""
-        return {
-            str(path): str(digest) for path, digest in self.store.connection().execute("SELECT path, hash FROM files")
-        }
+        return {str(path): str(h) for path, h in self.store.connection().execute("SELECT path, hash FROM files")}
 
     def file_labels(self, wanted: Labels, paths: Collection[str] | None = None) -> dict[str, FileLabels]:
         """Each file's tags and categories: of files with a chunk `wanted` passes (all files), among `paths`."""

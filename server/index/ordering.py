@@ -7,18 +7,14 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 
-import apsw
-
 from server.index.errors import EmbeddingError, InvalidArgumentError
-from server.index.filtered import chunk_vectors
 from server.index.fusion import Scored
+from server.index.hits import RowsOf, VectorsOf
 from server.index.mmr import MMR_POOL, mmr_order
 from server.index.places import Span
-from server.index.queries import hits_sql
 from server.index.recency import boost_recent
 from server.index.rerank import RERANK_CANDIDATES, Reranker, rerank_order
 from server.index.tuning import MAX_HALF_LIFE_DAYS
-from server.index.vectors import VectorSpace
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +22,8 @@ NO_RERANKER = "reranking is not configured on this server (it needs VOYAGE_API_K
 
 
 def reorder(
-    db: apsw.Connection,
-    space: VectorSpace | None,
+    rows: RowsOf,
+    vectors: VectorsOf | None,
     query: str,
     scored: list[Scored],
     spans: Sequence[Span],
@@ -51,8 +47,7 @@ def reorder(
         notice = NO_RERANKER
     elif rerank and reranker is not None and order:
         head = order[:RERANK_CANDIDATES]
-        sql, params = hits_sql(head)
-        texts = {row[0]: f"{row[6]}\n{row[7]}" if row[6] else row[7] for row in db.execute(sql, params)}
+        texts = {row[0]: f"{row[6]}\n{row[7]}" if row[6] else row[7] for row in rows(head)}
         try:
             scores = reranker.rerank(query, [texts.get(chunk, "") for chunk in head])
         except EmbeddingError as exc:
@@ -62,9 +57,8 @@ def reorder(
             order, pool = rerank_order(order, scores), len(head)
             relevance = dict(zip(head, scores, strict=True))
     pool = min(pool, MMR_POOL)
-    if mmr_lambda < 1 and space is not None and pool > 2:
-        vectors = chunk_vectors(db, space, order[:pool])
-        order = mmr_order(order[:pool], relevance, vectors, mmr_lambda) + order[pool:]
+    if mmr_lambda < 1 and vectors is not None and pool > 2:
+        order = mmr_order(order[:pool], relevance, vectors(order[:pool]), mmr_lambda) + order[pool:]
     return scored, [where[chunk] for chunk in order], notice
 
 

@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 import posixpath
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -15,12 +16,13 @@ import numpy as np
 
 from server.index.embeddings.base import Embedder
 from server.index.errors import EmbeddingError, InvalidArgumentError
-from server.index.filtered import filtered_similarities, similarities_of
+from server.index.filtered import chunk_vectors, filtered_similarities, similarities_of
 from server.index.fts import match_expression, query_terms
-from server.index.fusion import FusionWeights, Scored, fuse
+from server.index.fusion import FusionWeights, fuse
+from server.index.hits import Hit, Retrievers, RowsOf, SearchResult, VectorsOf, join_notices, load_hits, spans_of
 from server.index.labels import labels_argument
 from server.index.ordering import check_reordering, nothing_relevant, reorder
-from server.index.places import Place, Span, merge_places
+from server.index.places import merge_places
 from server.index.queries import (
     CLEAR_KEYWORD_SCORES,
     CREATE_KEYWORD_SCORES,
@@ -33,7 +35,6 @@ from server.index.queries import (
     vector_sql,
 )
 from server.index.rerank import Reranker
-from server.index.snippets import make_snippet
 from server.index.store import Store
 from server.index.tuning import SearchDefaults, default_min_score
 from server.index.vectors import VectorSpace
@@ -41,7 +42,6 @@ from server.index.vectors import VectorSpace
 log = logging.getLogger(__name__)
 
 Mode = Literal["auto", "hybrid", "vector", "keyword"]
-MatchedBy = Literal["vector", "keyword", "both"]
 SOURCES = ("memory", "sessions")
 MAX_LIMIT = 100
 MAX_QUERY_CHARS = 2000
@@ -62,76 +62,6 @@ class SearchOptions:
     mmr_lambda: float = 1.0  # 1: relevance order; lower: more variety (server.index.mmr)
     recency_half_life_days: float = 0.0  # 0: off; else daily logs' scores halve per this many days of age
     rerank: bool = False  # the best candidates reordered by the configured reranker (server.index.rerank)
-
-
-@dataclass(frozen=True)
-class Hit:
-    path: str
-    start_line: int
-    end_line: int
-    heading: str
-    score: float
-    snippet: str
-    source: str
-    citation: str
-    vector_score: float
-    keyword_score: float
-    indexed_at: float
-    chunk_id: int
-    matched_by: MatchedBy = "vector"
-    vector_rank: int | None = None  # 1-based place among the vector candidates, None when KNN did not return it
-    keyword_rank: int | None = None  # 1-based place among the keyword matches, None when it matched no query word
-    tags: tuple[str, ...] = ()
-    category: str | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "start_line": self.start_line,
-            "end_line": self.end_line,
-            "heading": self.heading,
-            "score": round(self.score, 4),
-            "snippet": self.snippet,
-            "source": self.source,
-            "citation": self.citation,
-            "matched_by": self.matched_by,
-            "vector_rank": self.vector_rank,
-            "keyword_rank": self.keyword_rank,
-            "tags": list(self.tags),
-            "category": self.category,
-        }
-
-
-@dataclass(frozen=True)
-class Retrievers:
-    """Each retriever's own ranking, before either side completes the other's candidates: the vector KNN's
-    chunks by similarity, the keyword matches by BM25 (FTS5's bm25() is negative; lower is better)."""
-
-    vector: dict[int, int]  # chunk id -> 1-based rank
-    keyword: dict[int, int]
-
-    @classmethod
-    def of(cls, similarities: dict[int, float], ranks: dict[int, float]) -> Retrievers:
-        by_similarity = sorted(similarities, key=lambda chunk: (-similarities[chunk], chunk))
-        by_bm25 = sorted(ranks, key=lambda chunk: (ranks[chunk], chunk))
-        return cls(
-            {chunk: n for n, chunk in enumerate(by_similarity, start=1)},
-            {chunk: n for n, chunk in enumerate(by_bm25, start=1)},
-        )
-
-    def matched_by(self, chunk_id: int) -> MatchedBy:
-        if chunk_id in self.vector and chunk_id in self.keyword:
-            return "both"
-        return "keyword" if chunk_id in self.keyword else "vector"
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    hits: list[Hit]
-    mode: str  # "hybrid", "vector" or "keyword": what actually ran
-    notice: str | None  # why the mode is less than hybrid, when it is
-    embed_ms: float  # time spent embedding the query
-    search_ms: float  # everything else
 
 
 def build_options(
@@ -238,10 +168,7 @@ def search(
     """Run one search. `space` is the live vector table when it belongs to `embedder`; `unavailable` says why
     vectors are off when they are. Each side brings `limit * candidate_multiplier` candidates (at least
     MIN_CANDIDATES) to the fusion; `reranker` serves `options.rerank`, `today` (UTC by default) the recency boost."""
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidArgumentError("the query is empty")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InvalidArgumentError(f"the query is longer than {MAX_QUERY_CHARS} characters")
+    check_query(query)
     started = time.perf_counter()
     db = store.connection()
     candidates = max(options.limit * candidate_multiplier, MIN_CANDIDATES)
@@ -255,19 +182,10 @@ def search(
         _KEYWORD_POOL.submit(_keyword_side, store, match, options.filters, candidates, vector_ids) if match else None
     )
     similarities: dict[int, float] = {}
-    query_vector = None
-    embed_ms = 0.0
     try:
-        if options.mode != "keyword" and space is not None and embedder is not None:
-            t0 = time.perf_counter()
-            try:
-                query_vector = embedder.embed([query], kind="query")[0]
-            except EmbeddingError as exc:
-                notice = f"vector search is unavailable right now ({exc})"
-                log.warning("query embedding failed: %s", exc)
-            embed_ms = (time.perf_counter() - t0) * 1000
-        elif options.mode == "vector" and notice is None:
-            notice = "vector search is unavailable"
+        query_vector, notice, embed_ms = embed_query(
+            embedder if space is not None else None, query, options.mode, notice
+        )
         if query_vector is not None and space is not None:
             if options.filters.labelled:  # ranked exactly among the chunks that pass (server.index.filtered)
                 similarities = filtered_similarities(db, space, query_vector, options.filters, candidates)
@@ -280,42 +198,94 @@ def search(
     # Both sides score every candidate: the keyword side also reads the vector candidates' BM25.
     ranks = keyword.result() if keyword is not None else {}
     found = Retrievers.of(similarities, ranks)  # before completion: who found what, on its own
-
-    if query_vector is not None and match is not None:
-        mode = "hybrid"
+    mode, notice = settle_mode(options.mode, query_vector is not None, match is not None, notice)
+    if mode == "hybrid" and query_vector is not None:
         _complete_similarities(db, space, query_vector, similarities, ranks)
-    elif query_vector is not None:
-        mode = "vector"
-        if match is None and options.mode != "vector":
-            notice = notice or "the query has no searchable words for keyword search"
-    else:
-        mode = "keyword"
-        if match is None:
-            notice = notice or "the query has no searchable words"
 
-    fused = [s for s in fuse(similarities, ranks, weights, mode) if s.score > 0]
+    def rows_of(sql_of: Callable[[list[int]], tuple[str, list[object]]]) -> RowsOf:
+        return lambda ids: db.execute(*sql_of(ids))
+
     model = (embedder.provider, embedder.model) if embedder is not None else None
+    vectors = (lambda ids: chunk_vectors(db, space, ids)) if space is not None else None
+    hits, more = rank_hits(
+        similarities, ranks, found, mode, options, weights, query, rows_of(spans_sql), rows_of(hits_sql),
+        model=model, vectors=vectors, reranker=reranker, today=today,
+    )  # fmt: skip
+    search_ms = (time.perf_counter() - started) * 1000 - embed_ms
+    return SearchResult(hits, mode, join_notices(notice, more), embed_ms, search_ms)
+
+
+def embed_query(
+    embedder: Embedder | None, query: str, mode: Mode, notice: str | None
+) -> tuple[np.ndarray | None, str | None, float]:
+    """The query's vector (None without a provider serving the live vectors, in keyword mode, or when the
+    provider fails), the notice then, and the milliseconds embedding took."""
+    if mode == "keyword" or embedder is None:
+        return None, notice or ("vector search is unavailable" if mode == "vector" else None), 0.0
+    started = time.perf_counter()
+    try:
+        vector = embedder.embed([query], kind="query")[0]
+    except EmbeddingError as exc:
+        log.warning("query embedding failed: %s", exc)
+        return None, f"vector search is unavailable right now ({exc})", (time.perf_counter() - started) * 1000
+    return vector, notice, (time.perf_counter() - started) * 1000
+
+
+def check_query(query: object) -> None:
+    """An empty or overlong query is refused (InvalidArgumentError)."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidArgumentError("the query is empty")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidArgumentError(f"the query is longer than {MAX_QUERY_CHARS} characters")
+
+
+def settle_mode(wanted: Mode, vector: bool, keyword: bool, notice: str | None) -> tuple[str, str | None]:
+    """What ran ("hybrid", "vector" or "keyword") given whether a query vector and keyword terms were had, and the
+    notice saying why it is less than hybrid."""
+    if vector and keyword:
+        return "hybrid", notice
+    if vector:
+        if wanted != "vector":
+            notice = notice or "the query has no searchable words for keyword search"
+        return "vector", notice
+    return "keyword", notice if keyword else notice or "the query has no searchable words"
+
+
+def rank_hits(
+    similarities: dict[int, float],
+    ranks: dict[int, float],
+    found: Retrievers,
+    mode: str,
+    options: SearchOptions,
+    weights: FusionWeights,
+    query: str,
+    spans: RowsOf,
+    hits: RowsOf,
+    *,
+    model: tuple[str, str] | None,
+    vectors: VectorsOf | None,
+    reranker: Reranker | None = None,
+    today: dt.date | None = None,
+) -> tuple[list[Hit], str | None]:
+    """The hits of a search from its candidates (completed on both sides): fused, cut at `min_score` (or gated on
+    the best hit when none was given), reordered by the options asked for, merged into places and cited; and the
+    notice to add. Shared by every backend; `model` is the (provider, model) of the query vector."""
+    fused = [s for s in fuse(similarities, ranks, weights, mode) if s.score > 0]
     if options.min_score is None:  # auto: the answer is empty when even its best hit is under the measured gate
         threshold = default_min_score(model, mode)
         scored = fused if fused and fused[0].score >= threshold else []
     else:  # a threshold given: every hit under it goes
         threshold = options.min_score
         scored = [s for s in fused if s.score >= threshold]
-    scored, spans, reordered = reorder(
-        db, space, query, scored, _spans(db, scored), mmr_lambda=options.mmr_lambda,
+    scored, ordered, reordered = reorder(
+        hits, vectors, query, scored, spans_of(spans, scored), mmr_lambda=options.mmr_lambda,
         half_life_days=options.recency_half_life_days, rerank=options.rerank, reranker=reranker,
         today=today or dt.datetime.now(dt.UTC).date(),
     )  # fmt: skip
-    places = merge_places(spans, options.limit)
-    hits = _load_hits(db, places, {s.chunk_id: s for s in scored}, found, query_terms(query))
-    if fused and not hits:
-        notice = _join(notice, nothing_relevant(threshold))
-    notice = _join(notice, reordered)
-    return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
-
-
-def _join(first: str | None, second: str | None) -> str | None:
-    return "; ".join(part for part in (first, second) if part) or None
+    places = merge_places(ordered, options.limit)
+    found_hits = load_hits(hits, places, {s.chunk_id: s for s in scored}, found, query_terms(query))
+    empty = nothing_relevant(threshold) if fused and not found_hits else None
+    return found_hits, join_notices(empty, reordered)
 
 
 def _keyword_side(
@@ -348,52 +318,3 @@ def _complete_similarities(
     missing = [c for c in ranks if c not in similarities]
     if missing and space is not None:
         similarities.update(similarities_of(db, space, query_vector, missing))
-
-
-def _spans(db: apsw.Connection, scored: list[Scored]) -> list[Span]:
-    """The file and line range of each scored chunk, in rank order (a chunk deleted meanwhile drops out)."""
-    if not scored:
-        return []
-    sql, params = spans_sql([s.chunk_id for s in scored])
-    where = {chunk_id: (path, start, end) for chunk_id, path, start, end in db.execute(sql, params)}
-    return [Span(s.chunk_id, *where[s.chunk_id]) for s in scored if s.chunk_id in where]
-
-
-def _load_hits(
-    db: apsw.Connection, places: list[Place], scores: dict[int, Scored], found: Retrievers, terms: list[str]
-) -> list[Hit]:
-    """One hit per place, spoken for by its best chunk (score, heading, snippet) and spanning all of it."""
-    if not places:
-        return []
-    sql, params = hits_sql([place.chunk_ids[0] for place in places])
-    rows = {row[0]: row for row in db.execute(sql, params)}
-    hits: list[Hit] = []
-    for place in places:
-        row = rows.get(place.chunk_ids[0])
-        if row is None:  # deleted between the candidate query and now
-            continue
-        chunk_id, path, source, _day, _start, _end, heading, text, indexed_at, tags, category = row
-        best = scores[chunk_id]
-        start, end = place.start_line, place.end_line
-        hits.append(
-            Hit(
-                path=path,
-                start_line=start,
-                end_line=end,
-                heading=heading,
-                score=best.score,
-                snippet=make_snippet(text, terms),
-                source=source,
-                citation=f"{path}#L{start}-L{end}",
-                vector_score=best.vector,
-                keyword_score=best.keyword,
-                indexed_at=indexed_at,
-                chunk_id=chunk_id,
-                matched_by=found.matched_by(chunk_id),
-                vector_rank=found.vector.get(chunk_id),
-                keyword_rank=found.keyword.get(chunk_id),
-                tags=tuple(tags.split()),
-                category=category or None,
-            )
-        )
-    return hits

@@ -20,11 +20,12 @@ from typing import Literal, Protocol
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
 from server.index.engine import EngineSettings, MemoryIndex
+from server.index.hits import SearchResult
 from server.index.indexer import IndexReport
 from server.index.labelled_files import FileLabels
 from server.index.labels import Labels
 from server.index.naming import index_dir
-from server.index.search import SearchOptions, SearchResult
+from server.index.search import SearchOptions
 from server.index.status import IndexStatus
 from server.mirror.history import ChangeKind, HistorySize, Retention, Version, VersionText
 from server.mirror.mirror import Mirror, MirrorFile

@@ -84,8 +84,10 @@ async def searchable(client: Any, query: str, folder: str) -> None:
 
 
 def stored(server: ProductServer, caller: str) -> str:
-    folder = server.data_dir / "indexes" / TEAM / "files" / "sessions" / caller
-    return "".join(path.read_text("utf-8") for path in sorted(folder.glob("*.md"))) if folder.is_dir() else ""
+    """The server's copies of `caller`'s transcripts, joined (read through its file store, on either backend)."""
+    assert server.service is not None
+    store = server.service.indexes.get(TEAM).mirror
+    return "".join(server.text(TEAM, state.path) or "" for state in store.list(f"sessions/{caller}/"))
 
 
 async def test_two_laptops_sessions_are_redacted_uploaded_kept_growing_and_searchable_from_each_other(tmp_path, server):

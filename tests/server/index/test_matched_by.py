@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from server.index.engine import MemoryIndex
-from server.index.search import Retrievers, build_options
+from server.index.hits import Retrievers
+from server.index.search import build_options
 
 
 def test_ranks_follow_each_retrievers_own_order_and_matched_by_names_who_found_a_chunk():
