@@ -242,3 +242,25 @@ def test_files_left_unindexed_are_indexed_in_the_background_on_open(open_index: 
     assert thread is not None
     thread.join(30)
     assert set(index.indexed_files()) == set(NOTES) and not index.needs_rebuild
+
+
+def test_the_reordering_options_work_on_postgresql_as_on_sqlite(open_index: Callable[..., Opened]) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(
+        store,
+        {
+            "memory/a.md": "# Lunch\n\nramen noodle shop lunch near the office today\n",
+            "memory/b.md": "# Lunch\n\nramen noodle shop lunch near the office today again\n",
+            "memory/c.md": "# Team\n\nramen for the team offsite, booked with colleagues downtown\n",
+        },
+    )
+    index.index()
+    query = "ramen noodle shop lunch office"
+    plain = paths_of(index, query, mode="vector")
+    assert plain[:2] == ["memory/b.md", "memory/a.md"] or plain[:2] == ["memory/a.md", "memory/b.md"]
+    # MMR reads each candidate's vector from its pgvector table: the near-copy of the best hit moves down.
+    diverse = paths_of(index, query, mode="vector", mmr_lambda=0.3)
+    assert diverse[0] == plain[0] and diverse[1] == "memory/c.md"
+    unranked = index.search(query, build_options(rerank=True))
+    assert unranked.notice is not None and "reranking is not configured" in unranked.notice
+    assert [hit.path for hit in unranked.hits] == paths_of(index, query)
