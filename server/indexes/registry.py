@@ -54,11 +54,19 @@ class IndexRegistry:
                 return handle
             if not create and not self.backend.exists(name):
                 return None
-            index, mirror = self.backend.open(name, on_change=lambda: self.on_change(name))
+            index, mirror = self.backend.open(name, on_change=lambda: self._changed(name))
             if index.needs_rebuild:
                 index.start_background_rebuild()
             handle = self._indexes[name] = OpenIndex(index, mirror)
             return handle
+
+    def _changed(self, name: str) -> None:
+        """A change to index `name`'s files, made here or (PostgreSQL) by another server: the next search looks
+        for files its engine has not indexed yet, then everyone waiting hears of it."""
+        handle = self._indexes.get(name)
+        if handle is not None:
+            handle.scanned_at = None
+        self.on_change(name)
 
     def get(self, name: str) -> OpenIndex:
         """The open index `name`, created if it does not exist yet."""

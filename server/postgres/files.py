@@ -50,6 +50,8 @@ from syncproto.wire import sha256_hex
 
 log = logging.getLogger(__name__)
 
+CATCH_UP_BATCH = 500  # changes read at once when laying out other servers' changes
+
 
 class PgFileStore(StateRecords):
     """The files and history of index `name` in the database at `url`. Thread-safe; every method blocks."""
@@ -80,13 +82,14 @@ class PgFileStore(StateRecords):
             self.history = MirrorHistory(self._db, self.lock, self.version_text)
             self._layout = FilesLayout(files_dir, max_file_bytes)
             live = {str(p): str(h) for p, h in self._db.execute(*q.live_hashes())}
+            self._laid_out = self.revision()  # taken before the layout: a change made meanwhile is laid out again
             if written := self._layout.refresh(live, self._content):
                 log.info("postgres: laid out %d changed files of %s for the search engine", written, name)
         except BaseException:
             self._db.close()
             raise
         self._channel = schema
-        self._listener = ChangeListener(url, schema, self._changed, own_pid=self._db.backend_pid)
+        self._listener = ChangeListener(url, schema, self._heard, own_pid=self._db.backend_pid)
 
     @property
     def listening(self) -> threading.Event:
@@ -196,6 +199,28 @@ class PgFileStore(StateRecords):
         return current
 
     # internals -----------------------------------------------------------------------------------------
+
+    def _heard(self) -> None:
+        """Another server changed the index: lay its changes out for this server's search engine, then wake the
+        long-polls (in the listening thread)."""
+        try:
+            self._catch_up()
+        except MemoryServerError as exc:  # the next notice, or the next open, lays them out
+            log.error("postgres: laying out other servers' changes failed (%s)", type(exc).__name__)
+        self._changed()
+
+    def _catch_up(self) -> None:
+        """Lay out every change recorded after the last one laid out (this server's own are laid out already, and
+        are laid out again here: cheap, and never skips another's change committed in between)."""
+        with self.lock:
+            while changes := self.changes_since(self._laid_out, CATCH_UP_BATCH):
+                for state in changes:
+                    data = self._content(state.path) if state.hash is not None else None
+                    if data is None:
+                        self._lay_out(self._layout.remove, state.path)
+                    else:
+                        self._lay_out(self._layout.put, state.path, data)
+                self._laid_out = changes[-1].revision
 
     def _lay_out(self, change: Callable[..., None], path: str, *data: bytes) -> None:
         """Bring the search engine's copy of `path` in step; the change is committed already, so a failure here
