@@ -1,0 +1,166 @@
+"""The scale-out deployment end to end (`make test-scale`): two real `memory-server` processes on one real
+PostgreSQL behind Debian's nginx round-robin (the deployment's own config), laptops as real `memory-proxy`
+processes that reach the servers only through nginx. A laptop's write is found by another's search on every
+replica, edits travel between laptops (p50 reported), a revoked laptop is refused by every replica, and a replica
+killed with SIGKILL in the middle of a burst of writes loses nothing acknowledged and rejoins when restarted."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from tests.conftest import REPO
+from tests.faults.cluster import until
+from tests.mcp_support import structured
+from tests.postgres_support import fresh_database
+from tests.scale.cluster import ScaleCluster
+from tests.sync_support import eventually, search_paths
+
+pytestmark = [pytest.mark.scale, pytest.mark.anyio]
+
+REPORT = REPO / "build" / "test-scale.json"
+EDITS = 20
+BURST = 40
+KILL_AFTER = 12  # acknowledged writes before replica 0 is killed
+REVOKED_WITHIN = 3.0  # seconds for every replica to refuse a revoked laptop (the file is reloaded within one)
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScaleCluster]:
+    folder = tmp_path_factory.mktemp("scale")
+    with fresh_database(postgres_server) as url, ScaleCluster(folder, url, names=("alice", "bob", "carol")) as running:
+        yield running
+
+
+def report(key: str, value: Any) -> None:
+    """Keep a measured number in build/test-scale.json (and show it)."""
+    REPORT.parent.mkdir(exist_ok=True)
+    held = json.loads(REPORT.read_text()) if REPORT.exists() else {}
+    held[key] = value
+    REPORT.write_text(json.dumps(held, indent=2) + "\n")
+    print(f"\ntest-scale: {key} = {value}")
+
+
+async def write(client: Any, path: str, content: str) -> bool:
+    """memory_write through the laptop's proxy; True when the server acknowledged it."""
+    try:
+        result = await client.call_tool("memory_write", {"content": content, "path": path, "mode": "append"})
+    except Exception:  # a cut stream: not acknowledged
+        return False
+    return not result.is_error and structured(result).get("path") == path
+
+
+async def test_a_write_on_laptop_a_is_found_by_laptop_bs_search_on_every_replica(cluster: ScaleCluster) -> None:
+    async with cluster.laptops["alice"].running() as alice, cluster.laptops["bob"].running() as bob:
+        assert await write(alice, "memory/deploys.md", "The zebrafalcon release ships on Tuesdays.\n")
+        for replica in (0, 1):  # each server on its own: both see the write, whichever took it
+            await anyio.to_thread.run_sync(
+                lambda r=replica: until(
+                    lambda: "memory/deploys.md" in cluster.search("bob", "zebrafalcon", replica=r),
+                    f"replica {r} to find alice's write",
+                    30,
+                )
+            )
+        for _ in range(4):  # through nginx: successive calls land on both replicas
+            assert await search_paths(bob, "zebrafalcon") == ["memory/deploys.md"]
+
+
+async def test_a_file_edited_on_laptop_a_reaches_laptop_b_through_either_replica(cluster: ScaleCluster) -> None:
+    alice, bob = cluster.laptops["alice"], cluster.laptops["bob"]
+    took = []
+    with alice.bare(), bob.bare():
+        alice.write("memory/handoff.md", "start\n")
+        await eventually(lambda: bob.read("memory/handoff.md") == "start\n", "the first file to reach bob")
+        for number in range(EDITS):
+            text = f"start\nedit {number} on alice's laptop\n"
+            alice.write("memory/handoff.md", text)
+            took.append(await eventually(lambda t=text: bob.read("memory/handoff.md") == t, f"edit {number}"))
+    p50, p90 = statistics.median(took), statistics.quantiles(took, n=10)[-1]
+    report(
+        "edit_a_to_b_seconds", {"edits": EDITS, "p50": round(p50, 3), "p90": round(p90, 3), "max": round(max(took), 3)}
+    )
+    assert p50 < 5.0
+
+
+async def test_a_revoked_laptop_is_refused_by_every_replica(cluster: ScaleCluster) -> None:
+    for replica in (0, 1):
+        assert cluster.tool("carol", "search", "zebrafalcon", replica=replica).returncode == 0
+    async with cluster.laptops["carol"].running() as carol:
+        assert (await carol.call_tool("memory_list", {})).is_error is False
+        started = time.monotonic()
+        await anyio.to_thread.run_sync(cluster.revoke, "carol")
+        for replica in (0, 1):
+            await anyio.to_thread.run_sync(
+                lambda r=replica: until(
+                    lambda: cluster.tool("carol", "search", "zebrafalcon", replica=r).returncode != 0,
+                    f"replica {r} to refuse carol",
+                    REVOKED_WITHIN * 3,
+                )
+            )
+        refused_after = time.monotonic() - started
+        for _ in range(4):  # the running proxy's session is gone too, on whichever replica a call lands
+            result = await carol.call_tool("memory_list", {})
+            assert result.is_error
+    report("revoked_refused_by_both_replicas_within_seconds", round(refused_after, 2))
+    assert refused_after < REVOKED_WITHIN * 3
+
+
+async def test_a_replica_killed_in_a_burst_of_writes_loses_nothing_acknowledged_and_rejoins(
+    cluster: ScaleCluster,
+) -> None:
+    bob = cluster.laptops["bob"]
+    acknowledged: dict[str, str] = {}
+    refused: list[str] = []
+    enough = threading.Event()
+
+    async def burst(alice: Any) -> None:
+        for number in range(BURST):
+            path, text = f"memory/burst-{number:02d}.md", f"burst note {number} marker{number}quokka\n"
+            if await write(alice, path, text):
+                acknowledged[path] = text
+            else:
+                refused.append(path)
+            if len(acknowledged) == KILL_AFTER:
+                enough.set()
+
+    with bob.bare():
+        async with cluster.laptops["alice"].running() as alice, anyio.create_task_group() as group:
+            group.start_soon(burst, alice)
+            await anyio.to_thread.run_sync(lambda: enough.wait(60))
+            cluster.kill_replica(0)  # while writes are in flight through nginx
+        assert len(acknowledged) + len(refused) == BURST
+        last = [f"memory/burst-{n:02d}.md" for n in range(BURST - 10, BURST)]
+        assert all(path in acknowledged for path in last), f"refused after the kill: {refused}"
+        await eventually(
+            lambda: all(bob.read(path) == text for path, text in acknowledged.items()),
+            "every acknowledged write to reach bob through the surviving replica",
+            within=60,
+        )
+    report("burst", {"writes": BURST, "acknowledged": len(acknowledged), "refused_during_kill": refused})
+    started = time.monotonic()
+    await anyio.to_thread.run_sync(cluster.start_replica, 0)
+    report("killed_replica_restarted_in_seconds", round(time.monotonic() - started, 2))
+    newest = f"memory/burst-{BURST - 1:02d}.md"
+    await anyio.to_thread.run_sync(
+        lambda: until(
+            lambda: newest in cluster.search("bob", f"marker{BURST - 1}quokka", replica=0),
+            "the restarted replica to find a write made while it was down",
+            30,
+        )
+    )
+
+
+def test_the_balancer_config_is_round_robin_over_every_replica(cluster: ScaleCluster) -> None:
+    rendered = cluster.balancer.config.read_text()
+    assert "ip_hash" not in rendered and "hash " not in rendered and "sticky" not in rendered
+    assert all(f"server 127.0.0.1:{port} " in rendered for port in cluster.ports)
+    assert Path(cluster.balancer.folder / "error.log").exists()
