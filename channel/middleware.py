@@ -42,6 +42,7 @@ from channel.keys import PrivateKey, PublicKey
 from channel.ratelimit import Rate
 from channel.sealer import ResponseSealer
 from channel.session import Session, SessionTable
+from channel.store import SessionStore
 
 log = logging.getLogger("channel.server")
 
@@ -76,7 +77,7 @@ class ChannelMiddleware:
         failure_rate: Rate | None = None,
         clock: Callable[[], float] = time.time,
         random: Callable[[int], bytes] = os.urandom,
-        sessions: SessionTable | None = None,
+        sessions: SessionStore | None = None,
         clock_window: float = CLOCK_WINDOW,
         caller_limits: CallerLimits | None = None,
     ) -> None:
@@ -89,7 +90,7 @@ class ChannelMiddleware:
         self._clock_window = clock_window
         self._load = CallerLoad(time.monotonic, caller_limits)
         self._admission = HandshakeAdmission(time.monotonic, per_key=handshake_rate, failures=failure_rate)
-        self.sessions = sessions if sessions is not None else SessionTable(clock)
+        self.sessions: SessionStore = sessions if sessions is not None else SessionTable(clock)
         # The server's public key on every handshake answer, so a client pinned to another key can name both.
         self._key_header = [(SERVER_KEY_HEADER.encode(), PublicKey(server_key.public.raw).line().encode())]
 
@@ -233,6 +234,9 @@ class ChannelMiddleware:
                 await answer(send, 401, NO_SESSION)
                 return
             opened = self._open(session, frame)
+        if opened == "no-session":  # ended meanwhile (on another replica): the client may re-handshake and retry
+            await answer(send, 401, NO_SESSION)
+            return
         if isinstance(opened, str):
             log.warning(
                 "tunnel refused: %s caller=%s key=%s session=%s",
@@ -275,7 +279,7 @@ class ChannelMiddleware:
         """The caller owning the session's key; None once the key is revoked, which ends all its sessions."""
         identity = self._callers.lookup(session.static_key)
         if identity is None:
-            dropped = self.sessions.drop_where(lambda s: s.static_key == session.static_key)
+            dropped = self.sessions.drop_key(session.static_key)
             if dropped:
                 log.warning("revoked key: ended %d session(s), one was session=%s", dropped, session.tag)
         return identity
@@ -283,7 +287,8 @@ class ChannelMiddleware:
     def _open(self, session: Session, frame: bytes) -> tuple[InnerRequest, int] | str:
         """Authenticate, then commit the counter, then the request id; or the reason for refusing.
 
-        Never awaits, so two copies of one frame cannot both pass: the first commits, the second finds it.
+        Never awaits, so two copies of one frame cannot both pass: the first commits, the second finds it (a
+        shared store commits both in one statement, so the same holds across replicas).
         """
         try:
             parsed = parse_request(frame)
@@ -295,16 +300,13 @@ class ChannelMiddleware:
             plaintext = open_request(session.receive_key, session.id, parsed, frame)
         except FrameError:
             return "unauthentic-frame"
-        if not session.window.accept(parsed.counter):
-            return "replayed-counter"
         try:
             request = unpack_request(plaintext)
         except FrameError:
+            session.window.accept(parsed.counter)  # authentic: its counter is used up all the same
             return "malformed-request"
-        if not self.sessions.first_use_of_request_id(session.static_key, request.request_id):
-            return "repeated-request"
-        self.sessions.touch(session)
-        return request, parsed.counter
+        refused = self.sessions.commit_request(session, parsed.counter, request.request_id)
+        return refused if refused is not None else (request, parsed.counter)
 
     def _keep_alive_for(self, session: Session) -> Callable[[], bool]:
         """A check that the session is live and its key still allowed, which also marks the session in use."""

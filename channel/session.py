@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from channel.constants import (
@@ -38,11 +38,13 @@ class Session:
     expires_at: float
     last_used: float
     window: ReplayWindow = field(default_factory=ReplayWindow, repr=False)
-    _send_counter: itertools.count[int] = field(default_factory=itertools.count, repr=False)
+    # The nonces of response frames: they must never repeat under the send key. One process counts from 0; a
+    # shared store hands each replica blocks of its own (still growing within each response, as clients check).
+    send_counters: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
     def next_send_counter(self) -> int:
         """The nonce of the next response frame: one sequence per session, shared by all its responses."""
-        return next(self._send_counter)
+        return next(self.send_counters)
 
     @property
     def tag(self) -> str:
@@ -122,6 +124,19 @@ class SessionTable:
     def touch(self, session: Session) -> None:
         """Mark the session in use now (idle expiry counts from here)."""
         session.last_used = self._clock()
+
+    def commit_request(self, session: Session, counter: int, request_id: bytes) -> str | None:
+        """Commit the frame's counter, then its request id, then mark the session in use; or why not."""
+        if not session.window.accept(counter):
+            return "replayed-counter"
+        if not self.first_use_of_request_id(session.static_key, request_id):
+            return "repeated-request"
+        self.touch(session)
+        return None
+
+    def drop_key(self, static_key: bytes) -> int:
+        """End every session of this device key; how many ended."""
+        return self.drop_where(lambda s: s.static_key == static_key)
 
     def drop_where(self, predicate: Callable[[Session], bool]) -> int:
         """End every session matching `predicate` (e.g. all sessions of a revoked key); how many ended."""

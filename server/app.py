@@ -33,6 +33,7 @@ from channel.keys import PrivateKey
 from channel.middleware import ChannelMiddleware
 from channel.ratelimit import Rate
 from channel.session import SessionTable
+from channel.store import SessionStore
 from channel.timestamps import FileTimestamps
 from server.mcp.caller import CallerBoundEndpoint
 from server.mcp.streams import EndableStreams
@@ -103,14 +104,15 @@ def create_app(
     mcp: MCPServer | None = None,
     handshake_rate: Rate | None = None,
     metrics: Metrics | None = None,
+    sessions: SessionStore | None = None,
 ) -> ChannelMiddleware:
     """The whole server: `create_inner_app` behind the channel, `/healthz` its only plain path.
 
     With `data_dir`, handshake timestamps are kept there, so a recorded handshake stays dead after a restart.
     `handshake_rate` overrides the channel's per-device-key handshake limit (benchmarks open many at once).
+    `sessions`: a store the replicas share (`server.postgres.sessions`) instead of this process's memory.
     """
-    sessions = None
-    if data_dir is not None:
+    if sessions is None and data_dir is not None:
         sessions = SessionTable(time.time, timestamps=FileTimestamps(data_dir / TIMESTAMPS_FILE))
     return ChannelMiddleware(
         create_inner_app(service, mcp, metrics),

@@ -77,6 +77,7 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/client_proxy/test_doctor.py",  # a real server on a socket per test
     "tests/faults/test_fault_loop.py::test_a_seed_of_faults_breaks_no_invariant",
     "tests/scale/test_replicas.py",
+    "tests/server/postgres/test_replicas.py",  # two real servers on one PostgreSQL database
 )
 
 

@@ -134,10 +134,10 @@ def cmd_callers_add(args: argparse.Namespace) -> int:
     check_name(args.name, "caller")
     keys = [_parse_key(line) for line in args.keys]
     grants = _parse_grants(args.grants)
-    before, after = update_callers(_callers_path(args), lambda config: config.add(args.name, keys, grants))
+    before, after = _update(args, lambda config: config.add(args.name, keys, grants))
     old = before.get(args.name)
     entry = _entry(after, args.name)
-    print(f"{'updated' if old else 'added'} caller {entry.name} in {_callers_path(args)}")
+    print(f"{'updated' if old else 'added'} caller {entry.name} in {_where(args)}")
     for key in keys:
         state = "already listed" if old and key in old.keys else "added"
         print(f"  key {key.fingerprint} {key.comment}: {state}".rstrip())
@@ -150,14 +150,21 @@ def cmd_callers_add(args: argparse.Namespace) -> int:
 
 def cmd_callers_list(args: argparse.Namespace) -> int:
     path = _callers_path(args)
-    config, signature = read_callers(path)
+    url = _database_url(args)
+    if url is not None:
+        from server.postgres.callers import read_or_import
+
+        config, found = read_or_import(url, path), True
+    else:
+        config, signature = read_callers(path)
+        found = signature is not None
     if args.json:
         print(json.dumps([_entry_json(entry) for entry in config.callers], indent=2))
         return 0
-    if signature is None:
+    if not found:
         print(f"no callers file at {path}; add a device with `memory-server callers add NAME --key LINE`")
     elif not config.callers:
-        print(f"no callers in {path}")
+        print(f"no callers in {_where(args)}")
     for entry in config.callers:
         print(f"{entry.name}  grants: {_grants_text(entry.grants)}  revoked keys: {len(entry.revoked_keys)}")
         for key in entry.keys:
@@ -168,7 +175,7 @@ def cmd_callers_list(args: argparse.Namespace) -> int:
 
 
 def cmd_callers_revoke(args: argparse.Namespace) -> int:
-    before, after = update_callers(_callers_path(args), lambda config: config.revoke(args.name, args.key))
+    before, after = _update(args, lambda config: config.revoke(args.name, args.key))
     gone = [key for key in _entry(before, args.name).keys if key not in _entry(after, args.name).keys]
     if not gone:
         print(f"caller {args.name} has no active key; nothing to revoke")
@@ -184,7 +191,7 @@ def cmd_callers_grant(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("give INDEX=rw or INDEX=r to grant, or --remove INDEX")
     grants = _parse_grants(args.grants)
     removed = [check_name(index, "index") for index in args.remove]
-    _, after = update_callers(_callers_path(args), lambda config: config.grant(args.name, grants, removed))
+    _, after = _update(args, lambda config: config.grant(args.name, grants, removed))
     print(f"{args.name} grants: {_grants_text(_entry(after, args.name).grants)}")
     print(APPLIED)
     return 0
@@ -192,6 +199,28 @@ def cmd_callers_grant(args: argparse.Namespace) -> int:
 
 def _callers_path(args: argparse.Namespace) -> Path:
     return Path(args.keys_dir, CALLERS_FILE)
+
+
+def _database_url(args: argparse.Namespace) -> str | None:
+    """MEMORY_DATABASE_URL: the callers live in PostgreSQL, shared by every replica, not in callers.toml."""
+    settings = getattr(args, "settings", None)
+    return getattr(settings, "database_url", None)
+
+
+def _where(args: argparse.Namespace) -> str:
+    return "the database" if _database_url(args) else str(_callers_path(args))
+
+
+def _update(
+    args: argparse.Namespace, change: Callable[[CallersConfig], CallersConfig]
+) -> tuple[CallersConfig, CallersConfig]:
+    """Edit callers.toml, or with a database URL the callers every replica shares."""
+    url = _database_url(args)
+    if url is None:
+        return update_callers(_callers_path(args), change)
+    from server.postgres.callers import update_shared_callers
+
+    return update_shared_callers(url, _callers_path(args), change)
 
 
 def _entry(config: CallersConfig, name: str) -> CallerEntry:

@@ -36,8 +36,10 @@ from server.settings import Settings, is_loopback
 if TYPE_CHECKING:
     import uvicorn
 
+    from channel.store import SessionStore
     from server.index.embeddings.chain import ProviderChain
     from server.indexes.storage import Backend
+    from server.postgres.callers import SharedCallers
 
 
 GRACEFUL_SHUTDOWN = 10  # seconds uvicorn waits for requests in flight (open SSE streams are cut after it)
@@ -86,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(str(exc)) from None
     prepare_data_dir(data_dir)
     key = ensure_server_key(keys_dir, out=_stdout())
-    callers = CallersFile(keys_dir / CALLERS_FILE)
+    callers, sessions = channel_state(settings, keys_dir, key)
     if not callers.config.callers:
         print_callers_hint(_keys_option(args), _stdout())
     providers, _reasons = settings.select_providers(os.environ)
@@ -101,7 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     backend = storage_backend(settings, data_dir, providers)
     service = MemoryService(data_dir, providers, settings.engine, redact_writes=settings.redact_writes, backend=backend)
     metrics = service_metrics(service)
-    app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics)
+    app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics, sessions=sessions)
     metrics.collectors.append(sessions_collector(lambda: len(app.sessions)))
     listener = bind(host, port)
     scraper = None
@@ -225,6 +227,22 @@ def _url(host: str, port: int) -> str:
 
 def _stdout() -> TextIO:
     return sys.stdout  # looked up on each use, so a test's capture applies
+
+
+def channel_state(
+    settings: Settings, keys_dir: Path, key: PrivateKey
+) -> tuple[CallersFile | SharedCallers, SessionStore | None]:
+    """Who may connect and where sessions live: `callers.toml` and this process's memory, or with
+    `MEMORY_DATABASE_URL` both in PostgreSQL, shared by every replica (the file imported on the first start)."""
+    if settings.database_url is None:
+        return CallersFile(keys_dir / CALLERS_FILE), None
+    import time
+
+    from server.postgres.callers import SharedCallers
+    from server.postgres.sessions import PgSessionStore
+
+    callers = SharedCallers(settings.database_url, keys_dir / CALLERS_FILE)
+    return callers, PgSessionStore(settings.database_url, key, time.time)
 
 
 def storage_backend(settings: Settings, data_dir: Path, providers: ProviderChain) -> Backend:

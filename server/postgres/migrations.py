@@ -68,9 +68,9 @@ CREATE INDEX history_by_hash ON history(hash);
 MIGRATIONS: tuple[str, ...] = (M001_FILES,)
 
 
-def migrate(db: PgConnection, schema: str) -> None:
+def migrate(db: PgConnection, schema: str, migrations: tuple[str, ...] = MIGRATIONS) -> None:
     """Create the index's schema (the connection's search path) or bring it up to date; EngineError if it is
-    newer than this server."""
+    newer than this server. `migrations`: another schema's (the channel's, `server.postgres.channel_schema`)."""
     with db:
         db.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (schema,))
         db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')  # `schema_of` an index name: no quote in it
@@ -79,8 +79,8 @@ def migrate(db: PgConnection, schema: str) -> None:
         if not rows:
             db.execute("INSERT INTO schema_version(version) VALUES(0)")
         version = int(rows[0][0]) if rows else 0
-        if version > len(MIGRATIONS):
-            raise EngineError("the index's database schema is newer than this server")
-        for number in range(version, len(MIGRATIONS)):
-            db.execute(MIGRATIONS[number])
+        if version > len(migrations):
+            raise EngineError(f"the database schema {schema} is newer than this server")
+        for number in range(version, len(migrations)):
+            db.execute(migrations[number])
             db.execute("UPDATE schema_version SET version = ?", (number + 1,))

@@ -1,0 +1,162 @@
+"""Who may connect, shared by every replica: `callers.toml`'s text kept in PostgreSQL (`channel.callers`).
+
+With `MEMORY_DATABASE_URL` set, the database holds the one version every replica answers from; the file in the
+keys directory is read only once, to fill an empty table on the first start (`import_callers`). The
+`memory-server callers` commands edit the row (`update_shared_callers`: read, change and write under a row lock,
+bumping `version`) and NOTIFY `CALLERS_CHANNEL` in the same transaction. Each replica's `SharedCallers` reloads on
+that notice (a listening thread, `server.postgres.notify`) and, should a notice be lost, compares the version at
+most every CHECK_EVERY seconds on the next lookup: a revoked key is refused everywhere within a second.
+
+The document is parsed with the file's own rules (`server.callers.config`); a version that does not parse is
+never written, and one damaged by hand keeps the last good table, as with the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from channel.authz import Identity
+from server.callers.config import CallersConfig, CallersFileError, parse_callers, render_callers
+from server.callers.file import read_callers
+from server.mirror.state import utc_now
+from server.postgres.channel_schema import CALLERS_CHANNEL, open_channel_db
+from server.postgres.connection import PgConnection
+from server.postgres.notify import ChangeListener
+
+log = logging.getLogger("server.callers.config")
+
+CHECK_EVERY = 0.5  # seconds between version checks on lookup, should a notice be lost
+
+
+def import_callers(db: PgConnection, path: Path) -> bool:
+    """Fill the empty table from `callers.toml` at `path` (none or a missing file: no callers); True if it did."""
+    config, _ = read_callers(path)
+    with db:
+        db.execute("LOCK TABLE callers IN EXCLUSIVE MODE")
+        if db.execute("SELECT 1 FROM callers").fetchone() is not None:
+            return False
+        db.execute(
+            "INSERT INTO callers(id, version, document, updated_at) VALUES(1, 1, ?, ?)",
+            (render_callers(config), utc_now()),
+        )
+        db.execute("SELECT pg_notify(?, '')", (CALLERS_CHANNEL,))
+    log.info("imported %d callers from %s into the database", len(config.callers), path)
+    return True
+
+
+def read_shared_callers(db: PgConnection) -> tuple[CallersConfig, int]:
+    """The callers in the database and their version (no callers and 0 before the first import)."""
+    row = db.execute("SELECT document, version FROM callers").fetchone()
+    if row is None:
+        return CallersConfig(), 0
+    return parse_callers(str(row[0])), int(row[1])
+
+
+def read_or_import(url: str, path: Path) -> CallersConfig:
+    """The shared callers (filled from `path` first if the table is still empty)."""
+    db = open_channel_db(url)
+    try:
+        import_callers(db, path)
+        return read_shared_callers(db)[0]
+    finally:
+        db.close()
+
+
+def update_shared_callers(
+    url: str, path: Path, change: Callable[[CallersConfig], CallersConfig]
+) -> tuple[CallersConfig, CallersConfig]:
+    """Read, change and write back the shared callers, waking every replica; (before, after). The table is filled
+    from `path` first if still empty. When `change` raises, nothing is written."""
+    db = open_channel_db(url)
+    try:
+        import_callers(db, path)
+        with db:
+            row = db.execute("SELECT document FROM callers FOR UPDATE").fetchone()
+            before = parse_callers(str(row[0])) if row else CallersConfig()
+            after = change(before)
+            db.execute(
+                "UPDATE callers SET document = ?, version = version + 1, updated_at = ?",
+                (render_callers(after), utc_now()),
+            )
+            db.execute("SELECT pg_notify(?, '')", (CALLERS_CHANNEL,))
+        return before, after
+    finally:
+        db.close()
+
+
+class SharedCallers:
+    """A `CallerDirectory` over the shared callers (see the module docstring). `close` stops its listener."""
+
+    def __init__(
+        self,
+        url: str,
+        path: Path,
+        *,
+        check_every: float = CHECK_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self._check_every, self._clock = check_every, clock
+        self._lock = threading.Lock()
+        self._db = open_channel_db(url)
+        self._version = -1
+        self._config = CallersConfig()
+        self._table = self._config.table()
+        self.error: str | None = None
+        import_callers(self._db, path)
+        self._next_check = 0.0
+        self.reload()
+        self._listener = ChangeListener(url, CALLERS_CHANNEL, self._noticed, own_pid=lambda: None)
+
+    @property
+    def config(self) -> CallersConfig:
+        return self._config
+
+    def close(self) -> None:
+        self._listener.close()
+        self._db.close()
+
+    def lookup(self, static_key: bytes) -> Identity | None:
+        if self._clock() >= self._next_check:
+            self._check()
+        return self._table.lookup(static_key)
+
+    def _check(self) -> None:
+        with self._lock:
+            now = self._clock()
+            if now < self._next_check:
+                return
+            self._next_check = now + self._check_every
+            row = self._db.execute("SELECT version FROM callers").fetchone()
+            version = int(row[0]) if row else 0
+        if version != self._version:
+            self.reload()
+
+    def _noticed(self) -> None:
+        self.reload()
+
+    def reload(self) -> bool:
+        """Read the shared callers now; True when they are in use, False when the last good table stays."""
+        with self._lock:
+            self._next_check = self._clock() + self._check_every
+            try:
+                config, version = read_shared_callers(self._db)
+            except CallersFileError as exc:
+                if self.error != str(exc):
+                    log.error("the callers in the database are invalid (%s); still using the last good ones", exc)
+                self.error = str(exc)
+                return False
+            if version != self._version:
+                keys = sum(len(entry.keys) for entry in config.callers)
+                log.info(
+                    "callers version %d from the database: %d callers, %d active keys",
+                    version,
+                    len(config.callers),
+                    keys,
+                )
+            self._config, self._table, self._version, self.error = config, config.table(), version, None
+            return True

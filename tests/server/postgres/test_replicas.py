@@ -1,0 +1,124 @@
+"""Two real servers (uvicorn, the channel middleware) on one PostgreSQL database, as replicas behind a load
+balancer: a session made on one serves requests on the other, a request accepted by one is refused by the other,
+and a key revoked through either is refused by both within a second."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import httpx2
+import pytest
+
+from channel.authz import CallerDirectory
+from channel.constants import TUNNEL_PATH
+from channel.errors import HandshakeRefused
+from channel.keys import PrivateKey
+from server.postgres.callers import SharedCallers, update_shared_callers
+from server.postgres.sessions import PgSessionStore
+from tests.channel.apps import AppState, caller, inner_app, table
+from tests.channel.conftest import MutableDirectory, RunningServer, serve_channel
+from tests.channel.relay import Answer, Forward, Outer, Relay
+
+pytestmark = pytest.mark.anyio
+
+SERVER = PrivateKey.generate("memory-server")
+DEVICE = PrivateKey.generate("alice@laptop")
+REVOCATION_BOUND = 1.0  # seconds: a revoked key is refused by every replica within this
+
+
+class Replicas:
+    """Servers sharing one database, the server key and the inner app's state; `relay` routes each outer request
+    to the replica a test names (`route`), round robin by default, as a load balancer does."""
+
+    def __init__(self, stack: ExitStack, url: str, directories: list[CallerDirectory], state: AppState) -> None:
+        self.state = state
+        self.servers: list[RunningServer] = []
+        for directory in directories:
+            store = PgSessionStore(url, SERVER, time.time)
+            stack.callback(store.close)
+            running = serve_channel(inner_app(state), directory, server_key=SERVER, sessions=store)
+            self.servers.append(stack.enter_context(running))
+        self.route: Iterator[int] = itertools.cycle(range(len(self.servers)))
+        self.relay = Relay(self._to_replica)
+
+    async def _to_replica(self, outer: Outer, forward: Forward) -> Answer:
+        target = self.servers[next(self.route)].url
+        return await forward(Outer(httpx2.URL(target + outer.path), outer.headers, outer.content))
+
+    def only(self, index: int) -> None:
+        self.route = itertools.repeat(index)
+
+    @asynccontextmanager
+    async def client(self, key: PrivateKey = DEVICE) -> AsyncIterator[httpx2.AsyncClient]:
+        async with self.servers[0].client(key, transport=self.relay) as client:
+            yield client
+
+    async def resend(self, outer: Outer, index: int) -> Answer:
+        return await self.relay.forward(
+            Outer(httpx2.URL(self.servers[index].url + outer.path), outer.headers, outer.content)
+        )
+
+
+@pytest.fixture
+async def shared(postgres_url: str) -> AsyncIterator[Replicas]:
+    directory = MutableDirectory(table(caller("alice", DEVICE, notes="rw")))
+    with ExitStack() as stack:
+        replicas = Replicas(stack, postgres_url, [directory, directory], AppState())
+        yield replicas
+        await replicas.relay.shutdown()
+
+
+async def test_a_session_made_on_one_replica_serves_requests_on_the_other(shared: Replicas):
+    shared.only(0)
+    async with shared.client() as client:
+        assert (await client.post("/count")).json() == {"count": 1}  # handshake and first request on A
+        shared.route = itertools.cycle((1, 0))
+        counts = [(await client.post("/count")).json()["count"] for _ in range(6)]
+        big = await client.get("/download", params={"size": 3 * 1024 * 1024})  # several frames, from B
+    assert counts == [2, 3, 4, 5, 6, 7] and len(big.content) == 3 * 1024 * 1024
+    handshakes = [outer for outer in shared.relay.seen if outer.path != TUNNEL_PATH]
+    assert len(handshakes) == 1  # one session served both replicas
+
+
+async def test_a_request_accepted_on_one_replica_is_refused_on_the_other(shared: Replicas):
+    shared.only(0)
+    async with shared.client() as client:
+        assert (await client.post("/count")).json() == {"count": 1}
+    accepted = shared.relay.seen[-1]
+    replayed = await shared.resend(accepted, 1)
+    assert (replayed.status, replayed.body) == (400, b"bad frame\n") and shared.state.count == 1
+    again = await shared.resend(accepted, 0)
+    assert again.status == 400 and shared.state.count == 1
+
+
+async def test_a_key_revoked_on_one_replica_is_refused_by_both_within_a_second(postgres_url: str, tmp_path: Path):
+    path = tmp_path / "callers.toml"  # none yet: the shared table starts empty
+    grant = lambda config: config.add("alice", [DEVICE.public], {"notes": "rw"})  # noqa: E731
+    await anyio.to_thread.run_sync(update_shared_callers, postgres_url, path, grant)
+    directories = [SharedCallers(postgres_url, path), SharedCallers(postgres_url, path)]
+    with ExitStack() as stack:
+        for directory in directories:
+            stack.callback(directory.close)
+        replicas = Replicas(stack, postgres_url, list(directories), AppState())
+        try:
+            async with replicas.client() as client:
+                for _ in range(2):  # a request on each replica
+                    assert (await client.post("/count")).status_code == 200
+                revoke = lambda config: config.revoke("alice", None)  # noqa: E731
+                await anyio.to_thread.run_sync(update_shared_callers, postgres_url, path, revoke)
+                with anyio.fail_after(REVOCATION_BOUND):
+                    while any(d.lookup(DEVICE.x25519) is not None for d in directories):
+                        await anyio.sleep(0.01)
+                for _ in range(2):  # refused on each replica: its session answers 401, the handshake 403
+                    with pytest.raises(HandshakeRefused):
+                        await client.post("/count")
+            assert replicas.state.count == 2
+            assert all(len(server.middleware.sessions) == 0 for server in replicas.servers)
+        finally:
+            await replicas.relay.shutdown()
