@@ -17,7 +17,9 @@ from server.mirror.state import FileState
 
 log = logging.getLogger(__name__)
 
-AUTO_INDEX_FILES = 32  # a search indexes at most this many files changed on disk first; more wait for sync
+# A search first indexes at most this many of the files changed behind the engine (on disk, or by another server
+# on the same database); more are left to the next searches, a sync or memory_sync, so no search waits long.
+AUTO_INDEX_FILES = 32
 # A search looks for files changed on disk behind the service (a walk of the mirror, ~10 ms per 1,000 files) at
 # most this often per index; changes made through the service are indexed before the call returns anyway.
 RESCAN_SECONDS = 2.0
@@ -91,7 +93,7 @@ class IndexRegistry:
             if wait:
                 report = handle.index.index(handle.mirror.files_dir, rebuild_now=False, paths=paths)
             else:
-                maybe = handle.index.index_if_idle(handle.mirror.files_dir, rebuild_now=False)
+                maybe = handle.index.index_if_idle(handle.mirror.files_dir, rebuild_now=False, paths=paths)
                 if maybe is None:
                     return False
                 report = maybe
@@ -116,7 +118,10 @@ class IndexRegistry:
             return handle.pending
         pending = self.pending(handle, handle.mirror.reconcile_all())
         # Never wait behind a running sync: answer from the index as it is, and count the files still pending.
+        # Past AUTO_INDEX_FILES, the first of them in path order now (a replica catching up after a restart).
         if 0 < len(pending) <= AUTO_INDEX_FILES and self.index_quietly(handle, wait=False):
+            pending = self.pending(handle, handle.mirror.reconcile_all())
+        elif pending and self.index_quietly(handle, wait=False, paths=sorted(pending)[:AUTO_INDEX_FILES]):
             pending = self.pending(handle, handle.mirror.reconcile_all())
         handle.scanned_at, handle.pending = now, len(pending)
         return len(pending)
