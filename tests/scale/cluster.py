@@ -126,9 +126,10 @@ class ScaleCluster:
     # the operator and the laptops -----------------------------------------------------------------------
 
     def revoke(self, name: str) -> None:
-        """`memory-server callers revoke NAME` in the shared keys folder, as the operator runs it."""
+        """`memory-server callers revoke NAME` on the shared database, as the operator runs it."""
         done = subprocess.run(
             [str(BIN / "memory-server"), "--keys-dir", str(self.keys_dir), "callers", "revoke", name],
+            env={**os.environ, "MEMORY_DATABASE_URL": self.database_url, "MEMORY_CONFIG": ""},
             capture_output=True,
             timeout=COMMAND_WITHIN,
             check=False,
