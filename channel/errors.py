@@ -70,6 +70,10 @@ class ServerKeyMismatch(ChannelError):
         self.presented = presented
 
 
+class StoreUnavailable(ChannelError):
+    """A session store kept elsewhere (a database shared by replicas) did not answer; the peer gets a 503."""
+
+
 class TunnelRefused(ChannelError):
     """The server answered a tunnelled request with its generic refusal (bad frame, too large, no session)."""
 

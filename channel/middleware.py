@@ -34,7 +34,7 @@ from channel.constants import (
     TUNNEL_PATH,
     VERSION,
 )
-from channel.errors import FrameError, HandshakeError
+from channel.errors import FrameError, HandshakeError, StoreUnavailable
 from channel.framing import decode_session_id, open_request, parse_request
 from channel.handshake import Welcome, consume_initiation, create_response
 from channel.inner import run_inner, user_for
@@ -52,6 +52,7 @@ BAD_FRAME = b"bad frame\n"
 NO_SESSION = b"session unknown or expired\n"
 TOO_SLOW = b"request body too slow\n"
 TOO_BUSY = b"too many requests in flight\n"
+UNAVAILABLE = b"session store unavailable\n"
 _CLOSE = [(b"connection", b"close")]
 _SESSION_HEADER = SESSION_HEADER.encode()
 _HELLO_HEAD = bytes((VERSION, KIND_HELLO))
@@ -104,10 +105,12 @@ class ChannelMiddleware:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
-        if path == TUNNEL_PATH and method == "POST":
-            await self._tunnel(scope, receive, send)
-        elif path == HANDSHAKE_PATH and method == "POST":
-            await self._handshake(scope, receive, send)
+        if path in (TUNNEL_PATH, HANDSHAKE_PATH) and method == "POST":
+            try:
+                await (self._tunnel if path == TUNNEL_PATH else self._handshake)(scope, receive, send)
+            except StoreUnavailable:  # raised before any answer: once a response streams, the sealer cuts it
+                log.error("%s refused: the session store is unavailable", path)
+                await answer(send, 503, UNAVAILABLE, [(b"retry-after", b"1")])
         elif path in self._plain:
             await self.app(scope, receive, send)
         else:

@@ -3,7 +3,8 @@
 `channel.session.SessionTable` keeps them in one process's memory (the default). A server whose replicas share a
 database gives the middleware a store of its own (the server's `server.postgres.sessions`): the channel itself
 imports nothing of the server's. Every method is called on the event loop and must not await; a store that keeps
-its state elsewhere makes each check-and-commit atomic there (one statement or one transaction).
+its state elsewhere makes each check-and-commit atomic there (one statement or one transaction), and raises
+`channel.errors.StoreUnavailable` when it cannot answer (the peer gets a 503, nothing was run).
 """
 
 from __future__ import annotations

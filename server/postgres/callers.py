@@ -113,6 +113,11 @@ class SharedCallers:
         self._listener = ChangeListener(url, CALLERS_CHANNEL, self._noticed, own_pid=lambda: None)
 
     @property
+    def listening(self) -> threading.Event:
+        """Set while the notices are heard (between a lost connection and the next one, only the poll works)."""
+        return self._listener.listening
+
+    @property
     def config(self) -> CallersConfig:
         return self._config
 

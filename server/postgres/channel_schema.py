@@ -13,6 +13,7 @@ from server.postgres.migrations import migrate
 
 SCHEMA = "channel"
 CALLERS_CHANNEL = "memory_callers"  # NOTIFY'd when the callers change
+STATEMENT_TIMEOUT_MS = 5000
 
 M001_CHANNEL = """
 CREATE TABLE sessions(
@@ -60,6 +61,8 @@ def open_channel_db(url: str) -> PgConnection:
     db = PgConnection(url, SCHEMA)
     try:
         migrate(db, SCHEMA, MIGRATIONS)
+        # Requests wait on these statements: a database that stalls gives errors (503s), not a frozen server.
+        db.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
     except BaseException:
         db.close()
         raise

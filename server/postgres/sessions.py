@@ -17,18 +17,27 @@ replicas is decided by the database, each in one statement or one transaction:
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
+
+from psycopg import Cursor
 
 from channel.constants import CLOCK_WINDOW, MAX_SESSIONS, MAX_SESSIONS_PER_CALLER, SESSION_IDLE, SESSION_LIFETIME
+from channel.errors import StoreUnavailable
 from channel.keys import PrivateKey
 from channel.sealer import Revoked
 from channel.session import Session
+from server.errors import EngineError
 from server.postgres.channel_schema import open_channel_db
 from server.postgres.connection import PgConnection
 from server.postgres.sealing import KeySealer
+
+log = logging.getLogger(__name__)
 
 RECHECK_SECONDS = 1.0  # a cached session is looked up again after this long (ended elsewhere: noticed by then)
 TOUCH_SECONDS = 5.0  # an open stream writes `last_used` at most this often (idle expiry is minutes)
@@ -55,6 +64,15 @@ ON CONFLICT(static_key) DO UPDATE SET latest = EXCLUDED.latest
 WHERE timestamps.latest < EXCLUDED.latest OR timestamps.latest - EXCLUDED.latest > ?
 RETURNING latest
 """
+
+
+@contextlib.contextmanager
+def _available() -> Iterator[None]:
+    """The database's failures as the channel's StoreUnavailable (a 503 for the peer; the cause is logged)."""
+    try:
+        yield
+    except EngineError as exc:
+        raise StoreUnavailable() from exc
 
 
 class _Refused(Exception):
@@ -95,15 +113,19 @@ class PgSessionStore:
     def close(self) -> None:
         self._db.close()
 
+    def _run(self, statement: str, bindings: tuple[object, ...]) -> Cursor[Any]:
+        with _available():
+            return self._db.execute(statement, bindings)
+
     def __len__(self) -> int:
         now = self._clock()
-        row = self._db.execute(
+        row = self._run(
             "SELECT count(*) FROM sessions WHERE expires_at > ? AND last_used > ?", (now, now - self.idle)
         ).fetchone()
         return int(row[0]) if row else 0
 
     def timestamp_is_fresh(self, static_key: bytes, timestamp: int) -> bool:
-        row = self._db.execute("SELECT latest FROM timestamps WHERE static_key = ?", (static_key,)).fetchone()
+        row = self._run("SELECT latest FROM timestamps WHERE static_key = ?", (static_key,)).fetchone()
         latest = int(row[0]) if row else -1
         return latest - timestamp > SKEW_NS or timestamp > latest
 
@@ -111,7 +133,7 @@ class PgSessionStore:
         now = self._clock()
         sealed = self._sealer.seal(session.id, session.receive_key, session.send_key, self._random(24))
         try:
-            with self._db as db:
+            with _available(), self._db as db:
                 db.execute("SELECT pg_advisory_xact_lock(hashtext('channel.sessions'))")
                 if db.execute(_RAISE_TIMESTAMP, (session.static_key, timestamp, SKEW_NS)).fetchone() is None:
                     raise _Refused()
@@ -156,7 +178,7 @@ class PgSessionStore:
         cached = self._cache.get(session_id)
         if cached is not None and now - cached.checked < RECHECK_SECONDS and cached.session.alive(now, self.idle):
             return cached.session
-        row = self._db.execute(
+        row = self._run(
             "SELECT caller, static_key, sealed_keys, created, expires_at, last_used FROM sessions"
             " WHERE id = ? AND expires_at > ? AND last_used > ?",
             (session_id, now, now - self.idle),
@@ -168,7 +190,11 @@ class PgSessionStore:
             cached.checked = now
             cached.session.last_used = max(cached.session.last_used, float(row[5]))
             return cached.session
-        receive_key, send_key = self._sealer.open(session_id, bytes(row[2]))
+        try:
+            receive_key, send_key = self._sealer.open(session_id, bytes(row[2]))
+        except EngineError:
+            log.error("a stored session does not open with this server's key: do all replicas read one server.key?")
+            return None
         session = Session(
             id=session_id,
             caller=str(row[0]),
@@ -187,7 +213,7 @@ class PgSessionStore:
         if not session.window.accept(counter):  # a copy that came to this replica before: no query needed
             return "replayed-counter"
         now = self._clock()
-        row = self._db.execute(_COMMIT, (now, session.id, now, now - self.idle, counter, request_id, now)).fetchone()
+        row = self._run(_COMMIT, (now, session.id, now, now - self.idle, counter, request_id, now)).fetchone()
         live, counted, opened = (int(value) for value in row) if row else (0, 0, 0)
         if not live:
             self._forget(session.id)
@@ -207,12 +233,12 @@ class PgSessionStore:
         session.last_used = now
         cached = self._cache.get(session.id)
         if cached is None or now - cached.written >= TOUCH_SECONDS:
-            self._db.execute("UPDATE sessions SET last_used = GREATEST(last_used, ?) WHERE id = ?", (now, session.id))
+            self._run("UPDATE sessions SET last_used = GREATEST(last_used, ?) WHERE id = ?", (now, session.id))
             if cached is not None:
                 cached.written = now
 
     def drop_key(self, static_key: bytes) -> int:
-        cursor = self._db.execute("DELETE FROM sessions WHERE static_key = ? RETURNING id", (static_key,))
+        cursor = self._run("DELETE FROM sessions WHERE static_key = ? RETURNING id", (static_key,))
         ended = [bytes(row[0]) for row in cursor.fetchall()]
         with self._lock:
             for sid in [sid for sid, entry in self._cache.items() if entry.session.static_key == static_key]:
@@ -222,11 +248,9 @@ class PgSessionStore:
     def purge(self) -> int:
         """Delete expired sessions (with their counters) and request ids older than a session lifetime."""
         now = self._clock()
-        cursor = self._db.execute(
-            "DELETE FROM sessions WHERE expires_at <= ? OR last_used <= ?", (now, now - self.idle)
-        )
+        cursor = self._run("DELETE FROM sessions WHERE expires_at <= ? OR last_used <= ?", (now, now - self.idle))
         ended = max(cursor.rowcount, 0)
-        self._db.execute("DELETE FROM request_ids WHERE opened_at <= ?", (now - self.lifetime,))
+        self._run("DELETE FROM request_ids WHERE opened_at <= ?", (now - self.lifetime,))
         with self._lock:
             for sid in [sid for sid, entry in self._cache.items() if not entry.session.alive(now, self.idle)]:
                 del self._cache[sid]
@@ -235,7 +259,7 @@ class PgSessionStore:
     def _leased(self, session_id: bytes) -> Iterator[int]:
         """Response nonces from blocks this replica leased; Revoked once the session is gone."""
         while True:
-            row = self._db.execute(
+            row = self._run(
                 "UPDATE sessions SET send_next = send_next + ? WHERE id = ? RETURNING send_next",
                 (SEND_BLOCK, session_id),
             ).fetchone()

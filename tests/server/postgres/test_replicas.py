@@ -9,15 +9,18 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
 import httpx2
+import psycopg
 import pytest
+from psycopg import sql
 
 from channel.authz import CallerDirectory
 from channel.constants import TUNNEL_PATH
-from channel.errors import HandshakeRefused
+from channel.errors import HandshakeRefused, TunnelRefused
 from channel.keys import PrivateKey
 from server.postgres.callers import SharedCallers, update_shared_callers
 from server.postgres.sessions import PgSessionStore
@@ -110,10 +113,11 @@ async def test_a_key_revoked_on_one_replica_is_refused_by_both_within_a_second(p
             async with replicas.client() as client:
                 for _ in range(2):  # a request on each replica
                     assert (await client.post("/count")).status_code == 200
+                assert all(d.lookup(DEVICE.public.x25519) is not None for d in directories)
                 revoke = lambda config: config.revoke("alice", None)  # noqa: E731
                 await anyio.to_thread.run_sync(update_shared_callers, postgres_url, path, revoke)
                 with anyio.fail_after(REVOCATION_BOUND):
-                    while any(d.lookup(DEVICE.x25519) is not None for d in directories):
+                    while any(d.lookup(DEVICE.public.x25519) is not None for d in directories):
                         await anyio.sleep(0.01)
                 for _ in range(2):  # refused on each replica: its session answers 401, the handshake 403
                     with pytest.raises(HandshakeRefused):
@@ -122,3 +126,27 @@ async def test_a_key_revoked_on_one_replica_is_refused_by_both_within_a_second(p
             assert all(len(server.middleware.sessions) == 0 for server in replicas.servers)
         finally:
             await replicas.relay.shutdown()
+
+
+async def test_a_database_out_of_reach_gets_a_503_and_the_server_carries_on_once_it_is_back(
+    shared: Replicas, postgres_server: str, postgres_url: str
+):
+    database = urlsplit(postgres_url).path.lstrip("/")
+
+    def reachable(allowed: bool) -> None:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            change = sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}")
+            admin.execute(change.format(sql.Identifier(database), sql.Literal(allowed)))
+            if not allowed:  # and every connection to it cut
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+
+    async with shared.client() as client:
+        assert (await client.post("/count")).status_code == 200
+        await anyio.to_thread.run_sync(reachable, False)
+        try:
+            with pytest.raises(TunnelRefused) as refused:
+                await client.post("/count")
+        finally:
+            await anyio.to_thread.run_sync(reachable, True)
+        assert refused.value.status == 503
+        assert (await client.post("/count")).json() == {"count": 2}

@@ -38,7 +38,7 @@ def replicas(postgres_url: str, clock: Clock) -> Iterator[Callable[..., PgSessio
         store.close()
 
 
-def new_session(clock: Clock, caller: str = "alice", key: bytes = DEVICE.x25519) -> Session:
+def new_session(clock: Clock, caller: str = "alice", key: bytes = DEVICE.public.x25519) -> Session:
     return session(clock, caller, key, SESSION_LIFETIME)
 
 
@@ -98,7 +98,7 @@ def test_a_request_id_stays_used_across_a_new_session_of_the_same_key(replicas, 
 def test_a_handshake_timestamp_accepted_on_one_replica_is_refused_on_the_other(replicas, clock):
     a, b = replicas(), replicas()
     assert a.open(new_session(clock), stamp(clock))
-    assert not b.timestamp_is_fresh(DEVICE.x25519, stamp(clock))
+    assert not b.timestamp_is_fresh(DEVICE.public.x25519, stamp(clock))
     assert not b.open(new_session(clock), stamp(clock))
     assert b.open(new_session(clock), stamp(clock) + 1)
 
@@ -112,9 +112,9 @@ def test_the_caps_per_caller_and_in_total_hold_across_replicas(replicas, clock):
     clock.now += 1
     assert a.open(newest, stamp(clock))  # alice's third: her oldest ends, wherever it was made
     assert a.get(oldest.id) is None and b.get(oldest.id) is None and b.get(middle.id) is not None
-    bob = PrivateKey.generate("bob").x25519
+    bob = PrivateKey.generate("bob").public.x25519
     assert b.open(new_session(clock, "bob", bob), stamp(clock))
-    carol = PrivateKey.generate("carol").x25519
+    carol = PrivateKey.generate("carol").public.x25519
     assert not a.open(new_session(clock, "carol", carol), stamp(clock))  # three live: full
     assert len(a) == 3
 
@@ -134,7 +134,7 @@ def test_ending_a_key_ends_its_sessions_on_every_replica(replicas, clock):
     session = new_session(clock)
     assert a.open(session, stamp(clock))
     there = b.get(session.id)
-    assert a.drop_key(DEVICE.x25519) == 1
+    assert a.drop_key(DEVICE.public.x25519) == 1
     assert b.commit_request(there, 0, b"q" * 16) == "no-session"
     assert b.get(session.id) is None
 

@@ -1,0 +1,96 @@
+"""Who may connect, shared by replicas through PostgreSQL (`server.postgres.callers`): imported once from
+callers.toml, edited by the `memory-server callers` commands, heard by every replica at once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import psycopg
+import pytest
+
+from channel.keys import PrivateKey
+from server.callers.config import CallersConfig
+from server.callers.file import write_callers
+from server.cli.main import main
+from server.postgres.callers import SharedCallers, update_shared_callers
+from server.postgres.channel_schema import CALLERS_CHANNEL
+
+ALICE = PrivateKey.generate("alice@laptop").public
+BOB = PrivateKey.generate("bob@laptop").public
+HEARD_WITHIN = 1.0  # seconds
+
+
+def granted(name: str, key=ALICE) -> Callable[[CallersConfig], CallersConfig]:
+    return lambda config: config.add(name, [key], {"notes": "rw"})
+
+
+@pytest.fixture
+def callers_file(tmp_path: Path) -> Path:
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    return keys / "callers.toml"
+
+
+def test_callers_toml_is_imported_on_the_first_start_only_then_the_database_is_the_list(postgres_url, callers_file):
+    write_callers(callers_file, granted("alice")(CallersConfig()))
+    first = SharedCallers(postgres_url, callers_file)
+    try:
+        assert first.lookup(ALICE.x25519) is not None
+        write_callers(callers_file, granted("bob", BOB)(CallersConfig()))  # the file no longer counts
+        second = SharedCallers(postgres_url, callers_file)
+        try:
+            assert second.lookup(ALICE.x25519) is not None and second.lookup(BOB.x25519) is None
+        finally:
+            second.close()
+    finally:
+        first.close()
+
+
+@pytest.mark.anyio
+async def test_a_revocation_reaches_a_replica_by_its_notice_without_waiting_for_the_poll(postgres_url, callers_file):
+    await anyio.to_thread.run_sync(update_shared_callers, postgres_url, callers_file, granted("alice"))
+    replica = SharedCallers(postgres_url, callers_file, check_every=3600)  # the poll would wait an hour
+    try:
+        assert replica.lookup(ALICE.x25519) is not None
+        assert await anyio.to_thread.run_sync(replica.listening.wait, 10.0)
+        revoke = lambda config: config.revoke("alice", None)  # noqa: E731
+        await anyio.to_thread.run_sync(update_shared_callers, postgres_url, callers_file, revoke)
+        with anyio.fail_after(HEARD_WITHIN):
+            while replica.lookup(ALICE.x25519) is not None:
+                await anyio.sleep(0.01)
+    finally:
+        replica.close()
+
+
+def test_a_damaged_list_in_the_database_keeps_the_last_good_one(postgres_url, callers_file, caplog):
+    update_shared_callers(postgres_url, callers_file, granted("alice"))
+    replica = SharedCallers(postgres_url, callers_file)
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("UPDATE channel.callers SET document = 'not [toml', version = version + 1")
+            conn.execute("SELECT pg_notify(%s, '')", (CALLERS_CHANNEL,))
+        assert not replica.reload()
+        assert replica.lookup(ALICE.x25519) is not None and replica.error is not None
+    finally:
+        replica.close()
+
+
+def test_the_callers_commands_edit_the_shared_list_when_a_database_is_set(
+    postgres_url, callers_file, monkeypatch, capsys
+):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", postgres_url)
+    keys = ["--keys-dir", str(callers_file.parent)]
+    assert main([*keys, "callers", "add", "alice", "--key", ALICE.line(), "--grant", "notes=rw"]) == 0
+    assert "in the database" in capsys.readouterr().out
+    assert not callers_file.exists()
+    assert main([*keys, "callers", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [entry["name"] for entry in listed] == ["alice"]
+    assert main([*keys, "callers", "revoke", "alice"]) == 0
+    with psycopg.connect(postgres_url) as conn:
+        row = conn.execute("SELECT version, document FROM channel.callers").fetchone()
+    assert row is not None and row[0] == 3 and "revoked_keys" in row[1] and ALICE.line().split()[1] in row[1]
