@@ -119,9 +119,8 @@ class IndexRegistry:
         pending = self.pending(handle, handle.mirror.reconcile_all())
         # Never wait behind a running sync: answer from the index as it is, and count the files still pending.
         # Past AUTO_INDEX_FILES, the first of them in path order now (a replica catching up after a restart).
-        if 0 < len(pending) <= AUTO_INDEX_FILES and self.index_quietly(handle, wait=False):
-            pending = self.pending(handle, handle.mirror.reconcile_all())
-        elif pending and self.index_quietly(handle, wait=False, paths=sorted(pending)[:AUTO_INDEX_FILES]):
+        batch = None if len(pending) <= AUTO_INDEX_FILES else sorted(pending)[:AUTO_INDEX_FILES]
+        if pending and self.index_quietly(handle, wait=False, paths=batch):
             pending = self.pending(handle, handle.mirror.reconcile_all())
         handle.scanned_at, handle.pending = now, len(pending)
         return len(pending)

@@ -79,7 +79,9 @@ class ScaleCluster:
             self.key = serve.ensure_server_key(self.keys_dir, out=io.StringIO())
         self.ports = [free_port() for _ in range(replicas)]
         self.processes: list[subprocess.Popen[bytes] | None] = [None] * replicas
-        self.balancer = Balancer(folder / "nginx", free_port(), self.ports)
+        # deploy/nginx/nginx.conf lists two replicas: with one, both of its lines name it (nginx stays in the path).
+        upstreams = [self.ports[n % replicas] for n in range(max(replicas, 2))]
+        self.balancer = Balancer(folder / "nginx", free_port(), upstreams)
         self.front = Front(self.balancer.url, self.key, self.keys_dir, {})
         self.laptops = {name: Laptop(folder / name, self.front, name, INDEX) for name in names}  # type: ignore[arg-type]
         self._stack = contextlib.ExitStack()
