@@ -31,7 +31,7 @@ REPORT = REPO / "build" / "test-scale.json"
 EDITS = 20
 BURST = 40
 KILL_AFTER = 12  # acknowledged writes before replica 0 is killed
-REVOKED_WITHIN = 3.0  # seconds for every replica to refuse a revoked laptop (the file is reloaded within one)
+REVOKED_WITHIN = 1.0  # seconds for a replica to refuse a revoked laptop (callers are NOTIFY'd to every replica)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,8 @@ async def test_a_revoked_laptop_is_refused_by_every_replica(cluster: ScaleCluste
         assert not await refused(carol, "memory_list", {})
         await anyio.to_thread.run_sync(cluster.revoke, "carol")
         revoked = time.monotonic()
-        # Through nginx, successive calls alternate between the replicas: refused calls in a row mean both refuse.
+        # Through nginx, successive calls go round the replicas: refused calls in a row mean both refuse (and each
+        # replica alone is asked below).
         in_a_row, first_refused = 0, None
         with anyio.fail_after(REVOKED_WITHIN * 3):
             while in_a_row < 4:
@@ -121,7 +122,8 @@ async def test_a_revoked_laptop_is_refused_by_every_replica(cluster: ScaleCluste
     for replica in (0, 1):  # and each replica on its own, with a new process and handshake
         assert cluster.tool("carol", "search", "zebrafalcon", replica=replica).returncode != 0
     report("revoked_refused_seconds", {"first": round(first_refused or 0, 2), "four_in_a_row": round(all_refused, 2)})
-    assert all_refused < REVOKED_WITHIN
+    assert first_refused is not None and first_refused < REVOKED_WITHIN
+    assert all_refused < 2 * REVOKED_WITHIN  # four calls in a row through round-robin
 
 
 async def test_a_replica_killed_in_a_burst_of_writes_loses_nothing_acknowledged_and_rejoins(
@@ -147,7 +149,8 @@ async def test_a_replica_killed_in_a_burst_of_writes_loses_nothing_acknowledged_
             group.start_soon(burst, alice)
             await anyio.to_thread.run_sync(lambda: enough.wait(60))
             cluster.kill_replica(0)  # while writes are in flight through nginx
-        assert len(acknowledged) + len(refused) == BURST
+            at_kill = len(acknowledged) + len(refused)
+        assert len(acknowledged) + len(refused) == BURST and at_kill < BURST - 10
         last = [f"memory/burst-{n:02d}.md" for n in range(BURST - 10, BURST)]
         assert all(path in acknowledged for path in last), f"refused after the kill: {refused}"
         await eventually(
@@ -155,7 +158,7 @@ async def test_a_replica_killed_in_a_burst_of_writes_loses_nothing_acknowledged_
             "every acknowledged write to reach bob through the surviving replica",
             within=60,
         )
-    report("burst", {"writes": BURST, "acknowledged": len(acknowledged), "refused_during_kill": refused})
+    report("burst", {"writes": BURST, "killed_after": at_kill, "acknowledged": len(acknowledged), "refused": refused})
     started = time.monotonic()
     await anyio.to_thread.run_sync(cluster.start_replica, 0)
     report("killed_replica_restarted_in_seconds", round(time.monotonic() - started, 2))
