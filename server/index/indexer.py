@@ -43,7 +43,9 @@ class IndexReport:
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class Prepared:
+    """A file cut into chunks with their labels, ready to write (by any backend)."""
+
     relpath: str
     source: str
     digest: str
@@ -52,6 +54,19 @@ class _Prepared:
     lines: int
     chunks: list[Chunk]
     labels: list[Labels]  # of each chunk
+
+
+def prepare(
+    relpath: str, source: str, data: bytes, text: str, mtime_ns: int, tokenizer: Tokenizer, chunker: ChunkerConfig
+) -> Prepared:
+    """The chunks and labels of the file `relpath` whose bytes are `data` and decoded text `text`. Pure."""
+    labelled = labelled_text(text)
+    chunks = chunk_markdown(labelled.text, tokenizer, chunker)
+    # A chunk's last line: a chunk led by empty headings ends in the section its text belongs to.
+    labels = [labelled.at(chunk.end_line) for chunk in chunks]
+    lines = text.count("\n") + 1 if text else 0
+    digest = hashlib.sha256(data).hexdigest()
+    return Prepared(relpath, source, digest, len(data), mtime_ns, lines, chunks, labels)
 
 
 def count_memory_files(root: Path, config: ScanConfig | None = None) -> int:
@@ -135,7 +150,7 @@ class Indexer:
             for file_id, path, digest, size, mtime_ns in db.execute("SELECT id, path, hash, size, mtime_ns FROM files")
         }
         seen: set[str] = set()
-        batch: list[_Prepared] = []
+        batch: list[Prepared] = []
         files = scan_folder(root, self.scan) if only is None else scan_paths(root, self.scan, only)
         for relpath, source, info in files:
             report.files_seen += 1
@@ -167,7 +182,7 @@ class Indexer:
 
     def _prepare(
         self, root: Path, relpath: str, source: str, info: os.stat_result, report: IndexReport
-    ) -> _Prepared | None:
+    ) -> Prepared | None:
         try:
             if info.st_size > self.scan.max_file_bytes:
                 raise UnreadableFile(f"larger than {self.scan.max_file_bytes} bytes")
@@ -178,15 +193,9 @@ class Indexer:
             log.warning("skipping %s: %s", relpath, reason)
             report.skipped.append((relpath, reason))
             return None
-        labelled = labelled_text(text)
-        chunks = chunk_markdown(labelled.text, self.tokenizer, self.chunker)
-        # A chunk's last line: a chunk led by empty headings ends in the section its text belongs to.
-        labels = [labelled.at(chunk.end_line) for chunk in chunks]
-        lines = text.count("\n") + 1 if text else 0
-        digest = hashlib.sha256(data).hexdigest()
-        return _Prepared(relpath, source, digest, len(data), info.st_mtime_ns, lines, chunks, labels)
+        return prepare(relpath, source, data, text, info.st_mtime_ns, self.tokenizer, self.chunker)
 
-    def _write_batch(self, batch: list[_Prepared], report: IndexReport, on_file: Callable[[str], None] | None) -> None:
+    def _write_batch(self, batch: list[Prepared], report: IndexReport, on_file: Callable[[str], None] | None) -> None:
         if not batch:
             return
         db = self.store.connection()
@@ -210,7 +219,7 @@ class Indexer:
             if on_file:
                 on_file(prepared.relpath)
 
-    def _write_file(self, db: apsw.Connection, p: _Prepared, vectors: dict[str, bytes]) -> None:
+    def _write_file(self, db: apsw.Connection, p: Prepared, vectors: dict[str, bytes]) -> None:
         day = day_of(p.relpath)
         with db:
             rows = db.execute("SELECT id FROM files WHERE path = ?", (p.relpath,)).fetchall()

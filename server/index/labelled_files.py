@@ -23,10 +23,10 @@ def file_labels(db: apsw.Connection, wanted: Labels, paths: Collection[str] | No
     (every file when `wanted` is empty), every tag and category of the file."""
     sql, params = file_labels_sql(Filters(tags=wanted.tags, category=wanted.category), paths)
     return {
-        str(path): FileLabels(_words(found_tags), _words(found_categories))
+        str(path): FileLabels(words_of(found_tags), words_of(found_categories))
         for path, found_tags, found_categories in db.execute(sql, params)
     }
 
 
-def _words(joined: object) -> tuple[str, ...]:
+def words_of(joined: object) -> tuple[str, ...]:
     return tuple(sorted(str(joined).split(","))) if joined else ()

@@ -31,7 +31,7 @@ def prefix_upper_bound(prefix: str) -> str:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-def _file_conditions(filters: Filters, alias: str) -> tuple[list[str], list[object]]:
+def file_conditions(filters: Filters, alias: str) -> tuple[list[str], list[object]]:
     conditions: list[str] = []
     params: list[object] = []
     if filters.sources:
@@ -47,7 +47,7 @@ def _file_conditions(filters: Filters, alias: str) -> tuple[list[str], list[obje
     return conditions, params
 
 
-def _label_conditions(filters: Filters) -> tuple[list[str], list[object]]:
+def label_conditions(filters: Filters) -> tuple[list[str], list[object]]:
     """The tag and category conditions, on chunks `c`."""
     conditions: list[str] = []
     params: list[object] = []
@@ -61,16 +61,16 @@ def _label_conditions(filters: Filters) -> tuple[list[str], list[object]]:
     return conditions, params
 
 
-def _chunk_conditions(filters: Filters) -> tuple[list[str], list[object]]:
+def chunk_conditions(filters: Filters) -> tuple[list[str], list[object]]:
     """Every condition of `filters`, on chunks `c` joined to files `f`."""
-    conditions, params = _file_conditions(filters, "f")
-    more, more_params = _label_conditions(filters)
+    conditions, params = file_conditions(filters, "f")
+    more, more_params = label_conditions(filters)
     return conditions + more, params + more_params
 
 
 def labelled_chunks_sql(filters: Filters) -> tuple[str, list[object]]:
     """The chunks that pass filters with tags or category: the set the vector side ranks exactly."""
-    conditions, params = _chunk_conditions(filters)
+    conditions, params = chunk_conditions(filters)
     sql = f"SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id WHERE {' AND '.join(conditions) or '1'}"
     return sql, params
 
@@ -78,7 +78,7 @@ def labelled_chunks_sql(filters: Filters) -> tuple[str, list[object]]:
 def file_labels_sql(filters: Filters, paths: Collection[str] | None = None) -> tuple[str, list[object]]:
     """Per file (among `paths`, when given) that has a chunk passing the tag and category filters (every file
     without them): its path, the tags of all its chunks and their categories (each comma-separated, unordered)."""
-    conditions, params = _label_conditions(filters)
+    conditions, params = label_conditions(filters)
     where = [f"f.id IN (SELECT c.file_id FROM chunks c WHERE {' AND '.join(conditions)})"] if conditions else []
     if paths is not None:
         where.append(f"f.path IN ({', '.join('?' for _ in paths)})")
@@ -106,7 +106,7 @@ FILL_KEYWORD_SCORES = (
 
 def keyword_best_sql(filters: Filters, limit: int) -> tuple[str, list[object]]:
     """The `limit` best-scored rows of the keyword scores (more negative bm25 is better) that pass the filters."""
-    conditions, params = _chunk_conditions(filters)
+    conditions, params = chunk_conditions(filters)
     if not conditions:
         return "SELECT id, rank FROM temp.keyword_scores ORDER BY rank LIMIT ?", [limit]
     sql = (
@@ -125,7 +125,7 @@ def vector_sql(table: str, filters: Filters, k: int) -> tuple[str, list[object]]
     """KNN over the vec0 table; filters run inside the scan on its metadata columns."""
     if not _TABLE_NAME.match(table):
         raise ValueError("bad vector table name")
-    conditions, params = _file_conditions(filters, table)
+    conditions, params = file_conditions(filters, table)
     where = "".join(f" AND {c}" for c in conditions)
     sql = f"SELECT chunk_id, distance FROM {table} WHERE embedding MATCH ? AND k = ?{where}"
     return sql, ["<query vector>", k, *params]

@@ -6,9 +6,10 @@ import datetime as dt
 import logging
 import posixpath
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import apsw
 import numpy as np
@@ -206,10 +207,7 @@ def search(
     """Run one search. `space` is the live vector table when it belongs to `embedder`; `unavailable` says why
     vectors are off when they are. Each side brings `limit * candidate_multiplier` candidates (at least
     MIN_CANDIDATES) to the fusion."""
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidArgumentError("the query is empty")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InvalidArgumentError(f"the query is longer than {MAX_QUERY_CHARS} characters")
+    check_query(query)
     started = time.perf_counter()
     db = store.connection()
     candidates = max(options.limit * candidate_multiplier, MIN_CANDIDATES)
@@ -223,19 +221,10 @@ def search(
         _KEYWORD_POOL.submit(_keyword_side, store, match, options.filters, candidates, vector_ids) if match else None
     )
     similarities: dict[int, float] = {}
-    query_vector = None
-    embed_ms = 0.0
     try:
-        if options.mode != "keyword" and space is not None and embedder is not None:
-            t0 = time.perf_counter()
-            try:
-                query_vector = embedder.embed([query], kind="query")[0]
-            except EmbeddingError as exc:
-                notice = f"vector search is unavailable right now ({exc})"
-                log.warning("query embedding failed: %s", exc)
-            embed_ms = (time.perf_counter() - t0) * 1000
-        elif options.mode == "vector" and notice is None:
-            notice = "vector search is unavailable"
+        query_vector, notice, embed_ms = embed_query(
+            embedder if space is not None else None, query, options.mode, notice
+        )
         if query_vector is not None and space is not None:
             if options.filters.labelled:  # ranked exactly among the chunks that pass (server.index.filtered)
                 similarities = filtered_similarities(db, space, query_vector, options.filters, candidates)
@@ -248,23 +237,74 @@ def search(
     # Both sides score every candidate: the keyword side also reads the vector candidates' BM25.
     ranks = keyword.result() if keyword is not None else {}
     found = Retrievers.of(similarities, ranks)  # before completion: who found what, on its own
-
-    if query_vector is not None and match is not None:
-        mode = "hybrid"
+    mode, notice = settle_mode(options.mode, query_vector is not None, match is not None, notice)
+    if mode == "hybrid" and query_vector is not None:
         _complete_similarities(db, space, query_vector, similarities, ranks)
-    elif query_vector is not None:
-        mode = "vector"
-        if match is None and options.mode != "vector":
-            notice = notice or "the query has no searchable words for keyword search"
-    else:
-        mode = "keyword"
-        if match is None:
-            notice = notice or "the query has no searchable words"
 
-    scored = [s for s in fuse(similarities, ranks, weights, mode) if s.score >= options.min_score and s.score > 0]
-    places = merge_places(_spans(db, scored), options.limit)
-    hits = _load_hits(db, places, {s.chunk_id: s for s in scored}, found, query_terms(query))
+    def rows_of(sql_of: Callable[[list[int]], tuple[str, list[object]]]) -> RowsOf:
+        return lambda ids: db.execute(*sql_of(ids))
+
+    hits = rank_hits(similarities, ranks, found, mode, options, weights, query, rows_of(spans_sql), rows_of(hits_sql))
     return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
+
+
+def embed_query(
+    embedder: Embedder | None, query: str, mode: Mode, notice: str | None
+) -> tuple[np.ndarray | None, str | None, float]:
+    """The query's vector (None without a provider serving the live vectors, in keyword mode, or when the
+    provider fails), the notice then, and the milliseconds embedding took."""
+    if mode == "keyword" or embedder is None:
+        return None, notice or ("vector search is unavailable" if mode == "vector" else None), 0.0
+    started = time.perf_counter()
+    try:
+        vector = embedder.embed([query], kind="query")[0]
+    except EmbeddingError as exc:
+        log.warning("query embedding failed: %s", exc)
+        return None, f"vector search is unavailable right now ({exc})", (time.perf_counter() - started) * 1000
+    return vector, notice, (time.perf_counter() - started) * 1000
+
+
+def check_query(query: object) -> None:
+    """An empty or overlong query is refused (InvalidArgumentError)."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidArgumentError("the query is empty")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidArgumentError(f"the query is longer than {MAX_QUERY_CHARS} characters")
+
+
+def settle_mode(wanted: Mode, vector: bool, keyword: bool, notice: str | None) -> tuple[str, str | None]:
+    """What ran ("hybrid", "vector" or "keyword") given whether a query vector and keyword terms were had, and the
+    notice saying why it is less than hybrid."""
+    if vector and keyword:
+        return "hybrid", notice
+    if vector:
+        if wanted != "vector":
+            notice = notice or "the query has no searchable words for keyword search"
+        return "vector", notice
+    return "keyword", notice if keyword else notice or "the query has no searchable words"
+
+
+# Rows by chunk id, each backend in its own dialect: for `spans`, (id, path, start_line, end_line); for `hits`,
+# the columns of `queries.hits_sql`.
+RowsOf = Callable[[list[int]], Iterable[Sequence[Any]]]
+
+
+def rank_hits(
+    similarities: dict[int, float],
+    ranks: dict[int, float],
+    found: Retrievers,
+    mode: str,
+    options: SearchOptions,
+    weights: FusionWeights,
+    query: str,
+    spans: RowsOf,
+    hits: RowsOf,
+) -> list[Hit]:
+    """The hits of a search from its candidates (completed on both sides): fused, cut at `min_score`, merged into
+    places and cited. Shared by every backend."""
+    scored = [s for s in fuse(similarities, ranks, weights, mode) if s.score >= options.min_score and s.score > 0]
+    places = merge_places(_spans(spans, scored), options.limit)
+    return _load_hits(hits, places, {s.chunk_id: s for s in scored}, found, query_terms(query))
 
 
 def _keyword_side(
@@ -299,26 +339,24 @@ def _complete_similarities(
         similarities.update(similarities_of(db, space, query_vector, missing))
 
 
-def _spans(db: apsw.Connection, scored: list[Scored]) -> list[Span]:
+def _spans(spans: RowsOf, scored: list[Scored]) -> list[Span]:
     """The file and line range of each scored chunk, in rank order (a chunk deleted meanwhile drops out)."""
     if not scored:
         return []
-    sql, params = spans_sql([s.chunk_id for s in scored])
-    where = {chunk_id: (path, start, end) for chunk_id, path, start, end in db.execute(sql, params)}
+    where = {chunk_id: (path, start, end) for chunk_id, path, start, end in spans([s.chunk_id for s in scored])}
     return [Span(s.chunk_id, *where[s.chunk_id]) for s in scored if s.chunk_id in where]
 
 
 def _load_hits(
-    db: apsw.Connection, places: list[Place], scores: dict[int, Scored], found: Retrievers, terms: list[str]
+    rows: RowsOf, places: list[Place], scores: dict[int, Scored], found: Retrievers, terms: list[str]
 ) -> list[Hit]:
     """One hit per place, spoken for by its best chunk (score, heading, snippet) and spanning all of it."""
     if not places:
         return []
-    sql, params = hits_sql([place.chunk_ids[0] for place in places])
-    rows = {row[0]: row for row in db.execute(sql, params)}
+    by_id = {row[0]: row for row in rows([place.chunk_ids[0] for place in places])}
     hits: list[Hit] = []
     for place in places:
-        row = rows.get(place.chunk_ids[0])
+        row = by_id.get(place.chunk_ids[0])
         if row is None:  # deleted between the candidate query and now
             continue
         chunk_id, path, source, _day, _start, _end, heading, text, indexed_at, tags, category = row

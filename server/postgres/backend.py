@@ -1,7 +1,5 @@
-"""`PgBackend`: each index's files and history in PostgreSQL (`server.postgres.files`), one schema per index.
-
-The search index stays the SQLite engine (`server.index.MemoryIndex`) in `<data>/indexes/<name>/`, which can
-always be rebuilt from the files: a replica's local cache, fed from the files laid out beside it.
+"""`PgBackend`: each index in PostgreSQL, one schema per index: its files and history (`server.postgres.files`)
+and its search index (`server.postgres.search`). Replicas on one database share both.
 """
 
 from __future__ import annotations
@@ -13,15 +11,17 @@ from pathlib import Path
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
 from server.index.engine import EngineSettings
-from server.indexes.storage import FileStore, SearchIndex, open_beside_engine
+from server.index.naming import index_dir
+from server.indexes.storage import FileStore, SearchIndex
 from server.mirror.history import Retention
 from server.postgres import queries as q
 from server.postgres.connection import PgConnection, schema_of
 from server.postgres.files import PgFileStore
+from server.postgres.search import PgSearchIndex
 
 
 class PgBackend:
-    """Opens index `name` as a PostgreSQL file store at `url` beside a local SQLite search index."""
+    """Opens index `name` as a PostgreSQL file store and search index at `url`."""
 
     def __init__(
         self,
@@ -43,15 +43,18 @@ class PgBackend:
             db.close()
 
     def open(self, name: str, *, on_change: Callable[[], None]) -> tuple[SearchIndex, FileStore]:
-        def store(directory: Path) -> FileStore:
-            return PgFileStore(
+        index = PgSearchIndex(self.url, name, self.embedder, self.settings.for_index(name))
+        try:
+            store = PgFileStore(
                 self.url,
                 name,
-                directory / "files",
+                index_dir(self.data_dir, name) / "files",
                 clock=self.clock,
                 max_file_bytes=self.settings.scan.max_file_bytes,
                 on_change=on_change,
                 retention=self.retention,
             )
-
-        return open_beside_engine(self.data_dir, name, self.embedder, self.settings, store)
+        except BaseException:
+            index.close()
+            raise
+        return index, store

@@ -70,7 +70,8 @@ class PgConnection:
         with translated("connecting"):
             conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
             if self._schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
-                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
+                # public: where pgvector's type and operators are (`migrations.M002_SEARCH`)
+                conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self._schema)))
         return conn
 
     def _usable(self) -> psycopg.Connection[Any]:

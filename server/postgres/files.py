@@ -4,8 +4,8 @@ The live bytes of each file sit in `files.content` beside its state (hash, revis
 history, merge bases, idempotency records and callers' syncs use the same tables and record functions as the
 SQLite mirror (`server.mirror.state`, `server.mirror.history`). A change takes the index's revision row first
 (`queries.lock_revision`), so writers on any replica take turns and `expected_hash` is checked against the
-committed state. The files are laid out in a local folder for the search engine (`server.postgres.layout`): a
-copy, rebuilt on open. Nothing on that disk is read back as a change. A change is announced to the other servers
+committed state. The search index reads the files from the same database (`server.postgres.search`): nothing is
+laid out on a replica's disk, and nothing on that disk is read as a change. A change is announced to the other servers
 on the database by a `NOTIFY` on the index's channel, sent on commit, and theirs are heard (`server.postgres.notify`):
 `on_change` is called for every change, wherever it was made.
 """
@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import cast
 
-from server.errors import InvalidArgumentError, MemoryServerError
+from server.errors import InvalidArgumentError
 from server.index.scan import DEFAULT_MAX_FILE_BYTES
 from server.memory.text import count_lines_of_bytes
 from server.mirror import queries as mq
@@ -42,15 +42,12 @@ from server.mirror.state import (
 )
 from server.postgres import queries as q
 from server.postgres.connection import PgConnection, schema_of
-from server.postgres.layout import FilesLayout
 from server.postgres.migrations import migrate
 from server.postgres.notify import ChangeListener, notify_statement
 from syncproto.paths import is_session_file
 from syncproto.wire import sha256_hex
 
 log = logging.getLogger(__name__)
-
-CATCH_UP_BATCH = 500  # changes read at once when laying out other servers' changes
 
 
 class PgFileStore(StateRecords):
@@ -67,7 +64,7 @@ class PgFileStore(StateRecords):
         on_change: Callable[[], None] | None = None,
         retention: Retention | None = None,
     ) -> None:
-        """`files_dir`: where the files are laid out for the search engine (a copy, see the module)."""
+        """`files_dir`: the folder the protocol names (`FileStore.files_dir`); nothing is kept there."""
         self.retention = retention or Retention()
         self.clock = clock
         self.max_file_bytes = max_file_bytes
@@ -80,16 +77,11 @@ class PgFileStore(StateRecords):
         try:
             migrate(self._db, schema)
             self.history = MirrorHistory(self._db, self.lock, self.version_text)
-            self._layout = FilesLayout(files_dir, max_file_bytes)
-            live = {str(p): str(h) for p, h in self._db.execute(*q.live_hashes())}
-            self._laid_out = self.revision()  # taken before the layout: a change made meanwhile is laid out again
-            if written := self._layout.refresh(live, self._content):
-                log.info("postgres: laid out %d changed files of %s for the search engine", written, name)
         except BaseException:
             self._db.close()
             raise
         self._channel = schema
-        self._listener = ChangeListener(url, schema, self._heard, own_pid=self._db.backend_pid)
+        self._listener = ChangeListener(url, schema, self._changed, own_pid=self._db.backend_pid)
 
     @property
     def listening(self) -> threading.Event:
@@ -159,23 +151,21 @@ class PgFileStore(StateRecords):
         data = encoded(text)
         if len(data) > self.max_file_bytes:
             raise InvalidArgumentError(f"the file would be larger than {self.max_file_bytes} bytes")
-        with self.lock:
-            with self._db:
-                self._db.execute(*q.lock_revision())
-                current = self._current(path)
-                check_expected(path, current.hash if current else None, expected_hash)
-                if current is None:
-                    refuse_collision(path, (str(row[0]) for row in self._db.execute(*mq.live_paths())))
-                digest = sha256_hex(data)
-                if current is not None and current.hash == digest:
-                    self._remember(record)
-                    return current
-                state = self._record(path, digest, data, count_lines_of_bytes(data), caller, change)
-                if not is_session_file(path):  # transcripts are never merged: no merge bases
-                    store_version(self._db, digest, data, state.updated_at)
+        with self.lock, self._db:
+            self._db.execute(*q.lock_revision())
+            current = self._current(path)
+            check_expected(path, current.hash if current else None, expected_hash)
+            if current is None:
+                refuse_collision(path, (str(row[0]) for row in self._db.execute(*mq.live_paths())))
+            digest = sha256_hex(data)
+            if current is not None and current.hash == digest:
                 self._remember(record)
-                self._prune_versions()
-            self._lay_out(self._layout.put, path, data)
+                return current
+            state = self._record(path, digest, data, count_lines_of_bytes(data), caller, change)
+            if not is_session_file(path):  # transcripts are never merged: no merge bases
+                store_version(self._db, digest, data, state.updated_at)
+            self._remember(record)
+            self._prune_versions()
         self._changed()
         return state
 
@@ -184,55 +174,19 @@ class PgFileStore(StateRecords):
     ) -> FileState | None:
         """Remove the file at `path`, leaving a tombstone; the state it had (None when there was none)."""
         path = normalise_mirror_path(path)
-        with self.lock:
-            with self._db:
-                self._db.execute(*q.lock_revision())
-                current = self._current(path)
-                if current is None:
-                    if expected_hash not in (None, ABSENT):
-                        check_expected(path, None, expected_hash)
-                    return None
-                check_expected(path, current.hash, expected_hash)
-                self._record(path, None, None, 0, caller, change)
-            self._lay_out(self._layout.remove, path)
+        with self.lock, self._db:
+            self._db.execute(*q.lock_revision())
+            current = self._current(path)
+            if current is None:
+                if expected_hash not in (None, ABSENT):
+                    check_expected(path, None, expected_hash)
+                return None
+            check_expected(path, current.hash, expected_hash)
+            self._record(path, None, None, 0, caller, change)
         self._changed()
         return current
 
     # internals -----------------------------------------------------------------------------------------
-
-    def _heard(self) -> None:
-        """Another server changed the index: lay its changes out for this server's search engine, then wake the
-        long-polls (in the listening thread)."""
-        try:
-            self._catch_up()
-        except MemoryServerError as exc:  # the next notice, or the next open, lays them out
-            log.error("postgres: laying out other servers' changes failed (%s)", type(exc).__name__)
-        self._changed()
-
-    def _catch_up(self) -> None:
-        """Lay out every change recorded after the last one laid out (this server's own are laid out already, and
-        are laid out again here: cheap, and never skips another's change committed in between)."""
-        with self.lock:
-            while changes := self.changes_since(self._laid_out, CATCH_UP_BATCH):
-                for state in changes:
-                    data = self._content(state.path) if state.hash is not None else None
-                    if data is None:
-                        self._lay_out(self._layout.remove, state.path)
-                    else:
-                        self._lay_out(self._layout.put, state.path, data)
-                self._laid_out = changes[-1].revision
-
-    def _lay_out(self, change: Callable[..., None], path: str, *data: bytes) -> None:
-        """Bring the search engine's copy of `path` in step; the change is committed already, so a failure here
-        is logged, and the copy is laid out again when the store next opens."""
-        try:
-            change(path, *data)
-        except (MemoryServerError, OSError) as exc:
-            log.error("postgres: the local copy of %s could not be updated (%s)", path, type(exc).__name__)
-
-    def _content(self, path: str) -> bytes | None:
-        rows = self._db.execute(*q.live_file(path)).fetchall()
-        return bytes(rows[0][-1]) if rows else None
 
     def _current(self, path: str) -> FileState | None:
         rows = self._db.execute(*mq.state_of_path(path)).fetchall()

@@ -65,7 +65,73 @@ CREATE INDEX history_by_path ON history(path, revision);
 CREATE INDEX history_by_hash ON history(hash);
 """
 
-MIGRATIONS: tuple[str, ...] = (M001_FILES,)
+# The search index (`server.postgres.search`): the SQLite engine's tables (`server.index.migrations`) with the
+# indexed files as `indexed_files` (`files` holds the file store's), keyword statistics for BM25 instead of FTS5
+# (`chunk_terms`: each chunk's lexemes with their weighted counts; `keyword_stats`: chunks and their total length),
+# and the embedding cache. The vectors live in a table per model (`vectors_<n>`, pgvector, an HNSW index), named in
+# `search_meta` like the SQLite engine's meta.
+M002_SEARCH = """
+CREATE EXTENSION IF NOT EXISTS vector SCHEMA public;
+CREATE TABLE search_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE indexed_files(
+    id BIGSERIAL PRIMARY KEY,
+    path TEXT NOT NULL UNIQUE,
+    source TEXT NOT NULL,
+    hash TEXT NOT NULL,                     -- of the bytes indexed: `files.hash` differs until the file is indexed
+    size BIGINT NOT NULL,
+    lines BIGINT NOT NULL,
+    day TEXT,
+    indexed_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE chunks(
+    id BIGSERIAL PRIMARY KEY,               -- never reused: a vector row never points at another chunk's text
+    file_id BIGINT NOT NULL REFERENCES indexed_files(id) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    heading TEXT NOT NULL,
+    context TEXT NOT NULL,
+    text TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    tags TEXT NOT NULL DEFAULT '',
+    category TEXT NOT NULL DEFAULT '',
+    terms INTEGER NOT NULL                  -- words the keyword index counted: the chunk's length for BM25
+);
+CREATE INDEX chunks_by_file ON chunks(file_id, ordinal);
+CREATE INDEX chunks_by_category ON chunks(category) WHERE category <> '';
+CREATE INDEX chunks_by_hash ON chunks(hash);
+CREATE TABLE chunk_tags(
+    tag TEXT NOT NULL,
+    chunk_id BIGINT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+    PRIMARY KEY(tag, chunk_id)
+);
+CREATE INDEX chunk_tags_by_chunk ON chunk_tags(chunk_id);
+CREATE TABLE chunk_terms(
+    lexeme TEXT NOT NULL,
+    chunk_id BIGINT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+    tf REAL NOT NULL,                       -- occurrences in the text, plus half of those in the heading (as FTS5)
+    PRIMARY KEY(lexeme, chunk_id)
+);
+CREATE INDEX chunk_terms_by_chunk ON chunk_terms(chunk_id);
+CREATE TABLE keyword_stats(
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    chunks BIGINT NOT NULL,
+    terms BIGINT NOT NULL
+);
+INSERT INTO keyword_stats(id, chunks, terms) VALUES(1, 0, 0);
+CREATE TABLE embedding_cache(
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    vector BYTEA NOT NULL,                  -- float32, little-endian, as the SQLite engine's
+    used_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY(provider, model, hash)
+);
+CREATE INDEX embedding_cache_used_at ON embedding_cache(used_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (M001_FILES, M002_SEARCH)
 
 
 def migrate(db: PgConnection, schema: str, migrations: tuple[str, ...] = MIGRATIONS) -> None:

@@ -26,11 +26,6 @@ def live_file(path: str) -> Query:
     return f"SELECT {STATE_COLUMNS}, content FROM files WHERE path = ? AND hash IS NOT NULL", (path,)
 
 
-def live_hashes() -> Query:
-    """Path and hash of every live file (to lay the files out for the search engine)."""
-    return "SELECT path, hash FROM files WHERE hash IS NOT NULL", ()
-
-
 def content_with_hash(digest: str) -> Query:
     return "SELECT content FROM files WHERE hash = ? LIMIT 1", (digest,)
 

@@ -179,7 +179,7 @@ def test_history_survives_a_forced_reindex_a_lost_index_and_a_model_change(tmp_p
     replace(first, ALICE, "beta\n")
     first.sync(ALICE, force=True)
     first.close()
-    (data / "indexes" / "proj" / "index.sqlite3").unlink()
+    (data / "indexes" / "proj" / "index.sqlite3").unlink(missing_ok=True)  # PostgreSQL: no local index to lose
     second = MemoryService(data, HashingEmbedder(model="hashing-v2", dimensions=32), clock=clock)
     try:
         versions = HistoryService(second).history(ALICE, path=PATH).versions

@@ -54,6 +54,7 @@ def test_a_sync_of_one_folder_indexes_only_the_files_under_it(service, tmp_path)
     assert rest.files_indexed == len(PATHS) - 2
 
 
+@ON_SERVER_DISK
 def test_a_file_deleted_under_the_path_leaves_the_index_and_others_stay(service, tmp_path):
     plant_all(service, tmp_path)
     service.sync(ALICE, force=True)

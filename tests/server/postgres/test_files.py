@@ -1,5 +1,5 @@
 """The PostgreSQL file store on a real PostgreSQL: what replicas sharing one database see of each other's changes,
-the history, the files laid out for the search engine, migrations and errors."""
+the history, migrations and errors."""
 
 from __future__ import annotations
 
@@ -116,21 +116,6 @@ def test_idempotency_records_and_callers_syncs_are_kept(replicas: Callable[[str]
     two.record_sync("alice", "push", 1)
     [synced] = one.sync_callers()
     assert (synced.caller, synced.pulled_revision, synced.pushed_revision) == ("alice", 1, 1)
-
-
-def test_a_reopened_replica_lays_out_exactly_the_files_the_database_holds(
-    postgres_url: str, replicas: Callable[[str], PgFileStore], tmp_path: Path
-) -> None:
-    one = replicas("one")
-    one.write("memory/a.md", "alpha\n", caller="alice")
-    one.write("memory/b.md", "beta\n", caller="alice")
-    folder = tmp_path / "two" / "files"
-    (folder / "memory").mkdir(parents=True)
-    (folder / "memory" / "stray.md").write_text("left from before\n")
-    (folder / "memory" / "a.md").write_text("edited behind the server's back\n")
-    replicas("two")
-    assert sorted(p.name for p in (folder / "memory").iterdir()) == ["a.md", "b.md"]
-    assert (folder / "memory" / "a.md").read_text() == "alpha\n"
 
 
 def test_a_database_schema_newer_than_the_server_is_refused(

@@ -1,0 +1,150 @@
+"""The vector side of the search index in PostgreSQL: which pgvector table is live for which model (named in
+`search_meta`, as the SQLite engine's meta names its vec0 tables, and read with the same `VectorSpace`), the
+embedding cache, filling a table, and the rebuild that swaps a new model's vectors in. Every replica reads the
+live table's name from the database, so a swap made by one is seen by all at their next search.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from server.errors import EmbeddingError
+from server.index.embeddings.base import Embedder
+from server.index.vectors import REBUILD_BATCH, VectorSpace
+from server.postgres import search_queries as sq
+from server.postgres.connection import PgConnection
+
+log = logging.getLogger(__name__)
+
+LIVE, NEXT = "vector", "vector_next"
+_KEYS = ("table", "provider", "model", "dimensions")
+
+
+def meta(db: PgConnection, key: str) -> str | None:
+    rows = db.execute(*sq.get_meta(key)).fetchall()
+    return str(rows[0][0]) if rows else None
+
+
+def put_meta(db: PgConnection, key: str, value: str | None) -> None:
+    db.execute(*(sq.delete_meta(key) if value is None else sq.set_meta(key, value)))
+
+
+def read_space(db: PgConnection, prefix: str = LIVE) -> VectorSpace | None:
+    keys = [f"{prefix}_{key}" for key in _KEYS]
+    rows = dict(db.execute("SELECT key, value FROM search_meta WHERE key = ANY(?::text[])", (keys,)).fetchall())
+    table = rows.get(f"{prefix}_table")
+    if table is None:
+        return None
+    return VectorSpace(
+        str(table),
+        str(rows.get(f"{prefix}_provider", "")),
+        str(rows.get(f"{prefix}_model", "")),
+        int(rows.get(f"{prefix}_dimensions") or 0),
+    )
+
+
+def _write_space(db: PgConnection, prefix: str, space: VectorSpace | None) -> None:
+    for key in _KEYS:
+        put_meta(db, f"{prefix}_{key}", None if space is None else str(getattr(space, key)))
+
+
+def create_space(db: PgConnection, embedder: Embedder, prefix: str, *, only_if_missing: bool = False) -> VectorSpace:
+    """A new, empty vector table for `embedder`, named under `prefix`; with `only_if_missing`, the one already
+    named there when another replica made it first."""
+    with db:
+        db.execute("SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':spaces', 0))")
+        existing = read_space(db, prefix)
+        if only_if_missing and existing is not None:
+            return existing
+        number = int(meta(db, "vector_table_counter") or 0) + 1
+        space = VectorSpace(f"vectors_{number}", embedder.provider, embedder.model, embedder.dimensions)
+        for statement in sq.create_vector_table(space.table, space.dimensions):
+            db.execute(statement)
+        put_meta(db, "vector_table_counter", str(number))
+        _write_space(db, prefix, space)
+    return space
+
+
+def embed_missing(db: PgConnection, embedder: Embedder, items: dict[str, str]) -> tuple[dict[str, bytes], int]:
+    """Vectors for `items` (hash -> text), from the cache or the model; them and how many the model embedded.
+    EmbeddingError when the model fails (nothing is cached then)."""
+    found: dict[str, bytes] = {}
+    if items:
+        rows = db.execute(*sq.cached(embedder.provider, embedder.model, list(items), time.time())).fetchall()
+        found = {str(h): bytes(v) for h, v in rows}
+    missing = [h for h in items if h not in found]
+    if missing:
+        vectors = embedder.embed([items[h] for h in missing], kind="document")
+        if vectors.shape != (len(missing), embedder.dimensions) or not np.all(np.isfinite(vectors)):
+            raise EmbeddingError("the embedding provider returned vectors of the wrong shape")
+        with db:
+            for h, vector in zip(missing, vectors, strict=True):
+                found[h] = vector.astype(np.float32).tobytes()
+                db.execute(*sq.cache(embedder.provider, embedder.model, h, found[h], time.time()))
+    return found, len(missing)
+
+
+def count_missing(db: PgConnection, space: VectorSpace) -> int:
+    return int(db.execute(*sq.count_missing(space.table)).fetchall()[0][0])
+
+
+def fill_space(
+    db: PgConnection,
+    space: VectorSpace,
+    embedder: Embedder,
+    *,
+    stop: threading.Event | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> int:
+    """Embed every chunk without a vector in `space`, in short transactions; how many the model embedded."""
+    embedded, after = 0, 0
+    while not (stop and stop.is_set()):
+        rows = db.execute(*sq.chunks_without_vectors(space.table, after, REBUILD_BATCH)).fetchall()
+        if not rows:
+            break
+        after = int(rows[-1][0])
+        vectors, count = embed_missing(db, embedder, {str(h): str(text) for _, h, text, *_ in rows})
+        embedded += count
+        with db:
+            for chunk_id, h, _, source, path, day in rows:
+                db.execute(*sq.insert_vector(space.table, int(chunk_id), vectors[h], source, path, day))
+        if on_batch:
+            on_batch(len(rows))
+    return embedded
+
+
+def rebuild(
+    db: PgConnection,
+    embedder: Embedder,
+    *,
+    stop: threading.Event | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> bool:
+    """Build `embedder`'s vectors beside the live ones and swap them in; False if stopped before the swap. The
+    caller holds the index's rebuild lock, so one replica does this while the others serve the live vectors."""
+    pending = read_space(db, NEXT)
+    if pending is None or not pending.serves(embedder):
+        if pending is not None:
+            with db:
+                db.execute(sq.drop_vector_table(pending.table))
+                _write_space(db, NEXT, None)
+        pending = create_space(db, embedder, NEXT)
+    log.info("rebuilding vectors for %s/%s", embedder.provider, embedder.model)
+    fill_space(db, pending, embedder, stop=stop, on_batch=on_batch)
+    if stop and stop.is_set():
+        return False
+    with db:
+        old = read_space(db, LIVE)
+        db.execute(*sq.delete_orphan_vectors(pending.table))
+        _write_space(db, LIVE, pending)
+        _write_space(db, NEXT, None)
+        if old is not None and old.table != pending.table:
+            db.execute(sq.drop_vector_table(old.table))
+    fill_space(db, pending, embedder, stop=stop)  # chunks written during the last batch
+    log.info("vectors for %s/%s are live", embedder.provider, embedder.model)
+    return True

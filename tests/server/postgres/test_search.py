@@ -1,0 +1,194 @@
+"""The search index in PostgreSQL (`server.postgres.search`): hybrid search by meaning and by keyword over a real
+PostgreSQL with pgvector, edits and deletions reaching the index, the HNSW index in use, hostile queries, and work
+that runs once across two servers on one database (indexing, the rebuild for a new model)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from server.index.engine import EngineSettings
+from server.index.labels import Labels
+from server.index.search import SearchOptions, build_options
+from server.postgres.connection import schema_of
+from server.postgres.files import PgFileStore
+from server.postgres.search import PgSearchIndex
+from tests.fakes.embedder import HashingEmbedder
+
+NOW = dt.datetime(2024, 5, 1, 9, 30, tzinfo=dt.UTC)
+
+Opened = tuple[PgSearchIndex, PgFileStore]
+
+
+@pytest.fixture
+def open_index(postgres_url: str, tmp_path: Path) -> Iterator[Callable[..., Opened]]:
+    """Opens index "proj" on the test's database as a server does (search index and file store); all are closed
+    at the end."""
+    opened: list[Opened] = []
+
+    def start(embedder: HashingEmbedder | None = None, name: str = "one") -> Opened:
+        index = PgSearchIndex(postgres_url, "proj", embedder, EngineSettings())
+        store = PgFileStore(postgres_url, "proj", tmp_path / name / "files", clock=lambda: NOW)
+        opened.append((index, store))
+        return index, store
+
+    yield start
+    for index, store in opened:
+        index.close()
+        store.close()
+
+
+NOTES = {
+    "memory/deploy.md": "# Deploying\n\nThe staging cluster is upgraded every Tuesday by the release train.\n",
+    "memory/food.md": "# Lunch\n\nThe team prefers ramen on Fridays; the noodle shop opens at noon.\n",
+    "memory/db.md": "# Database\n\nPostgreSQL replicas replay the write-ahead log from the primary.\n",
+}
+
+
+def write_all(store: PgFileStore, notes: dict[str, str]) -> None:
+    for path, text in notes.items():
+        store.write(path, text, caller="alice")
+
+
+def paths_of(index: PgSearchIndex, query: str, **options: object) -> list[str]:
+    return [hit.path for hit in index.search(query, build_options(**options)).hits]  # type: ignore[arg-type]
+
+
+def test_hybrid_search_finds_a_note_by_keyword_and_by_meaning(open_index: Callable[..., Opened]) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(store, NOTES)
+    report = index.index()
+    assert report.files_indexed == 3 and report.chunks_pending == 0
+
+    result = index.search("noodle shop", SearchOptions())
+    assert result.mode == "hybrid" and result.notice is None
+    assert result.hits[0].path == "memory/food.md"
+    assert result.hits[0].matched_by == "both" and result.hits[0].citation.startswith("memory/food.md#L")
+    assert paths_of(index, "replay write-ahead log", mode="keyword")[0] == "memory/db.md"
+    # The hashing embedder's "meaning" is word overlap: a query the keyword side cannot stem alike still finds it.
+    assert paths_of(index, "staging cluster Tuesday", mode="vector")[0] == "memory/deploy.md"
+
+
+def test_an_edited_file_loses_its_old_chunks_and_a_deleted_one_leaves_the_index(
+    open_index: Callable[..., Opened],
+) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(store, NOTES)
+    index.index()
+    store.write("memory/food.md", "# Lunch\n\nThe team now prefers tacos on Fridays.\n", caller="alice")
+    index.index(paths=["memory/food.md"])
+    assert paths_of(index, "ramen noodle", mode="keyword") == []
+    assert paths_of(index, "tacos", mode="keyword") == ["memory/food.md"]
+    store.delete("memory/db.md", caller="alice")
+    assert index.index().files_removed == 1
+    assert paths_of(index, "write-ahead log", mode="keyword") == []
+    assert set(index.indexed_files()) == {"memory/deploy.md", "memory/food.md"}
+    status = index.status()
+    assert status.files == {"memory": 2} and status.pending_vectors == 0 and status.vector_state == "ready"
+
+
+def test_filters_by_path_and_tag_apply_on_both_sides(open_index: Callable[..., Opened]) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(store, NOTES)
+    store.write("memory/ops/tagged.md", "---\ntags: [ops]\n---\n# Pager\n\nThe pager rotates weekly.\n", caller="a")
+    index.index()
+    assert paths_of(index, "pager rotates", tags=["ops"]) == ["memory/ops/tagged.md"]
+    assert paths_of(index, "team", path_prefix="memory/food") == ["memory/food.md"]
+    labelled = index.file_labels(Labels(("ops",), None))
+    assert list(labelled) == ["memory/ops/tagged.md"] and labelled["memory/ops/tagged.md"].tags == ("ops",)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["'; DROP TABLE chunks; --", "ramen & | ! ( ) :* <-> \\", '"unclosed', "%s %(x)s ?", "\x00ramen", "::vector"],
+)
+def test_a_hostile_query_string_is_harmless(open_index: Callable[..., Opened], query: str) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(store, NOTES)
+    index.index()
+    index.search(query.replace("\x00", ""), SearchOptions())
+    assert paths_of(index, "ramen")[0] == "memory/food.md"
+    assert index.status().chunks == {"memory": 3}
+
+
+def test_the_vector_search_uses_the_hnsw_index(open_index: Callable[..., Opened], postgres_url: str) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(store, NOTES)
+    index.index()
+    from server.postgres import search_queries as sq
+    from server.postgres.search_vectors import read_space
+
+    with index._reader() as db:
+        space = read_space(db)
+        assert space is not None
+        statement, params = sq.vector_sql(space.table, build_options().filters, 40, sq.vector_literal([1.0] * 64))
+        with db:
+            db.execute("SET LOCAL enable_seqscan = off")  # three rows: without this any plan is a scan
+            plan = "\n".join(str(row[0]) for row in db.execute("EXPLAIN " + statement, params))
+    assert f"Index Scan using {space.table}_hnsw" in plan
+
+
+def test_two_servers_index_a_change_once(open_index: Callable[..., Opened]) -> None:
+    one_embedder, two_embedder = HashingEmbedder(), HashingEmbedder()
+    one, store = open_index(one_embedder, "one")
+    two, _ = open_index(two_embedder, "two")
+    write_all(store, NOTES)
+    one.index()
+    embedded = one_embedder.embedded
+    assert embedded == 3
+    report = two.index()
+    assert report.files_indexed == 0 and report.files_unchanged == 3 and two_embedder.embedded == 0
+    assert paths_of(two, "ramen")[0] == "memory/food.md"  # what one indexed, two finds
+
+
+def test_a_rebuild_for_a_new_model_runs_once_across_servers(open_index: Callable[..., Opened]) -> None:
+    first, store = open_index(HashingEmbedder("old-model"), "one")
+    write_all(store, NOTES)
+    first.index()
+    gate, reached = threading.Event(), threading.Event()
+
+    class Gated(HashingEmbedder):
+        def embed(self, texts, *, kind="document"):  # type: ignore[no-untyped-def]
+            if kind == "document":
+                reached.set()
+                gate.wait(10)
+            return super().embed(texts, kind=kind)
+
+    new_one, new_two = Gated("new-model"), Gated("new-model")
+    one, _ = open_index(new_one, "one")
+    two, _ = open_index(new_two, "two")
+    assert one.needs_rebuild and two.needs_rebuild
+    running = one.start_background_rebuild()
+    assert running is not None and reached.wait(10)
+    # one holds the rebuild lock (its first batch waits at the gate): two's attempt sees it and ends at once
+    elsewhere = two.start_background_rebuild()
+    assert elsewhere is not None
+    elsewhere.join(10)
+    assert two.rebuilding_elsewhere and "another server" in (two.status().notice or "")
+    assert paths_of(two, "ramen", mode="keyword")[0] == "memory/food.md"  # two keeps serving meanwhile
+    gate.set()
+    running.join(10)
+    assert not running.is_alive()
+    assert new_two.embedded == 0 and new_one.embedded == 3
+    assert not two.needs_rebuild and two.status().model == "new-model"
+    assert paths_of(two, "ramen")[0] == "memory/food.md"
+
+
+def test_the_keyword_statistics_follow_the_chunks(open_index: Callable[..., Opened], postgres_url: str) -> None:
+    index, store = open_index(None)
+    write_all(store, NOTES)
+    index.index()
+    store.delete("memory/db.md", caller="alice")
+    store.write("memory/food.md", NOTES["memory/food.md"] + "\nMore words about lunch here.\n", caller="alice")
+    index.index()
+    with psycopg.connect(postgres_url) as db:
+        db.execute(f'SET search_path TO "{schema_of("proj")}"')
+        kept = db.execute("SELECT chunks, terms FROM keyword_stats").fetchone()
+        counted = db.execute("SELECT count(*), sum(terms) FROM chunks").fetchone()
+    assert kept is not None and counted is not None
+    assert (kept[0], kept[1]) == (counted[0], counted[1])
