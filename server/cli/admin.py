@@ -72,6 +72,13 @@ def register(commands: Any) -> None:
     grant.add_argument("grants", nargs="*", metavar="INDEX=rw|r")
     grant.add_argument("--remove", action="append", default=[], metavar="INDEX", help="drop the grant on INDEX")
     grant.set_defaults(func=_translated(cmd_callers_grant))
+    load = callers_commands.add_parser(
+        "import",
+        help=f"with MEMORY_DATABASE_URL: replace the callers in the database with {CALLERS_FILE}",
+        description="Servers on a database read the callers from it; the file is imported on their first start "
+        "only. This imports it again (a key revoked in the database cannot become active this way).",
+    )
+    load.set_defaults(func=_translated(cmd_callers_import))
 
 
 def _translated(command: Command) -> Command:
@@ -193,6 +200,18 @@ def cmd_callers_grant(args: argparse.Namespace) -> int:
     removed = [check_name(index, "index") for index in args.remove]
     _, after = _update(args, lambda config: config.grant(args.name, grants, removed))
     print(f"{args.name} grants: {_grants_text(_entry(after, args.name).grants)}")
+    print(APPLIED)
+    return 0
+
+
+def cmd_callers_import(args: argparse.Namespace) -> int:
+    url = _database_url(args)
+    if url is None:
+        raise InvalidArgumentError("callers import needs MEMORY_DATABASE_URL: without it the server reads the file")
+    from server.postgres.callers import imported, update_shared_callers
+
+    _, after = update_shared_callers(url, _callers_path(args), imported(_callers_path(args)))
+    print(f"imported {len(after.callers)} callers from {_callers_path(args)} into the database")
     print(APPLIED)
     return 0
 

@@ -249,7 +249,10 @@ def channel_state(
     from server.postgres.callers import SharedCallers
     from server.postgres.sessions import PgSessionStore
 
-    callers = SharedCallers(settings.database_url, keys_dir / CALLERS_FILE)
+    try:  # the file is read once, into an empty database: a broken one stops the start
+        callers = SharedCallers(settings.database_url, keys_dir / CALLERS_FILE)
+    except CallersFileError as exc:
+        raise InvalidArgumentError(f"{exc}; it is imported into the empty database on this first start") from None
     return callers, PgSessionStore(settings.database_url, key, time.time)
 
 

@@ -3,7 +3,8 @@
 With `MEMORY_DATABASE_URL` set, the database holds the one version every replica answers from; the file in the
 keys directory is read only once, to fill an empty table on the first start (`import_callers`). The
 `memory-server callers` commands edit the row (`update_shared_callers`: read, change and write under a row lock,
-bumping `version`) and NOTIFY `CALLERS_CHANNEL` in the same transaction. Each replica's `SharedCallers` reloads on
+bumping `version`), delete the sessions of every key no longer allowed and NOTIFY `CALLERS_CHANNEL`, all in one
+transaction. Each replica's `SharedCallers` reloads on
 that notice (a listening thread, `server.postgres.notify`) and, should a notice be lost, compares the version at
 most every CHECK_EVERY seconds on the next lookup: a revoked key is refused everywhere within a second.
 
@@ -17,10 +18,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from channel.authz import Identity
-from server.callers.config import CallersConfig, CallersFileError, parse_callers, render_callers
+from server.callers.config import CallerEntry, CallersConfig, CallersFileError, parse_callers, render_callers
 from server.callers.file import read_callers
 from server.mirror.state import utc_now
 from server.postgres.channel_schema import CALLERS_CHANNEL, open_channel_db
@@ -34,11 +36,11 @@ CHECK_EVERY = 0.5  # seconds between version checks on lookup, should a notice b
 
 def import_callers(db: PgConnection, path: Path) -> bool:
     """Fill the empty table from `callers.toml` at `path` (none or a missing file: no callers); True if it did."""
-    config, _ = read_callers(path)
     with db:
         db.execute("LOCK TABLE callers IN EXCLUSIVE MODE")
         if db.execute("SELECT 1 FROM callers").fetchone() is not None:
             return False
+        config, _ = read_callers(path)  # only now: once imported, the file is not read (nor refused) again
         db.execute(
             "INSERT INTO callers(id, version, document, updated_at) VALUES(1, 1, ?, ?)",
             (render_callers(config), utc_now()),
@@ -66,6 +68,32 @@ def read_or_import(url: str, path: Path) -> CallersConfig:
         db.close()
 
 
+def active_keys(config: CallersConfig) -> set[bytes]:
+    """The X25519 forms of every key that may connect (what sessions record)."""
+    return {key.x25519 for entry in config.callers for key in entry.keys}
+
+
+def imported(path: Path) -> Callable[[CallersConfig], CallersConfig]:
+    """A change that replaces the shared callers with `callers.toml` at `path`, keeping every key revoked in the
+    database revoked: refused when the file would let one in, and kept in `revoked_keys` when the file omits it."""
+    config, _ = read_callers(path)
+
+    def change(before: CallersConfig) -> CallersConfig:
+        revoked = {key.x25519: key for entry in before.callers for key in entry.revoked_keys}
+        for key in active_keys(config) & revoked.keys():
+            raise CallersFileError(f"{path} lists key {revoked[key].fingerprint} as active, but it was revoked")
+        listed = {key.x25519 for entry in config.callers for key in entry.revoked_keys}
+        entries = {entry.name: entry for entry in config.callers}
+        for old in before.callers:  # revokes the file does not know are kept, under their caller
+            kept = tuple(key for key in old.revoked_keys if key.x25519 not in listed)
+            if kept:
+                entry = entries.get(old.name, CallerEntry(old.name))
+                entries[old.name] = replace(entry, revoked_keys=entry.revoked_keys + kept)
+        return CallersConfig(tuple(entries.values()))
+
+    return change
+
+
 def update_shared_callers(
     url: str, path: Path, change: Callable[[CallersConfig], CallersConfig]
 ) -> tuple[CallersConfig, CallersConfig]:
@@ -82,6 +110,8 @@ def update_shared_callers(
                 "UPDATE callers SET document = ?, version = version + 1, updated_at = ?",
                 (render_callers(after), utc_now()),
             )
+            for key in active_keys(before) - active_keys(after):  # their sessions end with the change
+                db.execute("DELETE FROM sessions WHERE static_key = ?", (key,))
             db.execute("SELECT pg_notify(?, '')", (CALLERS_CHANNEL,))
         return before, after
     finally:
@@ -107,7 +137,14 @@ class SharedCallers:
         self._config = CallersConfig()
         self._table = self._config.table()
         self.error: str | None = None
-        import_callers(self._db, path)
+        try:
+            if not import_callers(self._db, path) and path.exists():
+                log.info(
+                    "the callers are in the database; %s is not read: edit them with `memory-server callers`", path
+                )
+        except BaseException:
+            self._db.close()
+            raise
         self._next_check = 0.0
         self.reload()
         self._listener = ChangeListener(url, CALLERS_CHANNEL, self._noticed, own_pid=lambda: None)

@@ -1,8 +1,15 @@
-"""Server-side session bookkeeping and the handshake rate limit, on a clock the test moves."""
+"""Server-side session bookkeeping and the handshake rate limit, on a clock the test moves.
+
+The tests taking `tables` hold for every `SessionStore`: `tests/server/postgres/test_store_parity.py` runs them
+again on the PostgreSQL store the replicas share.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+
+import pytest
 
 from channel.ratelimit import MAX_TRACKED, Rate, RateLimiter
 from channel.session import Session, SessionTable
@@ -14,6 +21,14 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+Tables = Callable[..., SessionTable]  # (clock, **options) -> a store
+
+
+@pytest.fixture
+def tables() -> Tables:
+    return SessionTable
 
 
 def session(clock: Clock, caller: str = "alice", static: bytes = b"K" * 32, lifetime: float = 3600.0) -> Session:
@@ -29,9 +44,9 @@ def session(clock: Clock, caller: str = "alice", static: bytes = b"K" * 32, life
     )
 
 
-def test_a_session_is_found_until_its_absolute_expiry_even_when_used():
+def test_a_session_is_found_until_its_absolute_expiry_even_when_used(tables: Tables):
     clock = Clock()
-    table = SessionTable(clock, lifetime=100, idle=60)
+    table = tables(clock, lifetime=100, idle=60)
     live = session(clock, lifetime=100)
     assert table.open(live, 1)
     for _ in range(3):
@@ -42,9 +57,9 @@ def test_a_session_is_found_until_its_absolute_expiry_even_when_used():
     assert table.get(live.id) is None and len(table) == 0
 
 
-def test_a_session_idle_too_long_is_gone():
+def test_a_session_idle_too_long_is_gone(tables: Tables):
     clock = Clock()
-    table = SessionTable(clock, idle=60)
+    table = tables(clock, idle=60)
     live = session(clock)
     table.open(live, 1)
     clock.now += 59
@@ -53,9 +68,9 @@ def test_a_session_idle_too_long_is_gone():
     assert table.get(live.id) is None
 
 
-def test_the_handshake_timestamp_must_grow_per_key_and_is_committed_only_on_open():
+def test_the_handshake_timestamp_must_grow_per_key_and_is_committed_only_on_open(tables: Tables):
     clock = Clock()
-    table = SessionTable(clock)
+    table = tables(clock)
     assert table.timestamp_is_fresh(b"K" * 32, 10)
     assert table.open(session(clock), 10)
     assert not table.timestamp_is_fresh(b"K" * 32, 10) and not table.open(session(clock), 10)
@@ -64,9 +79,9 @@ def test_the_handshake_timestamp_must_grow_per_key_and_is_committed_only_on_open
     assert table.open(session(clock), 11)
 
 
-def test_a_caller_over_its_cap_loses_its_oldest_session_not_another_callers():
+def test_a_caller_over_its_cap_loses_its_oldest_session_not_another_callers(tables: Tables):
     clock = Clock()
-    table = SessionTable(clock, max_per_caller=3)
+    table = tables(clock, max_per_caller=3)
     bob = session(clock, caller="bob", static=b"B" * 32)
     table.open(bob, 1)
     mine = []
@@ -78,9 +93,9 @@ def test_a_caller_over_its_cap_loses_its_oldest_session_not_another_callers():
     assert all(table.get(s.id) is s for s in mine[1:]) and table.get(bob.id) is bob
 
 
-def test_a_full_server_refuses_new_sessions_but_purges_dead_ones_first():
+def test_a_full_server_refuses_new_sessions_but_purges_dead_ones_first(tables: Tables):
     clock = Clock()
-    table = SessionTable(clock, max_sessions=2, idle=60)
+    table = tables(clock, max_sessions=2, idle=60)
     assert table.open(session(clock, "a", b"A" * 32), 1)
     assert table.open(session(clock, "b", b"B" * 32), 1)
     assert not table.open(session(clock, "c", b"C" * 32), 1)
@@ -89,16 +104,31 @@ def test_a_full_server_refuses_new_sessions_but_purges_dead_ones_first():
     assert table.open(session(clock, "c", b"C" * 32), 1)
 
 
-def test_drop_where_ends_every_session_of_a_key():
+def test_dropping_a_key_ends_every_session_of_that_key(tables: Tables):
     clock = Clock()
-    table = SessionTable(clock)
+    table = tables(clock)
     doomed = [session(clock) for _ in range(3)]
     for timestamp, s in enumerate(doomed, 1):
         table.open(s, timestamp)
     other = session(clock, "bob", b"B" * 32)
     table.open(other, 1)
-    assert table.drop_where(lambda s: s.static_key == b"K" * 32) == 3
+    assert table.drop_key(b"K" * 32) == 3
     assert len(table) == 1 and table.get(other.id) is other
+
+
+def test_a_frame_counter_and_a_request_id_are_each_accepted_once(tables: Tables):
+    clock = Clock()
+    table = tables(clock, idle=60)
+    first, second = session(clock), session(clock)
+    assert table.open(first, 1) and table.open(second, 2)
+    clock.now += 30
+    assert table.commit_request(first, 5, b"q" * 16) is None
+    assert table.commit_request(first, 5, b"x" * 16) == "replayed-counter"
+    assert table.commit_request(first, 6, b"q" * 16) == "repeated-request"
+    assert table.commit_request(second, 5, b"q" * 16) == "repeated-request"  # the id, in any session of the key
+    clock.now += 59
+    assert table.get(first.id) is first  # each commit marked it in use
+    assert table.get(second.id) is None
 
 
 def test_a_request_id_is_usable_once_per_key_across_sessions():

@@ -9,9 +9,10 @@ import signal
 import stat
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 
 import httpx2
 import pytest
@@ -29,8 +30,11 @@ LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 
 @contextmanager
-def running(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str], list[str]]]:
-    """`memory-server serve` as a real process (keyword-only: no model to load); stdout lines in a queue."""
+def running(
+    tmp_path: Path, *args: str, env: Mapping[str, str] = MappingProxyType({})
+) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str], list[str]]]:
+    """`memory-server serve` as a real process (keyword-only: no model to load); stdout lines in a queue. `env`
+    adds to or overrides its environment."""
     env = {
         **os.environ,
         "MEMORY_EMBEDDING_PROVIDERS": "none",
@@ -38,6 +42,7 @@ def running(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str],
         "MEMORY_KEYS_DIR": str(tmp_path / "keys"),
         "PYTHONUNBUFFERED": "1",
         "MEMORY_LOG_LEVEL": "info",
+        **env,
     }
     env.pop("MEMORY_HOST", None)
     command = [str(REPO / ".venv" / "bin" / "memory-server"), "serve", "--port", "0", *args]

@@ -5,6 +5,7 @@ and a key revoked through either is refused by both within a second."""
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager
@@ -19,8 +20,9 @@ import pytest
 from psycopg import sql
 
 from channel.authz import CallerDirectory
-from channel.constants import TUNNEL_PATH
+from channel.constants import HANDSHAKE_PATH, TUNNEL_PATH
 from channel.errors import HandshakeRefused, TunnelRefused
+from channel.handshake import create_initiation
 from channel.keys import PrivateKey
 from server.postgres.callers import SharedCallers, update_shared_callers
 from server.postgres.sessions import PgSessionStore
@@ -35,6 +37,18 @@ DEVICE = PrivateKey.generate("alice@laptop")
 REVOCATION_BOUND = 1.0  # seconds: a revoked key is refused by every replica within this
 
 
+class RoundRobin:
+    """A load balancer for a `Relay`: each outer request to the next of `urls` in turn, or as `route` says."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.route: Iterator[int] = itertools.cycle(range(len(urls)))
+
+    async def __call__(self, outer: Outer, forward: Forward) -> Answer:
+        target = self.urls[next(self.route)]
+        return await forward(Outer(httpx2.URL(target + outer.path), outer.headers, outer.content))
+
+
 class Replicas:
     """Servers sharing one database, the server key and the inner app's state; `relay` routes each outer request
     to the replica a test names (`route`), round robin by default, as a load balancer does."""
@@ -47,12 +61,16 @@ class Replicas:
             stack.callback(store.close)
             running = serve_channel(inner_app(state), directory, server_key=SERVER, sessions=store)
             self.servers.append(stack.enter_context(running))
-        self.route: Iterator[int] = itertools.cycle(range(len(self.servers)))
-        self.relay = Relay(self._to_replica)
+        self.balancer = RoundRobin([server.url for server in self.servers])
+        self.relay = Relay(self.balancer)
 
-    async def _to_replica(self, outer: Outer, forward: Forward) -> Answer:
-        target = self.servers[next(self.route)].url
-        return await forward(Outer(httpx2.URL(target + outer.path), outer.headers, outer.content))
+    @property
+    def route(self) -> Iterator[int]:
+        return self.balancer.route
+
+    @route.setter
+    def route(self, order: Iterator[int]) -> None:
+        self.balancer.route = order
 
     def only(self, index: int) -> None:
         self.route = itertools.repeat(index)
@@ -100,6 +118,13 @@ async def test_a_request_accepted_on_one_replica_is_refused_on_the_other(shared:
     assert again.status == 400 and shared.state.count == 1
 
 
+async def test_a_handshake_accepted_on_one_replica_is_refused_when_replayed_to_the_other(shared: Replicas):
+    hello = create_initiation(DEVICE, SERVER.public, time.time_ns(), os.urandom)[0]
+    first = await shared.relay.forward(Outer(httpx2.URL(shared.servers[0].url + HANDSHAKE_PATH), [], hello))
+    replayed = await shared.relay.forward(Outer(httpx2.URL(shared.servers[1].url + HANDSHAKE_PATH), [], hello))
+    assert first.status == 200 and (replayed.status, replayed.body) == (403, b"handshake failed\n")
+
+
 async def test_a_key_revoked_on_one_replica_is_refused_by_both_within_a_second(postgres_url: str, tmp_path: Path):
     path = tmp_path / "callers.toml"  # none yet: the shared table starts empty
     grant = lambda config: config.add("alice", [DEVICE.public], {"notes": "rw"})  # noqa: E731
@@ -114,8 +139,10 @@ async def test_a_key_revoked_on_one_replica_is_refused_by_both_within_a_second(p
                 for _ in range(2):  # a request on each replica
                     assert (await client.post("/count")).status_code == 200
                 assert all(d.lookup(DEVICE.public.x25519) is not None for d in directories)
+                assert [len(server.middleware.sessions) for server in replicas.servers] == [1, 1]  # one, shared
                 revoke = lambda config: config.revoke("alice", None)  # noqa: E731
                 await anyio.to_thread.run_sync(update_shared_callers, postgres_url, path, revoke)
+                assert all(len(server.middleware.sessions) == 0 for server in replicas.servers)  # ended at once
                 with anyio.fail_after(REVOCATION_BOUND):
                     while any(d.lookup(DEVICE.public.x25519) is not None for d in directories):
                         await anyio.sleep(0.01)

@@ -16,8 +16,11 @@ from channel.keys import PrivateKey
 from server.callers.config import CallersConfig
 from server.callers.file import write_callers
 from server.cli.main import main
+from server.cli.serve import channel_state
+from server.errors import InvalidArgumentError
 from server.postgres.callers import SharedCallers, update_shared_callers
 from server.postgres.channel_schema import CALLERS_CHANNEL
+from server.settings import Settings
 
 ALICE = PrivateKey.generate("alice@laptop").public
 BOB = PrivateKey.generate("bob@laptop").public
@@ -94,3 +97,33 @@ def test_the_callers_commands_edit_the_shared_list_when_a_database_is_set(
     with psycopg.connect(postgres_url) as conn:
         row = conn.execute("SELECT version, document FROM channel.callers").fetchone()
     assert row is not None and row[0] == 3 and "revoked_keys" in row[1] and ALICE.line().split()[1] in row[1]
+
+
+def test_callers_import_replaces_the_shared_list_but_never_brings_back_a_revoked_key(
+    postgres_url, callers_file, monkeypatch, capsys
+):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", postgres_url)
+    keys = ["--keys-dir", str(callers_file.parent)]
+    update_shared_callers(postgres_url, callers_file, granted("alice"))
+    update_shared_callers(postgres_url, callers_file, lambda config: config.revoke("alice", None))
+    write_callers(callers_file, granted("bob", BOB)(CallersConfig()))
+    assert main([*keys, "callers", "import"]) == 0
+    replica = SharedCallers(postgres_url, callers_file)
+    try:
+        assert replica.lookup(BOB.x25519) is not None and replica.lookup(ALICE.x25519) is None
+    finally:
+        replica.close()
+    write_callers(callers_file, granted("alice")(CallersConfig()))  # alice's revoked key, active again
+    capsys.readouterr()
+    assert main([*keys, "callers", "import"]) == 2
+    assert "revoked" in capsys.readouterr().err
+    monkeypatch.delenv("MEMORY_DATABASE_URL")
+    assert main([*keys, "callers", "import"]) == 2
+
+
+def test_a_broken_callers_file_stops_the_first_start_on_a_database_with_a_clear_error(postgres_url, callers_file):
+    callers_file.write_text("[callers.alice\n")
+    callers_file.chmod(0o644)
+    settings = Settings.from_env({"MEMORY_DATABASE_URL": postgres_url})
+    with pytest.raises(InvalidArgumentError, match=r"callers\.toml.*first start"):
+        channel_state(settings, callers_file.parent, PrivateKey.generate("server"))
