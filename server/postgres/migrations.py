@@ -72,6 +72,8 @@ CREATE INDEX history_by_hash ON history(hash);
 # `search_meta` like the SQLite engine's meta.
 M002_SEARCH = """
 CREATE EXTENSION IF NOT EXISTS vector SCHEMA public;
+-- English stems without a stopword list, as FTS5's porter tokenizer: every word is found and counted
+CREATE TEXT SEARCH DICTIONARY memory_stem (TEMPLATE = snowball, Language = english);
 CREATE TABLE search_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE indexed_files(
     id BIGSERIAL PRIMARY KEY,

@@ -64,8 +64,8 @@ READERS = 4  # connections per index and process for searches and reads (the wri
 
 
 class PgSearchIndex:
-    """Index `name`'s search state in the database at `url`. Thread-safe: a connection per thread for searches,
-    one for indexing."""
+    """Index `name`'s search state in the database at `url`. Thread-safe: searches and reads borrow a connection
+    of a small pool, indexing has its own (which holds the indexing lock)."""
 
     def __init__(
         self, url: str, name: str, embedder: Embedder | ProviderChain | None, settings: EngineSettings
@@ -341,7 +341,11 @@ class PgSearchIndex:
         check_query(query)
         started = time.perf_counter()
         with self._reader() as db:
-            hits, mode, notice, embed_ms = self._search(db, query, options)
+            try:
+                hits, mode, notice, embed_ms = self._search(db, query, options)
+            except EngineError:  # the vector table it read was dropped by a swap on another server meanwhile
+                log.info("search of %s failed once; trying again", self.name)
+                hits, mode, notice, embed_ms = self._search(db, query, options)
         self.keep_vectors_current()  # after: a provider that failed this search is bypassed from the next one
         return SearchResult(hits, mode, notice, embed_ms, (time.perf_counter() - started) * 1000 - embed_ms)
 

@@ -4,9 +4,9 @@ same aliases: chunks `c`, their files `f` (here the table `indexed_files`), a ve
 
 Keyword ranking is BM25 as FTS5 computes it (k1 1.2, b 0.75, IDF `ln((N - n + 0.5) / (n + 0.5))` floored at 1e-6,
 the heading weighted 0.5 beside the text), from statistics kept in tables: each chunk's lexemes with their counts
-(`chunk_terms`, PostgreSQL's `english` configuration), each chunk's length, and the number of chunks and their total
-length (`keyword_stats`). A term's document frequency is counted from its postings, which the query reads anyway.
-`bench/bench_pg_keyword.py` measured it against FTS5 on SciFact and LoCoMo.
+(`chunk_terms`: words cut as FTS5 cuts them, English stems), each chunk's length, and the number of chunks and their
+total length (`keyword_stats`). A term's document frequency is counted from its postings, which the query reads
+anyway. `bench/bench_pg_keyword.py` compared the ranking functions; `bench/bench_pg_search.py` measures this one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,19 @@ from server.mirror.queries import Query
 
 K1, B = 1.2, 0.75
 HEADING_WEIGHT = 0.5  # as the engine's `bm25(chunks_fts, 1.0, 0.5)`
-TEXT_SEARCH_CONFIG = "english"
+STEMMER = "memory_stem"  # `migrations.M002_SEARCH`: the Snowball English stemmer, no stopword list
+
+
+def words_of(text: str) -> str:
+    """A subquery of the lexemes in the SQL text expression `text`, one row per word (`w`): the runs of letters and
+    digits, lowercased and stemmed, as FTS5's `porter unicode61` tokenizer cuts them (PostgreSQL's own parser
+    keeps hyphenated words, numbers with points and the like whole, which cost BM25 on SciFact)."""
+    return (
+        f"(SELECT coalesce((ts_lexize('{STEMMER}', w))[1], w) AS lexeme"
+        f" FROM regexp_split_to_table(lower({text}), '[^[:alnum:]]+') w WHERE w <> '')"
+    )
+
+
 _TABLE_NAME = re.compile(r"^vectors_[0-9]{1,9}$")
 
 
@@ -110,17 +122,14 @@ def upsert_file(path: str, source: str, digest: str, size: int, lines: int, day:
     )
 
 
-_COUNT = "coalesce(array_length(u.positions, 1), 1)"
 INSERT_CHUNK = f"""
 WITH v AS (SELECT ?::bigint AS file_id, ?::int AS ordinal, ?::int AS start_line, ?::int AS end_line,
         ?::text AS heading, ?::text AS context, ?::text AS text, ?::text AS hash, ?::int AS tokens,
         ?::text AS tags, ?::text AS category),
-w AS (SELECT x.lexeme, sum(x.tf) AS tf, sum(x.n) AS n FROM (
-        SELECT u.lexeme, {_COUNT}::real AS tf, {_COUNT} AS n
-            FROM v, unnest(to_tsvector('{TEXT_SEARCH_CONFIG}', v.text)) u
+w AS (SELECT x.lexeme, sum(x.weight)::real AS tf, count(*) AS n FROM (
+        SELECT u.lexeme, 1.0 AS weight FROM v, LATERAL {words_of("v.text")} u
         UNION ALL
-        SELECT u.lexeme, {HEADING_WEIGHT} * {_COUNT}, {_COUNT}
-            FROM v, unnest(to_tsvector('{TEXT_SEARCH_CONFIG}', v.heading)) u) x
+        SELECT u.lexeme, {HEADING_WEIGHT} FROM v, LATERAL {words_of("v.heading")} u) x
     GROUP BY x.lexeme),
 c AS (INSERT INTO chunks(file_id, ordinal, start_line, end_line, heading, context, text, hash, tokens, tags,
         category, terms)
@@ -216,7 +225,7 @@ def keyword_sql(terms: str, filters: Filters, limit: int, also: list[int]) -> Qu
             f" WHERE {' AND '.join(conditions)}"
         )
     sql = f"""
-WITH q AS (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', ?))) AS lexeme),
+WITH q AS (SELECT DISTINCT lexeme FROM {words_of("?::text")} u),
 p AS (SELECT t.chunk_id, t.tf, count(*) OVER (PARTITION BY t.lexeme) AS df
     FROM q JOIN chunk_terms t ON t.lexeme = q.lexeme),
 s AS (SELECT greatest(chunks, 1)::float8 AS n, greatest(terms, 1)::float8 / greatest(chunks, 1) AS avgdl

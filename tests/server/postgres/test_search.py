@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from server.index.chunker import ChunkerConfig
 from server.index.engine import EngineSettings
 from server.index.labels import Labels
 from server.index.search import SearchOptions, build_options
@@ -146,6 +147,25 @@ def test_two_servers_index_a_change_once(open_index: Callable[..., Opened]) -> N
     assert paths_of(two, "ramen")[0] == "memory/food.md"  # what one indexed, two finds
 
 
+def test_two_servers_indexing_at_once_embed_each_chunk_once(open_index: Callable[..., Opened]) -> None:
+    embedders = [HashingEmbedder(), HashingEmbedder()]
+    indexes = [open_index(embedders[0], "one"), open_index(embedders[1], "two")]
+    write_all(indexes[0][1], {f"memory/n{n}.md": f"# Note {n}\n\nFact number {n} about ducks.\n" for n in range(40)})
+    start = threading.Barrier(2)
+
+    def run(index: PgSearchIndex) -> None:
+        start.wait(5)
+        index.index()
+
+    threads = [threading.Thread(target=run, args=(index,)) for index, _ in indexes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sum(e.embedded for e in embedders) == 40
+    assert indexes[1][0].status().chunks == {"memory": 40}
+
+
 def test_a_rebuild_for_a_new_model_runs_once_across_servers(open_index: Callable[..., Opened]) -> None:
     first, store = open_index(HashingEmbedder("old-model"), "one")
     write_all(store, NOTES)
@@ -192,3 +212,22 @@ def test_the_keyword_statistics_follow_the_chunks(open_index: Callable[..., Open
         counted = db.execute("SELECT count(*), sum(terms) FROM chunks").fetchone()
     assert kept is not None and counted is not None
     assert (kept[0], kept[1]) == (counted[0], counted[1])
+
+
+def test_new_chunk_settings_cut_every_file_again_once(open_index: Callable[..., Opened], postgres_url: str) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(store, {"memory/long.md": "# Long\n\n" + "\n\n".join(f"Paragraph {n} " * 30 for n in range(12))})
+    index.index()
+    before = index.status().chunks["memory"]
+    smaller = EngineSettings(chunker=ChunkerConfig(max_tokens=64, overlap_tokens=8, heading_budget=16))
+    other = PgSearchIndex(postgres_url, "proj", HashingEmbedder(), smaller)
+    try:
+        assert other.needs_rebuild
+        thread = other.start_background_rebuild()
+        assert thread is not None
+        thread.join(30)
+        assert not other.needs_rebuild
+        assert other.status().chunks["memory"] > before and other.status().pending_vectors == 0
+        assert set(paths_of(other, "Paragraph 11")) == {"memory/long.md"}
+    finally:
+        other.close()
