@@ -95,7 +95,7 @@ def test_the_scale_profile_is_postgres_two_replicas_of_the_image_and_nginx_in_fr
         assert "./keys:/keys:ro" in replica["volumes"] and "ports" not in replica  # reached only through nginx
         assert replica["read_only"] and replica["cap_drop"] == ["ALL"]
     caches = {volume.split(":")[0] for name in replicas for volume in services[name]["volumes"] if ":/data" in volume}
-    assert len(caches) == len(replicas)  # each replica its own search cache
+    assert len(caches) == len(replicas)  # each replica its own /data, never one shared between processes
     published = [name for name, service in services.items() if "ports" in service]
     assert published == ["balancer"]
     assert "./deploy/nginx/nginx.conf:/etc/nginx/nginx.conf:ro" in services["balancer"]["volumes"]
