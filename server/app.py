@@ -57,9 +57,17 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
 
 
-def create_inner_app(service: MemoryService, mcp: MCPServer | None = None, metrics: Metrics | None = None) -> Starlette:
+def create_inner_app(
+    service: MemoryService,
+    mcp: MCPServer | None = None,
+    metrics: Metrics | None = None,
+    *,
+    stateless_mcp: bool = False,
+) -> Starlette:
     """`/healthz`, `/mcp`, `/sync/*` and `/metrics`, as the channel's inner app (the requests it lets through carry
-    `scope["user"]`); every request is counted in `metrics`."""
+    `scope["user"]`); every request is counted in `metrics`. `stateless_mcp`: every MCP request stands alone, with
+    no MCP session held in this process, so replicas behind a round-robin balancer can each answer any of them (no
+    tool needs a session: each call carries its caller, and its progress streams back on its own answer)."""
     mcp = mcp if mcp is not None else build_mcp_server(service)
     metrics = metrics if metrics is not None else service_metrics(service)
     # Host/Origin checks protect browsers from DNS rebinding of a local server; here every request to /mcp has
@@ -68,7 +76,8 @@ def create_inner_app(service: MemoryService, mcp: MCPServer | None = None, metri
         streamable_http_path=MCP_PATH,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=MAX_MCP_BODY,
-        session_idle_timeout=SESSION_IDLE_TIMEOUT,
+        session_idle_timeout=None if stateless_mcp else SESSION_IDLE_TIMEOUT,
+        stateless_http=stateless_mcp,
     )
     manager = mcp.session_manager
     endpoint = EndableStreams(CallerBoundEndpoint(StreamableHTTPASGIApp(manager)))
@@ -105,17 +114,19 @@ def create_app(
     handshake_rate: Rate | None = None,
     metrics: Metrics | None = None,
     sessions: SessionStore | None = None,
+    stateless_mcp: bool = False,
 ) -> ChannelMiddleware:
     """The whole server: `create_inner_app` behind the channel, `/healthz` its only plain path.
 
     With `data_dir`, handshake timestamps are kept there, so a recorded handshake stays dead after a restart.
     `handshake_rate` overrides the channel's per-device-key handshake limit (benchmarks open many at once).
-    `sessions`: a store the replicas share (`server.postgres.sessions`) instead of this process's memory.
+    `sessions`: a store the replicas share (`server.postgres.sessions`) instead of this process's memory; replicas
+    also want `stateless_mcp` (`create_inner_app`).
     """
     if sessions is None and data_dir is not None:
         sessions = SessionTable(time.time, timestamps=FileTimestamps(data_dir / TIMESTAMPS_FILE))
     return ChannelMiddleware(
-        create_inner_app(service, mcp, metrics),
+        create_inner_app(service, mcp, metrics, stateless_mcp=stateless_mcp),
         server_key=server_key,
         callers=callers,
         plain_paths=(HEALTH_PATH,),

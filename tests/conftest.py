@@ -52,6 +52,8 @@ SUBPROCESS = (  # start another process: a console script, the proxy, a child Py
     "tests/faults/test_fault_loop.py::test_a_seed_of_faults_breaks_no_invariant",
     "tests/syncproto/test_faults.py::test_an_armed_point_kills_its_process_on_the_named_hit_and_an_unarmed_one_does_nothing",
     "tests/server/index/test_onnx_runtime.py::test_a_server_process_embeds_without_importing_torch",
+    "tests/server/postgres/test_migrate_sqlite.py",
+    "tests/scale/test_replicas.py",
 )
 SLOW = (  # seconds each on two cores: long property runs, real servers on sockets, large batches
     "tests/channel/test_tunnel.py",
@@ -75,6 +77,7 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/server/test_sessions_server.py::test_a_long_poll_is_not_answered_by_transcript_uploads_alone",
     "tests/client_proxy/test_doctor.py",  # a real server on a socket per test
     "tests/faults/test_fault_loop.py::test_a_seed_of_faults_breaks_no_invariant",
+    "tests/scale/test_replicas.py",
     "tests/server/postgres/test_replicas.py",  # two real servers on one PostgreSQL database
     "tests/server/postgres/test_tunnel_on_postgres.py",  # test_tunnel.py again, sessions in PostgreSQL
     "tests/server/postgres/test_attacks_on_postgres.py",  # test_attacks.py again, sessions in PostgreSQL

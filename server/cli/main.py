@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from server.cli import backup as backup_cli
 from server.cli import config as config_cli
+from server.cli import migrate as migrate_cli
 from server.cli import selfcheck, serve
 from server.errors import EngineError, InvalidArgumentError
 from server.index.embeddings.base import Embedder
@@ -89,6 +90,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     serve.register(commands, settings)
     config_cli.register(commands)
     backup_cli.register(commands)
+    migrate_cli.register(commands)
     selfcheck.register(commands)
     return parser
 

@@ -104,7 +104,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     backend = storage_backend(settings, data_dir, providers)
     service = MemoryService(data_dir, providers, settings.engine, redact_writes=settings.redact_writes, backend=backend)
     metrics = service_metrics(service)
-    app = create_app(service, server_key=key, callers=callers, data_dir=data_dir, metrics=metrics, sessions=sessions)
+    app = create_app(
+        service,
+        server_key=key,
+        callers=callers,
+        data_dir=data_dir,
+        metrics=metrics,
+        sessions=sessions,
+        stateless_mcp=sessions is not None,  # replicas: any of them may get the next MCP request
+    )
     metrics.collectors.append(sessions_collector(lambda: len(app.sessions)))
     listener = bind(host, port)
     scraper = None

@@ -17,7 +17,9 @@ from server.mirror.state import FileState
 
 log = logging.getLogger(__name__)
 
-AUTO_INDEX_FILES = 32  # a search indexes at most this many files changed on disk first; more wait for sync
+# A search first indexes at most this many of the files changed behind the engine (on disk, or by another server
+# on the same database); more are left to the next searches, a sync or memory_sync, so no search waits long.
+AUTO_INDEX_FILES = 32
 # A search looks for files changed on disk behind the service (a walk of the mirror, ~10 ms per 1,000 files) at
 # most this often per index; changes made through the service are indexed before the call returns anyway.
 RESCAN_SECONDS = 2.0
@@ -54,11 +56,19 @@ class IndexRegistry:
                 return handle
             if not create and not self.backend.exists(name):
                 return None
-            index, mirror = self.backend.open(name, on_change=lambda: self.on_change(name))
+            index, mirror = self.backend.open(name, on_change=lambda: self._changed(name))
             if index.needs_rebuild:
                 index.start_background_rebuild()
             handle = self._indexes[name] = OpenIndex(index, mirror)
             return handle
+
+    def _changed(self, name: str) -> None:
+        """A change to index `name`'s files, made here or (PostgreSQL) by another server: the next search looks
+        for files its engine has not indexed yet, then everyone waiting hears of it."""
+        handle = self._indexes.get(name)
+        if handle is not None:
+            handle.scanned_at = None
+        self.on_change(name)
 
     def get(self, name: str) -> OpenIndex:
         """The open index `name`, created if it does not exist yet."""
@@ -83,7 +93,7 @@ class IndexRegistry:
             if wait:
                 report = handle.index.index(handle.mirror.files_dir, rebuild_now=False, paths=paths)
             else:
-                maybe = handle.index.index_if_idle(handle.mirror.files_dir, rebuild_now=False)
+                maybe = handle.index.index_if_idle(handle.mirror.files_dir, rebuild_now=False, paths=paths)
                 if maybe is None:
                     return False
                 report = maybe
@@ -108,7 +118,9 @@ class IndexRegistry:
             return handle.pending
         pending = self.pending(handle, handle.mirror.reconcile_all())
         # Never wait behind a running sync: answer from the index as it is, and count the files still pending.
-        if 0 < len(pending) <= AUTO_INDEX_FILES and self.index_quietly(handle, wait=False):
+        # Past AUTO_INDEX_FILES, the first of them in path order now (a replica catching up after a restart).
+        batch = None if len(pending) <= AUTO_INDEX_FILES else sorted(pending)[:AUTO_INDEX_FILES]
+        if pending and self.index_quietly(handle, wait=False, paths=batch):
             pending = self.pending(handle, handle.mirror.reconcile_all())
         handle.scanned_at, handle.pending = now, len(pending)
         return len(pending)

@@ -48,6 +48,15 @@ def until(check: Callable[[], bool], what: str, within: float) -> None:
         time.sleep(0.05)
 
 
+def answers(url: str) -> bool:
+    """A GET of `url` answers 200 now (False while nothing listens there)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
 @dataclass
 class _Behind:
     """The server as the laptops see it: through the relay."""
@@ -85,11 +94,7 @@ class Cluster:
             if armed:
                 return True
             raise AssertionError(f"the server exited with {self.server_process.returncode}; see {self.server_log}")
-        try:
-            with urllib.request.urlopen(f"{self.server.url}/healthz", timeout=2) as answer:
-                return bool(answer.status == 200)
-        except OSError:
-            return False
+        return answers(f"{self.server.url}/healthz")
 
     def server_alive(self) -> bool:
         return self.server_process is not None and self.server_process.poll() is None

@@ -16,6 +16,7 @@ from server.index.embeddings.base import InputKind, Vectors
 from server.index.engine import EngineSettings
 from server.index.errors import InvalidArgumentError
 from server.index.scan import ScanConfig
+from server.indexes.registry import AUTO_INDEX_FILES
 from server.memory.service import MAX_GET_CHARS, MAX_WRITE_BYTES, CallerContext, MemoryService
 from server.mirror.mirror import DISK
 from tests.fakes.embedder import HashingEmbedder
@@ -525,6 +526,19 @@ def test_sync_stops_when_cancelled(service: MemoryService) -> None:
     assert service.sync(ALICE, cancelled=lambda: True).cancelled
     finished = service.sync(ALICE)
     assert finished.files_indexed == 3 and not finished.cancelled
+
+
+@ON_SERVER_DISK
+def test_many_files_changed_behind_the_engine_are_indexed_a_batch_per_search(service: MemoryService) -> None:
+    service.write(ALICE, "kept", path="MEMORY.md")
+    service.indexes.rescan_interval = 0  # every search looks again
+    folder = files_dir(service, "proj") / "memory"
+    folder.mkdir(exist_ok=True)
+    for n in range(AUTO_INDEX_FILES + 8):  # as a replica finds after missing other servers' changes
+        (folder / f"behind-{n:02d}.md").write_text(f"note {n} about the walrus\n")
+    assert service.search(ALICE, "walrus").pending_files == 8
+    assert service.search(ALICE, "walrus").pending_files == 0
+    assert service.status(ALICE).pending_files == 0
 
 
 # lifecycle ---------------------------------------------------------------------------------------------------

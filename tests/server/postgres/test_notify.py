@@ -13,6 +13,7 @@ import anyio.to_thread
 import pytest
 
 from server.index.engine import EngineSettings
+from server.memory.caller import CallerContext
 from server.memory.service import MemoryService
 from server.postgres.backend import PgBackend
 from server.postgres.files import PgFileStore
@@ -84,3 +85,21 @@ async def test_a_dropped_listening_connection_is_made_again_and_wakes_everyone_o
     with anyio.fail_after(5):
         await signal.wait()
     assert two.indexes.get("proj").mirror.revision() == 1
+
+
+async def test_a_write_through_one_server_is_found_by_a_search_on_another(
+    servers: Callable[[str], MemoryService],
+) -> None:
+    one, two = servers("one"), servers("two")
+    alice = CallerContext("alice", "SHA256:alice", {"proj": "rw"}, "proj", "rw")
+    assert await anyio.to_thread.run_sync(lambda: two.search(alice, "deploy").hits) == []  # opened and scanned
+    await listening_store(two)
+    await write(one, "the deploy runs on Tuesdays\n")
+    await write(one, "the deploy runs on Thursdays\n")  # a second change to the same file
+
+    def found() -> list[str]:
+        return [hit.snippet for hit in two.search(alice, "deploy").hits]
+
+    with anyio.fail_after(5):
+        while not any("Thursdays" in snippet for snippet in await anyio.to_thread.run_sync(found)):
+            await anyio.sleep(0.05)
