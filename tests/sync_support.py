@@ -35,6 +35,7 @@ from server.callers.file import CallersFile, update_callers
 from server.cli import serve
 from server.index.embeddings.base import Embedder
 from server.index.engine import EngineSettings
+from server.index.errors import InvalidArgumentError
 from server.memory.service import MemoryService
 from tests.mcp_support import structured
 from tests.proxy_support import PROXY, init_proxy_home
@@ -82,7 +83,10 @@ class ProductServer:
                 return (self.data_dir / "indexes" / index / "files" / relpath).read_text("utf-8")
             except FileNotFoundError:
                 return None
-        found = self.service.indexes.get(index).mirror.read(relpath)
+        try:
+            found = self.service.indexes.get(index).mirror.read(relpath)
+        except InvalidArgumentError:  # a path the store refuses to hold (outside memory/ and the extra folders)
+            return None
         return found.text if found is not None else None
 
     def start(self) -> None:

@@ -40,6 +40,10 @@ class Clock:
         self.now += dt.timedelta(**delta)
 
 
+# PostgreSQL keeps the files in the database and no copy of them on disk.
+ON_DISK_COPY = pytest.mark.sqlite_only("reads the SQLite mirror's files on disk")
+
+
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -74,6 +78,11 @@ def test_a_written_file_reads_back_with_its_hash_lines_and_author(mirror: Mirror
         "alice",
         "2024-05-01T09:30:00Z",
     )
+
+
+@ON_DISK_COPY
+def test_a_written_file_is_on_the_sqlite_mirrors_disk(mirror: Mirror) -> None:
+    mirror.write("memory/notes.md", "one\ntwo\n", caller="alice")
     assert (mirror.files_dir / "memory" / "notes.md").read_bytes() == b"one\ntwo\n"
 
 
@@ -142,12 +151,14 @@ def test_concurrent_replaces_on_the_same_hash_let_exactly_one_win(mirror: Mirror
     assert sorted(outcomes) == ["lost"] * 7 + ["won"]
 
 
+@ON_DISK_COPY
 def test_writes_leave_no_temporary_files(mirror: Mirror) -> None:
     for n in range(5):
         mirror.write("memory/a.md", f"version {n}", caller="alice")
     assert sorted(p.name for p in (mirror.files_dir / "memory").iterdir()) == ["a.md"]
 
 
+@ON_DISK_COPY
 def test_a_same_size_rewrite_gets_a_later_mtime(mirror: Mirror) -> None:
     target = mirror.files_dir / "memory" / "a.md"
     mirror.write("memory/a.md", "aaaa", caller="alice")
@@ -321,6 +332,7 @@ def test_listing_records_new_edited_and_vanished_files(mirror: Mirror) -> None:
     assert mirror.revision() == revision  # nothing new: nothing recorded
 
 
+@ON_DISK_COPY
 def test_a_touched_but_unchanged_file_is_not_a_change(mirror: Mirror) -> None:
     mirror.write("memory/a.md", "same", caller="alice")
     os.utime(mirror.files_dir / "memory" / "a.md", ns=(1, 1))
