@@ -78,3 +78,13 @@ def report(name: str, title: str, body: str) -> None:
 def save_json(name: str, value: object) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(value, indent=2) + "\n", "utf-8")
+
+
+def insert_file(db: object, path: str, file_hash: str) -> int:
+    """A `files` row of a benchmark index written straight into the schema (an apsw connection); its id."""
+    db.execute(  # type: ignore[attr-defined]
+        "INSERT INTO files(path, source, hash, size, mtime_ns, lines, day, indexed_at)"
+        " VALUES(?, 'memory', ?, 0, 0, 0, NULL, ?)",
+        (path, file_hash, time.time()),
+    )
+    return int(db.last_insert_rowid())  # type: ignore[attr-defined]
