@@ -15,7 +15,9 @@ Recall@10 against the exact scan is measured in bench/bench_scale.py (>= 0.98 at
 The codes are a cache of the vec0 table, never stored: read from its shadow tables in a background thread when
 a search first needs them, and trusted only while nothing was written to the database since (SQLite's
 data_version, on a connection of their own). Until then, and whenever a write made them stale, search takes the
-exact vec0 scan and a refresh runs in the background; so a result never misses a chunk written before it.
+exact vec0 scan and a refresh runs in the background (reading the table's ids, and the vectors of the new ones
+only); so a result never misses a chunk written before it. The new vectors' cache rows are not looked up: their
+exact cosine comes through their chunk ids (slower, until the next full read).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 import apsw
 import numpy as np
 
-from server.index.filtered import similarities_of
+from server.index.filtered import chunk_vectors, similarities_of
 from server.index.queries import Filters, vector_sql
 from server.index.store import Store
 from server.index.vectors import VectorSpace
@@ -41,6 +44,7 @@ BINARY_MIN_CHUNKS = 50_000  # below this the exact scan takes under ~40 ms and k
 HAMMING_POOL = 8_000
 RESCORE_POOL = 400
 RESCORE_PER_RESULT = 10
+REFRESH_MAX_SHARE = 0.2  # a refresh reads only the new vectors unless they are more than this share
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float32)  # (256, 8)
 
 
@@ -125,7 +129,10 @@ def _cache_ids(db: apsw.Connection, space: VectorSpace, ids: np.ndarray) -> np.n
         "SELECT c.id, e.id FROM chunks c JOIN embedding_cache e"
         " ON e.provider = ? AND e.model = ? AND e.hash = c.hash ORDER BY c.id"
     )
-    pairs = np.array(db.execute(sql, (space.provider, space.model)).fetchall(), dtype=np.int64).reshape(-1, 2)
+    # Into numpy a slice at a time: a list of a million tuples would take ~100 MB for a moment.
+    rows = db.execute(sql, (space.provider, space.model))
+    parts = [np.array(batch, dtype=np.int64).reshape(-1, 2) for batch in iter(lambda: list(islice(rows, 100_000)), [])]
+    pairs = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
     out = np.full(len(ids), -1, dtype=np.int64)
     if len(pairs):
         where = np.searchsorted(pairs[:, 0], ids).clip(0, len(pairs) - 1)
@@ -154,6 +161,29 @@ def read_codes(db: apsw.Connection, space: VectorSpace, version: int) -> Codes:
     chunk_ids = np.concatenate(ids)
     planes = np.ascontiguousarray(np.concatenate(words).T)
     return Codes(space.table, version, chunk_ids, planes, _cache_ids(db, space, chunk_ids))
+
+
+def refresh_codes(db: apsw.Connection, space: VectorSpace, codes: Codes, version: int) -> Codes | None:
+    """`codes` brought up to date with the table's rows now: the vectors gone dropped, the new ones read (from the
+    embedding cache, vec0 for the rest); None when over REFRESH_MAX_SHARE of them are new (read them all then)."""
+    rows = db.execute(f'SELECT rowid FROM "{space.table}_rowids"')
+    parts = [np.array(batch, dtype=np.int64) for batch in iter(lambda: [r[0] for r in islice(rows, 100_000)], [])]
+    now = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    added = np.setdiff1d(now, codes.ids)
+    if len(added) > REFRESH_MAX_SHARE * max(len(now), 1):
+        return None
+    kept = np.isin(codes.ids, now)
+    found = chunk_vectors(db, space, added.tolist()) if len(added) else {}
+    new_ids = np.array(list(found), dtype=np.int64)
+    matrix = np.frombuffer(b"".join(found.values()), dtype=np.float32).reshape(len(found), space.dimensions)
+    planes = np.concatenate([codes.planes[:, kept], pack_signs(matrix).T], axis=1)
+    return Codes(
+        space.table,
+        version,
+        np.concatenate([codes.ids[kept], new_ids]),
+        np.ascontiguousarray(planes),
+        np.concatenate([codes.cache_ids[kept], np.full(len(new_ids), -1, dtype=np.int64)]),
+    )
 
 
 def _valid_rows(db: apsw.Connection, space: VectorSpace) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -210,9 +240,13 @@ class BinaryCodes:
     def _load(self, space: VectorSpace, version: int) -> None:
         try:
             db = apsw.Connection(str(self._store.path), flags=apsw.SQLITE_OPEN_READONLY)
+            previous = self._codes
             try:
                 with db:  # one read transaction: the rows and their count agree
-                    codes = read_codes(db, space, version)
+                    codes = None
+                    if previous is not None and previous.table == space.table:
+                        codes = refresh_codes(db, space, previous, version)
+                    codes = codes or read_codes(db, space, version)
             finally:
                 db.close()
         except (apsw.Error, ValueError) as exc:  # a store closed meanwhile, or a layout this version cannot read

@@ -78,17 +78,24 @@ def test_a_large_index_ranks_its_nearest_chunks_as_the_exact_scan_does(large, mo
     assert all(exact[chunk] == pytest.approx(through_codes[chunk], abs=1e-5) for chunk in shared)
 
 
-def test_a_write_sets_the_codes_aside_until_they_are_read_again_and_search_still_finds_it(large, tmp_path):
+def test_a_write_sets_the_codes_aside_until_they_are_brought_up_to_date_and_search_still_finds_it(large, tmp_path):
     before = _loaded(large)
     space = live_space(large.store)
-    extra = tmp_path / "notes" / "memory" / "zebra.md"
-    extra.write_text("# Zebra\n\nzebra crossing quagga stripes\n", "utf-8")
+    notes = tmp_path / "notes" / "memory"
+    (notes / "zebra.md").write_text("# Zebra\n\nzebra crossing quagga stripes\n", "utf-8")
+    (notes / "note-000.md").unlink()
     large.index(tmp_path / "notes")
     assert binary.codes_of(large.store).current(space) is None  # stale: the exact scan answers meanwhile
     hits = large.search("zebra quagga stripes", build_options(limit=3, mode="vector")).hits
     assert hits and hits[0].path == "memory/zebra.md"
     after = _loaded(large)
-    assert len(after.ids) == len(before.ids) + 1 and after.version != before.version
+    rows = {row[0] for row in large.store.connection().execute(f"SELECT chunk_id FROM {space.table}")}
+    assert set(after.ids.tolist()) == rows and after.version != before.version
+    assert len(set(before.ids.tolist()) - rows) >= 1 and len(rows - set(before.ids.tolist())) == 1
+    assert (after.cache_ids == -1).sum() == 1  # brought up to date: only the new vector was read
+    query = large.embedder.embed(["zebra quagga"], kind="query")[0]
+    nearest = binary.nearest(large.store, large.store.connection(), space, query, Filters(), 1)
+    assert list(nearest) == list(rows - set(before.ids.tolist()))
 
 
 def test_a_filtered_or_small_search_takes_the_exact_scan(large, monkeypatch):
