@@ -10,13 +10,15 @@ skipped and said so. Usage: `python bench/bench_pgvector.py [sizes...]` (default
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from typing import Any
 
 import numpy as np
 import psycopg
 import scale_data
 from bench_scale import CANDIDATES, K, exact_top
-from common import median, percentile, report, save_json, table
+from common import RESULTS, median, percentile, report, save_json, table
 
 from tests.postgres_support import start_postgres
 
@@ -33,10 +35,28 @@ def load(db: psycopg.Connection, vectors: np.ndarray) -> float:
     db.execute("DROP TABLE IF EXISTS items")
     db.execute("CREATE TABLE items(id bigint PRIMARY KEY, embedding vector(384) NOT NULL)")
     started = time.perf_counter()
-    with db.cursor().copy("COPY items(id, embedding) FROM STDIN") as copy:
+    # COPY's binary format, built by numpy a batch at a time (pgvector reads it: int16 dims, int16 0, float4s).
+    row = np.dtype(
+        [
+            ("fields", ">i2"),
+            ("id_len", ">i4"),
+            ("id", ">i8"),
+            ("vec_len", ">i4"),
+            ("dims", ">i2"),
+            ("unused", ">i2"),
+            ("vector", ">f4", (384,)),
+        ]
+    )
+    with db.cursor().copy("COPY items(id, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
+        copy.write(b"PGCOPY\n\xff\r\n\x00" + bytes(8))
         for start in range(0, len(vectors), BATCH):
-            for n, vector in enumerate(np.asarray(vectors[start : start + BATCH]), start=start + 1):
-                copy.write_row((n, _text(vector)))
+            part = np.asarray(vectors[start : start + BATCH])
+            rows = np.zeros(len(part), dtype=row)
+            rows["fields"], rows["id_len"], rows["vec_len"], rows["dims"] = 2, 8, 4 + 4 * 384, 384
+            rows["id"] = np.arange(start + 1, start + 1 + len(part))
+            rows["vector"] = part
+            copy.write(rows.tobytes())
+        copy.write(b"\xff\xff")
     db.commit()
     return time.perf_counter() - started
 
@@ -69,9 +89,11 @@ def query(db: psycopg.Connection, vectors: np.ndarray, exact: np.ndarray, ef: in
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("sizes", nargs="*", type=int, default=[100_000, 1_000_000])
+    parser.add_argument("--append", action="store_true", help="keep the sizes of the last run not measured now")
     args = parser.parse_args()
     queries, query_vectors = scale_data.query_vectors()
-    rows, out, notes = [], [], []
+    out: list[dict[str, Any]] = []
+    notes: list[str] = []
     per_second: float | None = None
     with start_postgres() as url, psycopg.connect(url) as db:
         db.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -88,17 +110,6 @@ def main() -> None:
             for ef in EF_SEARCH:
                 query(db, query_vectors[:20], exact[:20], ef)  # warm
                 times, recall = query(db, query_vectors, exact, ef)
-                rows.append(
-                    [
-                        f"{size:,}",
-                        ef,
-                        median(times),
-                        percentile(times, 95),
-                        recall,
-                        f"{build_s:.0f}",
-                        round(size_bytes / size),
-                    ]
-                )
                 out.append(
                     {
                         "size": size,
@@ -111,7 +122,23 @@ def main() -> None:
                         "bytes": size_bytes,
                     }
                 )
-                print(rows[-1], flush=True)
+                print(out[-1], flush=True)
+    if args.append and (RESULTS / "pgvector.json").exists():  # the sizes measured before and not now
+        measured = {entry["size"] for entry in out}
+        earlier = json.loads((RESULTS / "pgvector.json").read_text("utf-8"))
+        out = sorted([e for e in earlier if e["size"] not in measured] + out, key=lambda e: (e["size"], e["ef_search"]))
+    rows = [
+        [
+            f"{e['size']:,}",
+            e["ef_search"],
+            e["p50"],
+            e["p95"],
+            e["recall"],
+            f"{e['build_s']:.0f}",
+            round(e["bytes"] / e["size"]),
+        ]
+        for e in out
+    ]
     body = (
         f"{len(queries)} SciFact query vectors, 40 neighbours a query, recall@10 against the exact KNN; same vectors "
         "as bench/bench_scale.py (compare with its table). HNSW cosine, m=16, ef_construction=64, one parallel "
