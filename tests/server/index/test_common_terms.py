@@ -56,3 +56,13 @@ def test_counts_are_remembered_for_a_while_then_read_again(index):
     assert counts.count(db, "zanzibar") == 1
     now[0] = common_terms.COUNTS_TTL + 1
     assert counts.count(db, "zanzibar") == 0
+
+
+def test_words_are_taken_rarest_first_only_while_their_matches_stay_under_the_bound(index, monkeypatch):
+    monkeypatch.setattr(common_terms, "COMMON_SHARE", 1.0)
+    monkeypatch.setattr(common_terms, "MAX_MATCHES", 10)
+    counts = common_terms.TermCounts()
+    db = index.store.connection()
+    assert counts.rare_terms(db, ["deploy", "zanzibar"]) == ["zanzibar"]  # 1 + 14 matches would pass 10
+    monkeypatch.setattr(common_terms, "MAX_MATCHES", 15)
+    assert counts.rare_terms(db, ["deploy", "zanzibar"]) == ["deploy", "zanzibar"]
