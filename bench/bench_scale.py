@@ -121,12 +121,13 @@ def main() -> None:
         "Hybrid search at limit 8 (40 candidates a side), the query vector known beforehand: everything but the "
         "embedding. 'now': the default engine (sign-bit codes in memory with exact rescoring from "
         f"{binary.BINARY_MIN_CHUNKS:,} chunks; from {common_terms.MIN_CHUNKS:,}, words in over "
-        f"{common_terms.COMMON_SHARE:.0%} of the chunks left out of the keyword query and the rest taken rarest first "
-        f"up to {common_terms.MAX_MATCHES:,} matches). 'before': sqlite-vec's exact float scan and every query "
-        "word, in the same run (at 1M on fewer queries). Recall@10: the vector side's 10 best against the exact "
-        "KNN over the same vectors. Memory: the codes kept per chunk, and the process's resident growth from opening the index to "
-        "the end of its searches, per chunk. Data: real SciFact chunk vectors and texts plus perturbed copies "
-        "(bench/scale_data.py). Targets (issue 16): p50 <= 20 ms at 100k, <= 50 ms at 1M, recall@10 >= 0.98.\n\n"
+        f"{common_terms.COMMON_SHARE:.0%} of the chunks left out of the keyword query and the rest taken rarest "
+        f"first up to {common_terms.MAX_MATCHES:,} matches). 'before': sqlite-vec's exact float scan and every "
+        "query word, in the same run (at 1M on fewer queries). Recall@10: the vector side's 10 best against the "
+        "exact KNN over the same vectors. Memory: the codes kept per chunk, and the process's resident growth from "
+        "opening the index to the end of its searches, per chunk. Data: real SciFact chunk vectors and texts plus "
+        "perturbed copies (bench/scale_data.py). Targets (issue 16): p50 <= 20 ms at 100k, <= 50 ms at 1M, "
+        "recall@10 >= 0.98.\n\n"
         + table(
             [
                 "chunks",
