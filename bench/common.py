@@ -98,3 +98,13 @@ def postgres_url() -> Iterator[str]:
             yield str(server.get_uri())
         finally:
             server.cleanup()
+
+
+def insert_file(db: object, path: str, file_hash: str) -> int:
+    """A `files` row of a benchmark index written straight into the schema (an apsw connection); its id."""
+    db.execute(  # type: ignore[attr-defined]
+        "INSERT INTO files(path, source, hash, size, mtime_ns, lines, day, indexed_at)"
+        " VALUES(?, 'memory', ?, 0, 0, 0, NULL, ?)",
+        (path, file_hash, time.time()),
+    )
+    return int(db.last_insert_rowid())  # type: ignore[attr-defined]

@@ -23,7 +23,11 @@ def query_terms(query: str, max_terms: int = MAX_TERMS) -> list[str]:
 
 def match_expression(query: str) -> str | None:
     """An FTS5 MATCH string for `query`, or None when it has no searchable word."""
-    terms = query_terms(query)
+    return terms_expression(query_terms(query))
+
+
+def terms_expression(terms: list[str]) -> str | None:
+    """An FTS5 MATCH string for words of `query_terms`, or None when there are none."""
     if not terms:
         return None
     # A double-quoted string is a phrase of plain tokens in FTS5; \\w+ never contains a quote.

@@ -14,10 +14,12 @@ from typing import Literal
 import apsw
 import numpy as np
 
+from server.index.binary import nearest
+from server.index.common_terms import keyword_match
 from server.index.embeddings.base import Embedder
 from server.index.errors import EmbeddingError, InvalidArgumentError
 from server.index.filtered import chunk_vectors, filtered_similarities, similarities_of
-from server.index.fts import match_expression, query_terms
+from server.index.fts import query_terms
 from server.index.fusion import FusionWeights, fuse
 from server.index.hits import Hit, Retrievers, RowsOf, SearchResult, VectorsOf, join_notices, load_hits, spans_of
 from server.index.labels import labels_argument
@@ -32,7 +34,6 @@ from server.index.queries import (
     keyword_best_sql,
     keyword_scores_of_sql,
     spans_sql,
-    vector_sql,
 )
 from server.index.rerank import Reranker
 from server.index.store import Store
@@ -172,7 +173,8 @@ def search(
     started = time.perf_counter()
     db = store.connection()
     candidates = max(options.limit * candidate_multiplier, MIN_CANDIDATES)
-    match = match_expression(query) if options.mode != "vector" else None
+    terms = query_terms(query)
+    match = keyword_match(store, db, terms) if options.mode != "vector" else None
     notice = unavailable
 
     # The keyword side runs on its own connection in a pool thread while this one embeds the query and runs the
@@ -189,10 +191,8 @@ def search(
         if query_vector is not None and space is not None:
             if options.filters.labelled:  # ranked exactly among the chunks that pass (server.index.filtered)
                 similarities = filtered_similarities(db, space, query_vector, options.filters, candidates)
-            else:
-                sql, params = vector_sql(space.table, options.filters, candidates)
-                params[0] = query_vector.astype(np.float32).tobytes()
-                similarities = {chunk: 1.0 - distance for chunk, distance in db.execute(sql, params)}
+            else:  # large indexes: the in-memory sign bits, then exact cosine (server.index.binary)
+                similarities = nearest(store, db, space, query_vector, options.filters, candidates)
     finally:
         vector_ids.set_result(list(similarities))  # the keyword side never waits for a search that failed
     # Both sides score every candidate: the keyword side also reads the vector candidates' BM25.

@@ -9,6 +9,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -66,6 +67,7 @@ class Store:
         self._local = threading.local()
         self._connections: list[apsw.Connection] = []
         self._lock = threading.Lock()
+        self.on_close: list[Callable[[], None]] = []  # called by close(), before the connections close
         try:
             db = self.connection()
             # Touch the schema so a file that is not a database fails here, not in the middle of a search.
@@ -101,6 +103,8 @@ class Store:
         return db
 
     def close(self) -> None:
+        for hook in self.on_close:
+            hook()
         with self._lock:
             connections, self._connections = self._connections, []
         for db in connections:
