@@ -4,12 +4,20 @@ What sentence-transformers does around the model is redone here, step for step, 
 float rounding: texts stripped of surrounding whitespace, WordPiece with [CLS]/[SEP] truncated to 256 tokens, mean
 pooling over the real tokens, L2 normalisation. Texts are batched by length with a token budget, which bounds the
 attention buffers (batch x heads x length x length) and so the memory an embedding call takes.
+
+How the CPUs are used (bench/results/ingest.md): each model call runs on one thread, and as many calls as there are
+CPUs run side by side, one batch each; onnxruntime's own threads split every matrix product and meet after each
+operator, which cost about 15 % more CPU per chunk on this model. Idle threads sleep instead of spinning, which
+burnt about 40 % more CPU per chunk, and the CPU of an idle server, for no speed.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +35,20 @@ MAX_BATCH = 32  # texts in one call of the model
 # process embedding notes: 512 -> 175 MB, 1024 -> 203 MB, 2048 -> 255 MB, 4096 -> 366 MB) and the speed does not.
 MAX_BATCH_TOKENS = 512
 MAX_THREADS = 4  # the server shares its machine; more threads gain little on a model this small
+
+
+@dataclass(frozen=True)
+class OnnxTuning:
+    """How the model's calls use the CPUs. The defaults are the measured best; bench_ingest also runs the old ones."""
+
+    workers: int = 0  # model calls run side by side (0: one per CPU, at most MAX_THREADS)
+    intra_op_threads: int = 1  # onnxruntime threads inside one call
+    spinning: bool = False  # whether onnxruntime's idle threads busy-wait for work
+    max_batch_tokens: int = MAX_BATCH_TOKENS
+
+
+# What the runtime did before bench_ingest: one call at a time, split over every CPU by spinning threads.
+SPLIT_CALLS = OnnxTuning(workers=1, intra_op_threads=0, spinning=True)
 
 
 def thread_count() -> int:
@@ -66,7 +88,7 @@ class OnnxEncoder:
 
     runtime = "onnx"
 
-    def __init__(self, model_dir: Path, onnx_path: Path, weights_sha256: str) -> None:
+    def __init__(self, model_dir: Path, onnx_path: Path, weights_sha256: str, tuning: OnnxTuning | None = None) -> None:
         if not onnx_path.is_file():
             raise EmbeddingUnavailableError(
                 f"no ONNX export of the model at {onnx_path}; run `python -m server.index.embeddings.onnx_export` "
@@ -74,10 +96,13 @@ class OnnxEncoder:
             )
         import onnxruntime
 
+        self.tuning = tuning = tuning or OnnxTuning()
+        self.workers = tuning.workers or thread_count()
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = thread_count()
+        options.intra_op_num_threads = tuning.intra_op_threads or thread_count()
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # errors only
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if tuning.spinning else "0")
         # Prepacking keeps a second, repacked copy of every weight matrix: 40 MB for no speed measured here.
         options.add_session_config_entry("session.disable_prepacking", "1")
         try:
@@ -91,16 +116,23 @@ class OnnxEncoder:
             raise EmbeddingUnavailableError(
                 f"the ONNX model at {onnx_path} was not exported from the packaged weights; export it again"
             )
-        self.detail = f"onnxruntime {onnxruntime.__version__}, {options.intra_op_num_threads} threads, {onnx_path}"
+        self.detail = (
+            f"onnxruntime {onnxruntime.__version__}, {self.workers} x {options.intra_op_num_threads} threads, "
+            f"{onnx_path}"
+        )
         tokenizer = HFTokenizer.from_file(str(model_dir / "tokenizer.json"))
         tokenizer.no_padding()  # the file pads to 128: padding is done here, per batch
         tokenizer.enable_truncation(SEQUENCE_LENGTH)
         self.tokenizer = tokenizer
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def encode(self, texts: Sequence[str]) -> Vectors:
         encodings = self.tokenizer.encode_batch([text.strip() for text in texts])
+        groups = batches([len(encoding.ids) for encoding in encodings], max_tokens=self.tuning.max_batch_tokens)
         vectors = np.zeros((len(texts), 0), dtype=np.float32)
-        for group in batches([len(encoding.ids) for encoding in encodings]):
+
+        def run(group: list[int]) -> tuple[list[int], Vectors]:
             length = len(encodings[group[0]].ids)
             ids = np.zeros((len(group), length), dtype=np.int64)
             mask = np.zeros((len(group), length), dtype=np.int64)
@@ -109,8 +141,19 @@ class OnnxEncoder:
                 ids[row, : len(tokens)] = tokens
                 mask[row, : len(tokens)] = 1
             (hidden,) = self.session.run([OUTPUT], dict(zip(INPUTS, (ids, mask), strict=True)))
-            pooled = mean_pool(hidden, mask)
+            return group, mean_pool(hidden, mask)
+
+        # session.run releases the GIL: the batches of one call (and of calls from other threads) run side by side
+        done = map(run, groups) if len(groups) == 1 or self.workers == 1 else self._workers().map(run, groups)
+        for group, pooled in done:
             if vectors.shape[1] == 0:
                 vectors = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
             vectors[group] = pooled
         return vectors
+
+    def _workers(self) -> ThreadPoolExecutor:
+        """The threads that run model calls, started on first use and kept for the process's life."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="onnx-encode")
+            return self._pool

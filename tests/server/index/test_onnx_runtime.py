@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +16,10 @@ import pytest
 
 from server.index.embeddings.local import LocalEmbedder
 from server.index.embeddings.onnx_export import DATA_SUFFIX, WEIGHTS_KEY, exported_from
-from server.index.embeddings.onnx_runtime import OnnxEncoder, batches, mean_pool
+from server.index.embeddings.onnx_runtime import SPLIT_CALLS, OnnxEncoder, OnnxTuning, batches, mean_pool
 from server.index.embeddings.select import EmbeddingSettings
 from server.index.errors import EmbeddingUnavailableError, InvalidArgumentError
-from server.index.model_package import WEIGHTS_SHA256, packaged_model_dir
+from server.index.model_package import WEIGHTS_SHA256, onnx_model_path, packaged_model_dir
 
 REPO = Path(__file__).resolve().parents[3]
 TEXTS = json.loads((REPO / "tests" / "data" / "embedding_texts.json").read_text(encoding="utf-8"))["texts"]
@@ -39,6 +41,43 @@ def test_a_text_embeds_the_same_alone_and_in_a_batch_of_longer_ones(local_embedd
     alone = local_embedder.embed(["the staging database is rebuilt every Sunday"])
     batched = local_embedder.embed([TEXTS[95], "the staging database is rebuilt every Sunday", TEXTS[3]])
     assert float(alone[0] @ batched[1]) >= 0.99999
+
+
+def encoder(tuning: OnnxTuning) -> OnnxEncoder:
+    return OnnxEncoder(packaged_model_dir(), onnx_model_path(), WEIGHTS_SHA256, tuning)
+
+
+@pytest.mark.model
+def test_batches_run_side_by_side_give_the_vectors_of_one_call_at_a_time_over_every_cpu():
+    side_by_side = encoder(OnnxTuning(workers=2)).encode(TEXTS)
+    one_at_a_time = encoder(SPLIT_CALLS).encode(TEXTS)
+    assert side_by_side.shape == one_at_a_time.shape == (200, 384)
+    assert np.sum(side_by_side * one_at_a_time, axis=1).min() >= 0.99999
+
+
+@pytest.mark.model
+def test_encode_calls_from_several_threads_at_once_each_get_their_own_vectors():
+    shared = encoder(OnnxTuning(workers=2))
+    parts = [TEXTS[0:70], TEXTS[70:140], TEXTS[140:200]]
+    alone = [shared.encode(part) for part in parts]
+    together: dict[int, np.ndarray] = {}
+    threads = [threading.Thread(target=lambda n=n: together.update({n: shared.encode(parts[n])})) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(together) == [0, 1, 2]
+    for n in range(3):
+        assert np.sum(together[n] * alone[n], axis=1).min() >= 0.99999
+
+
+@pytest.mark.model
+def test_an_idle_encoder_burns_no_cpu_after_a_call():
+    idle = encoder(OnnxTuning())
+    idle.encode(TEXTS[:40])
+    started = time.process_time()
+    time.sleep(0.5)  # the interval measured, not a wait for an event: spinning threads burnt ~30 ms of it
+    assert time.process_time() - started < 0.01
 
 
 def test_batches_keep_every_text_once_longest_first_within_the_token_budget():

@@ -1,0 +1,211 @@
+"""Benchmark: ingest speed on the 983-document SciFact subset, through the product's indexing path, against raw
+encode of the same chunks with the same runtime, before and after the onnx runtime's CPU tuning, in one run.
+
+The subset is the one peers were measured on: the 283 abstracts relevant to a test query plus 700 others drawn with
+a fixed seed, one markdown file each (`# title`, blank line, text), never truncated. mcp-memory-service ingests it at
+18.1 documents/s (it truncates at 256 tokens; we embed 1.58x its tokens). Each round runs every tuning, alternating,
+and each figure is the best of the rounds (the machine is shared). "Raw" is `OnnxEncoder.encode` over the distinct
+texts the index embedded; "index" is `MemoryIndex.index()` from an empty database (chunking, the model, SQLite,
+FTS5, sqlite-vec). CPU is this process's CPU time (all threads), a fairer figure than wall time on a busy machine.
+
+    .venv/bin/python bench/bench_ingest.py [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_retrieval_scifact import load
+from common import CACHE, median, report, save_json, table
+
+from server.index.embeddings.local import LocalEmbedder
+from server.index.embeddings.onnx_runtime import SPLIT_CALLS, OnnxEncoder, OnnxTuning
+from server.index.engine import MemoryIndex
+from server.index.model_package import WEIGHTS_SHA256, onnx_model_path
+
+ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+DISTRACTORS = 700
+SEED = 3
+PEER_DOCS_PER_S = 18.1  # mcp-memory-service 12.4 on this subset (issue 16)
+TUNINGS = {"before (split calls, spinning)": SPLIT_CALLS, "after (side by side, no spinning)": OnnxTuning()}
+QUERIES = 100
+
+
+class TunedEmbedder(LocalEmbedder):
+    """The local embedder with a given encoder instead of the process-wide one."""
+
+    def __init__(self, encoder: OnnxEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def _load(self) -> OnnxEncoder:
+        return self.encoder
+
+
+def write_subset(folder: Path) -> tuple[list[str], int]:
+    corpus, _, qrels = load()
+    relevant = sorted({doc for rels in qrels.values() for doc in rels if doc in corpus})
+    others = sorted(set(corpus) - set(relevant))
+    chosen = relevant + random.Random(SEED).sample(others, DISTRACTORS)
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "memory").mkdir(parents=True)
+    for doc in chosen:
+        title, text = corpus[doc]
+        (folder / "memory" / f"{doc}.md").write_text(f"# {title}\n\n{text}\n", "utf-8")
+    return chosen, len(relevant)
+
+
+def cpu_and_wall() -> tuple[float, float]:
+    return time.process_time(), time.perf_counter()
+
+
+def run_index(encoder: OnnxEncoder, folder: Path, data: Path) -> tuple[float, float, int, MemoryIndex]:
+    shutil.rmtree(data, ignore_errors=True)
+    index = MemoryIndex.open(data, "ingest", TunedEmbedder(encoder), create=True)
+    cpu, wall = cpu_and_wall()
+    result = index.index(folder)
+    cpu_end, wall_end = cpu_and_wall()
+    return wall_end - wall, cpu_end - cpu, result.chunks_embedded, index
+
+
+def embedded_texts(index: MemoryIndex) -> list[str]:
+    rows = index.store.connection().execute(
+        "SELECT CASE WHEN context = '' THEN text ELSE context || char(10) || text END FROM chunks ORDER BY id"
+    )
+    return list(dict.fromkeys(str(text) for (text,) in rows))
+
+
+def stored_vectors(index: MemoryIndex) -> dict[str, np.ndarray]:
+    rows = index.store.connection().execute("SELECT hash, vector FROM embedding_cache")
+    return {str(h): np.frombuffer(bytes(v), dtype=np.float32) for h, v in rows}  # type: ignore[arg-type]
+
+
+def main() -> None:
+    folder, data = CACHE / "ingest-md", CACHE / "ingest-data"
+    chosen, relevant = write_subset(folder)
+    docs = len(chosen)
+    _, queries, _ = load()
+    asks = list(queries.values())[:QUERIES]
+    encoders = {
+        name: OnnxEncoder(LocalEmbedder().model_dir, onnx_model_path(), WEIGHTS_SHA256, tuning)
+        for name, tuning in TUNINGS.items()
+    }
+    for encoder in encoders.values():
+        encoder.encode(asks[:16])  # warm up threads and allocator
+    runs: dict[str, dict[str, list[float]]] = {name: {} for name in TUNINGS}
+    texts: list[str] = []
+    vectors: dict[str, dict[str, np.ndarray]] = {}
+    raw_vectors: dict[str, np.ndarray] = {}
+    loads = [os.getloadavg()[0]]
+    for round_number in range(ROUNDS):
+        for name, encoder in encoders.items():
+            seconds, cpu, embedded, index = run_index(encoder, folder, data)
+            runs[name].setdefault("index_s", []).append(seconds)
+            runs[name].setdefault("index_cpu_s", []).append(cpu)
+            texts = texts or embedded_texts(index)
+            vectors.setdefault(name, stored_vectors(index))
+            index.close()
+            shutil.rmtree(data, ignore_errors=True)
+            cpu_start, wall_start = cpu_and_wall()
+            raw_vectors[name] = encoder.encode(texts)
+            cpu_end, wall_end = cpu_and_wall()
+            runs[name].setdefault("raw_s", []).append(wall_end - wall_start)
+            runs[name].setdefault("raw_cpu_s", []).append(cpu_end - cpu_start)
+            latencies = []
+            for ask in asks:
+                started = time.perf_counter()
+                encoder.encode([ask])
+                latencies.append(time.perf_counter() - started)
+            runs[name].setdefault("query_p50_ms", []).append(median(latencies) * 1000)
+            loads.append(os.getloadavg()[0])
+            raw_s = wall_end - wall_start
+            print(f"round {round_number} {name}: index {seconds:.1f} s ({embedded} chunks), raw {raw_s:.1f} s")
+        # a report after every round: a run stopped early still leaves its figures
+        write_report(docs, relevant, round_number + 1, runs, texts, encoders, vectors, raw_vectors, loads)
+
+
+def write_report(
+    docs: int,
+    relevant: int,
+    rounds: int,
+    runs: dict[str, dict[str, list[float]]],
+    texts: list[str],
+    encoders: dict[str, OnnxEncoder],
+    vectors: dict[str, dict[str, np.ndarray]],
+    raw_vectors: dict[str, np.ndarray],
+    loads: list[float],
+) -> None:
+    tokenizer = next(iter(encoders.values())).tokenizer
+    tokens = sum(len(encoding.ids) for encoding in tokenizer.encode_batch([t.strip() for t in texts]))
+    names = list(TUNINGS)
+    first, last = (vectors[name] for name in names[:2])
+    index_cosine = min(float(first[h] @ last[h]) for h in first)
+    raw_cosine = float(np.min(np.sum(raw_vectors[names[0]] * raw_vectors[names[1]], axis=1)))
+    rows, summary = [], {}
+    for name in names:
+        best = {key: min(values) for key, values in runs[name].items()}
+        index_rate, raw_rate = docs / best["index_s"], docs / best["raw_s"]
+        summary[name] = {**runs[name], "docs_per_s": index_rate, "raw_docs_per_s": raw_rate}
+        rows.append(
+            [
+                name,
+                index_rate,
+                len(texts) / best["index_s"],
+                tokens / best["index_s"],
+                best["index_cpu_s"] / docs * 1000,
+                raw_rate,
+                best["raw_cpu_s"] / docs * 1000,
+                index_rate / raw_rate,
+                best["query_p50_ms"],
+            ]
+        )
+    speedup = rows[1][1] / rows[0][1]
+    body = (
+        f"{docs} SciFact abstracts ({relevant} relevant to a test query, {docs - relevant} others, seed {SEED}) "
+        f"as markdown files: {len(texts)} distinct chunks, {tokens} tokens embedded ([CLS]/[SEP] included, none "
+        f"truncated). Best of {rounds} rounds, tunings alternating; load average {min(loads):.1f}-{max(loads):.1f} "
+        f"on {os.cpu_count()} CPUs during the run.\n\n"
+        + table(
+            [
+                "onnx tuning",
+                "index docs/s",
+                "chunks/s",
+                "tokens/s",
+                "index CPU ms/doc",
+                "raw encode docs/s",
+                "raw CPU ms/doc",
+                "index / raw",
+                "query p50 ms",
+            ],
+            rows,
+        )
+        + f"\n\nAfter / before (index docs/s): {speedup:.2f}x; mcp-memory-service on this subset: "
+        f"{PEER_DOCS_PER_S} docs/s. Vectors, after against before: min cosine {index_cosine:.6f} in the index, "
+        f"{raw_cosine:.6f} from raw encode."
+    )
+    report("ingest", "Ingest speed on the SciFact 983-document subset", body)
+    save_json(
+        "ingest",
+        {
+            "docs": docs,
+            "chunks": len(texts),
+            "tokens": tokens,
+            "rounds": rounds,
+            "load_average": loads,
+            "min_cosine_index": index_cosine,
+            "min_cosine_raw": raw_cosine,
+            "tunings": {name: json.loads(json.dumps(TUNINGS[name].__dict__)) for name in names},
+            "runs": summary,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
