@@ -17,7 +17,6 @@ request the app gets is recorded with its headers, as the proxy sent them inside
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import threading
 from contextlib import ExitStack
@@ -40,6 +39,7 @@ from channel.middleware import ChannelMiddleware
 from channel.ratelimit import Rate
 from client_proxy.config import ProxyConfig
 from tests.conftest import REPO
+from tests.ports import free_port
 from tests.threaded_uvicorn import run_uvicorn
 
 PROXY = REPO / ".venv" / "bin" / "memory-proxy"
@@ -151,9 +151,7 @@ class LiveServer:
         self.state = AppState()
         self.key = key or PrivateKey.generate("memory-server")
         self.callers = CallerTable([])
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self._running = ExitStack()
 
     def grant(self, device: PublicKey, **grants: str) -> None:

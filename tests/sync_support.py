@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -38,6 +37,7 @@ from server.index.engine import EngineSettings
 from server.index.errors import InvalidArgumentError
 from server.memory.service import MemoryService
 from tests.mcp_support import structured
+from tests.ports import free_port
 from tests.proxy_support import PROXY, init_proxy_home
 from tests.threaded_uvicorn import run_uvicorn
 
@@ -62,9 +62,7 @@ class ProductServer:
         self.grants = dict(callers or {})
         self.settings = settings
         self.service: MemoryService | None = None
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self._running = ExitStack()
 
     @property

@@ -21,7 +21,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from tests.conftest import REPO
 from tests.fakes.provider_api import FakeProviderAPI
 from tests.fakes.provider_api import serve as serve_provider
 from tests.mcp_support import structured
+from tests.ports import free_port
 from tests.proxy_support import init_proxy_home, proxy_params
 
 pytestmark = pytest.mark.anyio
@@ -132,12 +132,6 @@ def container_user(uid: int) -> tuple[list[str], int, int]:
     if subprocess.run([*as_user, sys.executable, "-c", ""], capture_output=True, check=False).returncode == 0:
         return as_user, uid, uid
     return no_capabilities, 0, 0  # this Python lives where only root may enter (e.g. under /root)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -29,6 +28,7 @@ import anyio
 
 from channel.keys import PublicKey
 from tests.conftest import REPO
+from tests.ports import free_port
 
 GUIDE = REPO / "docs" / "deploy.md"
 SERVICE = "memory-server"
@@ -75,12 +75,6 @@ def admin_command(folder: Path, image: str) -> list[str]:
     words = [word.replace("$PWD", str(folder)) for word in shlex.split(text)]
     assert words[-1] == "memory-server:latest", words
     return [*words[:-1], image]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import socket
 import threading
+
+from tests.ports import free_port
 
 CHUNK = 4096
 
@@ -28,9 +29,7 @@ class Relay:
         self._rng = random.Random(0)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         if not self._ready.wait(10):

@@ -16,7 +16,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from server.callers.config import CALLERS_FILE
 from server.callers.file import update_callers
 from server.cli import serve
 from tests.faults.cluster import _kill, answers, until
+from tests.ports import free_port
 from tests.scale.balancer import Balancer
 from tests.sync_support import Laptop
 
@@ -38,12 +38,6 @@ INDEX = "team"
 NAMES = ("alice", "bob")
 START_WITHIN = 60.0  # seconds for a replica to answer /healthz (the embedding model loads first)
 COMMAND_WITHIN = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
