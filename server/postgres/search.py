@@ -365,8 +365,8 @@ class PgSearchIndex:
 
     def _search(self, db: PgConnection, query: str, options: SearchOptions) -> tuple[list[Hit], str, str | None, float]:
         """Candidates from both sides (the vector side first: the keyword side scores its candidates too)."""
-        _state, notice = self.vector_state(db)
-        served = self._serving(db)
+        served = self._serving(db)  # read once: the notice says why only when vectors are not served
+        notice = None if served is not None else self.vector_state(db)[1]
         candidates = max(options.limit * self.settings.search.candidate_multiplier, MIN_CANDIDATES)
         words = [w for term in query_terms(query) for w in term.split("_") if w] if options.mode != "vector" else []
         terms = [str(row[0]) for row in db.execute(*sq.stems_sql(words))] if words else []
