@@ -36,7 +36,8 @@ from common import CACHE, report, save_json, table
 
 from server.index.embeddings.base import InputKind, Vectors
 from server.index.embeddings.local import LocalEmbedder
-from server.index.engine import EngineSettings, MemoryIndex
+from server.index.engine import MemoryIndex
+from server.index.engine_settings import EngineSettings
 from server.index.rerank import RERANK_CANDIDATES, GuardedReranker, VoyageReranker
 from server.index.search import MAX_LIMIT, build_options
 from tests.fakes.provider_api import FakeProviderAPI, serve

@@ -28,7 +28,8 @@ from bench_retrieval_scifact import doc_of, evaluate
 from bench_retrieval_scifact import load as load_scifact
 from common import report, save_json, table
 
-from server.index.engine import EngineSettings, MemoryIndex
+from server.index.engine import MemoryIndex
+from server.index.engine_settings import EngineSettings
 from server.index.hits import SearchResult
 from server.index.search import MAX_LIMIT, build_options
 from server.indexes.storage import SearchIndex

@@ -18,7 +18,8 @@ from bench_locomo import LOCOMO, build, recall_of, write_folder
 from common import CACHE
 
 from server.index.embeddings.local import LocalEmbedder
-from server.index.engine import EngineSettings, MemoryIndex
+from server.index.engine import MemoryIndex
+from server.index.engine_settings import EngineSettings
 from server.index.fts import match_expression
 from server.index.queries import CLEAR_KEYWORD_SCORES, CREATE_KEYWORD_SCORES, FILL_KEYWORD_SCORES
 

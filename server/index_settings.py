@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from server.errors import InvalidArgumentError
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.index.naming import NAME_PATTERN
 from server.index.tuning import chunking_from_env, search_defaults_from_env
 

@@ -27,7 +27,7 @@ from server.errors import InvalidArgumentError
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
 from server.index.embeddings.select import EmbeddingSettings, select_embedder, select_providers, select_reranker
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.index.fusion import FusionWeights
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, DEFAULT_RULES, ScanConfig, ScanRule
 from server.index.tuning import chunking_from_env, search_defaults_from_env, whole

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.mirror.history import Retention
 from server.mirror.mirror import Mirror
 from server.postgres.backend import PgBackend

@@ -33,7 +33,7 @@ from server.callers.config import CALLERS_FILE
 from server.callers.file import CallersFile, update_callers
 from server.cli import serve
 from server.index.embeddings.base import Embedder
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.index.errors import InvalidArgumentError
 from server.memory.service import MemoryService
 from tests.mcp_support import structured

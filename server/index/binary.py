@@ -214,9 +214,12 @@ class BinaryCodes:
     def current(self, space: VectorSpace) -> Codes | None:
         """Codes of `space` that match the database as it is now, or None (a refresh starts in the background)."""
         with self._lock:
-            if self._watch is None or space.table in self._broken or not self._large(space):
+            try:
+                if self._watch is None or space.table in self._broken or not self._large(space):
+                    return None
+                version = self._version()
+            except apsw.Error:  # a table swapped in or dropped while this looked: the exact scan, this once
                 return None
-            version = self._version()
             codes = self._codes
             if codes is not None and codes.table == space.table and codes.version == version:
                 return codes
@@ -294,6 +297,7 @@ def codes_of(store: Store) -> BinaryCodes:
     with _REGISTRY_LOCK:
         found = _BY_STORE.get(store)
         if found is None:
+            store.connection()  # raises once the store is closed: its path may name a new database by now
             found = _BY_STORE[store] = BinaryCodes(store)
             store.on_close.append(found.close)
         return found

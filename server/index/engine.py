@@ -10,16 +10,14 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
-from server.index.chunker import ChunkerConfig
 from server.index.embeddings.base import Embedder, Tokenizer
 from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_chain
+from server.index.engine_settings import EngineSettings
 from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentError, UnknownIndexError
-from server.index.fusion import FusionWeights
 from server.index.hits import SearchResult
 from server.index.indexer import Indexer, IndexReport
 from server.index.labelled_files import FileLabels, file_labels
@@ -28,12 +26,10 @@ from server.index.naming import index_dir, validate_name, write_info
 from server.index.rebuild_progress import RebuildProgress
 from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, remove_strays
 from server.index.relabel import start_relabel
-from server.index.rerank import Reranker
-from server.index.scan import ScanConfig
 from server.index.search import SearchOptions, search
 from server.index.status import IndexStatus, index_status
-from server.index.store import Store, is_corruption, quarantine
-from server.index.tuning import SearchDefaults, check_model_limit
+from server.index.store import LET_GO, Store, is_corruption, is_missing_table, quarantine
+from server.index.tuning import check_model_limit
 from server.index.vectors import (
     VectorSpace,
     cap_cache,
@@ -48,20 +44,6 @@ from server.index.vectors import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
-    scan: ScanConfig = field(default_factory=ScanConfig)
-    weights: FusionWeights = field(default_factory=FusionWeights)
-    search: SearchDefaults = field(default_factory=SearchDefaults)
-    cache_max_entries: int = 0  # the embedding cache's cap in vectors; 0: no cap (unused ones age out)
-    reranker: Reranker | None = None  # built at start from the server's key (Settings.select_reranker)
-    per_index: Mapping[str, EngineSettings] = field(default_factory=dict)  # [indexes.NAME] (server.index_settings)
-
-    def for_index(self, name: str) -> EngineSettings:
-        return self.per_index.get(name, self)
 
 
 class MemoryIndex:
@@ -157,18 +139,34 @@ class MemoryIndex:
         self.keep_vectors_current()
 
     def _guard(self, operation: Callable[[], T]) -> T:
-        """Run `operation`; if the database turns out damaged, rebuild it from the files and run it again."""
+        """Run `operation`; if the database turns out damaged, rebuild it from the files and run it again. One that
+        failed because another thread set the database aside under it runs again on the new one."""
+        store = self.store
         try:
             return operation()
         except Exception as exc:
-            if not is_corruption(exc):
+            if is_missing_table(exc) and self.store is store:
+                try:  # a vector table swapped out between two reads of this operation: the retry reads the new one
+                    return operation()
+                except Exception as again:
+                    exc = again
+            if self.store is store and not (is_corruption(exc) or is_missing_table(exc) or isinstance(exc, LET_GO)):
                 raise
+            self._replace_damaged(store, exc)
+            return operation()
+
+    def _replace_damaged(self, damaged: Store, exc: Exception) -> None:
+        """Set the damaged database aside and fill a new one from the files: once, however many threads find it."""
+        with self.write_lock:  # after the indexing run in flight, which may be finding the damage too
+            if self.store is not damaged:
+                return  # another thread has replaced it, or was replacing it when it closed this one's connection
+            if isinstance(exc, LET_GO):
+                raise exc
             log.error("index %s is damaged (%s); rebuilding from files", self.name, type(exc).__name__)
-            self.store.close()
+            damaged.close()
             quarantine(self.db_path)
             self.store = Store(self.db_path)
             self._reindex_after_rebuild()
-            return operation()
 
     def close(self) -> None:
         self.closing.set()
@@ -373,7 +371,7 @@ class MemoryIndex:
 
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
         result = self._guard(lambda: self._search(query, options or SearchOptions()))
-        self.keep_vectors_current()  # after: a provider that failed this search is bypassed from the next one
+        self._guard(self.keep_vectors_current)  # after: a provider that failed this search is bypassed next time
         return result
 
     def _search(self, query: str, options: SearchOptions) -> SearchResult:

@@ -21,6 +21,7 @@ from server.index.labels import Labels
 from server.index.scan import ScanConfig, UnreadableFile, day_of, decode_memory
 from server.index.store import Store
 from server.index.tagging import labelled_text
+from server.index.transaction import writing
 from server.index.vectors import VectorSpace, embed_missing
 from syncproto.faults import fault_point
 
@@ -165,7 +166,7 @@ class Indexer:
             if prepared is None:
                 continue
             if old and not force and old[1] == prepared.digest:
-                with db:  # same bytes, new mtime: remember the stat so the next scan skips it fast
+                with writing(db):  # same bytes, new mtime: remember the stat so the next scan skips it fast
                     db.execute("UPDATE files SET mtime_ns = ? WHERE id = ?", (prepared.mtime_ns, old[0]))
                 report.files_unchanged += 1
                 continue
@@ -221,7 +222,7 @@ class Indexer:
 
     def _write_file(self, db: apsw.Connection, p: Prepared, vectors: dict[str, bytes]) -> None:
         day = day_of(p.relpath)
-        with db:
+        with writing(db):
             rows = db.execute("SELECT id FROM files WHERE path = ?", (p.relpath,)).fetchall()
             if rows:
                 file_id = int(rows[0][0])  # type: ignore[arg-type]
@@ -270,7 +271,7 @@ class Indexer:
     def remove(self, relpath: str) -> bool:
         """Forget one file; True when it was indexed."""
         db = self.store.connection()
-        with db:
+        with writing(db):
             rows = db.execute("SELECT id FROM files WHERE path = ?", (relpath,)).fetchall()
             if not rows:
                 return False

@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import apsw
 
+from server.index.transaction import writing
+
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
@@ -133,7 +135,7 @@ def migrate(db: apsw.Connection) -> int:
             f"the index was written by a newer version (schema {version}, this one knows {SCHEMA_VERSION})"
         )
     for number in range(version, SCHEMA_VERSION):
-        with db:
+        with writing(db):
             MIGRATIONS[number](db)
             db.execute(f"PRAGMA user_version = {number + 1}")
     return SCHEMA_VERSION

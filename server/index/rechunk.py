@@ -32,6 +32,7 @@ from server.index.indexer import Indexer, count_memory_files
 from server.index.rebuild_progress import RebuildProgress
 from server.index.scan import ScanConfig
 from server.index.store import Store
+from server.index.transaction import writing
 from server.index.tuning import chunker_of, chunking_identity
 from server.index.vectors import count_missing, ensure_live_space, fill_space
 
@@ -57,7 +58,7 @@ def live_chunker(store: Store, target: ChunkerConfig) -> ChunkerConfig:
     db = store.connection()
     has_files = bool(db.execute("SELECT 1 FROM files LIMIT 1").fetchall())
     found = ChunkerConfig() if has_files else target
-    with db:
+    with writing(db):
         store.set_meta(CHUNKING_KEY, chunking_identity(found), db)
     return found
 
@@ -215,7 +216,7 @@ class Rechunker:
         index.update_info(next_database=name)
         store = Store(index.directory / name)
         db = store.connection()
-        with db:
+        with writing(db):
             store.set_meta(CHUNKING_KEY, target, db)
         _copy_cache(db, index.store.path)
         return store
@@ -245,7 +246,7 @@ def _copy_cache(db: apsw.Connection, live: Path) -> None:
     is one chunk at any size) need no model call."""
     db.execute("ATTACH DATABASE ? AS live", (str(live),))
     try:
-        with db:
+        with writing(db):
             db.execute(
                 "INSERT OR IGNORE INTO embedding_cache(provider, model, hash, vector, used_at)"
                 " SELECT provider, model, hash, vector, used_at FROM live.embedding_cache"

@@ -24,10 +24,18 @@ BUSY_TIMEOUT_MS = 10_000
 _CORRUPTION = (apsw.CorruptError, apsw.NotADBError)
 # sqlite-vec reports damaged shadow tables as plain SQL errors: a blob of the wrong size or unreadable, chunks it
 # cannot iterate, a rowid its own index already holds (SQLite's own constraint errors say "failed:" and are
-# ConstraintError). Its errors about a caller's input say "BLOB" in capitals instead.
+# ConstraintError). Its errors about a caller's input say "BLOB" in capitals instead. An FTS5 or vec0 table whose
+# shadow tables are damaged fails its constructor.
 _VEC_DAMAGE = re.compile(
     r"(vectors?|validity|rowids) blob|blob (read|size)|(from|opening) blob|chunks iter|UNIQUE constraint failed on \w+ "
+    r"|vtable constructor failed"
 )
+
+
+# What a thread sees when another closed its connection under it, to set a damaged database aside.
+LET_GO = (apsw.ConnectionClosedError, apsw.InterruptError, apsw.ThreadingViolationError)
+
+_BARE_ERROR = "SQL logic error"
 
 
 def vec_available() -> bool:
@@ -50,7 +58,18 @@ def load_vec(db: apsw.Connection) -> None:
 
 def is_corruption(exc: BaseException) -> bool:
     """The database is damaged: SQLite says so, or sqlite-vec cannot read its own tables."""
-    return isinstance(exc, _CORRUPTION) or (isinstance(exc, apsw.SQLError) and bool(_VEC_DAMAGE.search(str(exc))))
+    if isinstance(exc, _CORRUPTION):
+        return True
+    # SQLite names what is wrong with a statement; a bare "SQL logic error" is a virtual table (sqlite-vec) that
+    # failed to read its shadow tables without saying why: the fault loop's noise drew it from a DELETE.
+    damage = str(exc) == _BARE_ERROR or bool(_VEC_DAMAGE.search(str(exc)))
+    return isinstance(exc, (apsw.SQLError, apsw.SchemaChangeError)) and damage
+
+
+def is_missing_table(exc: BaseException) -> bool:
+    """A table the index's own statement names is not there: a vector table swapped out by the background
+    rebuild between two reads (gone on a second try), or a schema the damage took away (still gone)."""
+    return isinstance(exc, apsw.SQLError) and str(exc).startswith("no such table: ")
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -68,6 +87,7 @@ class Store:
         self._connections: list[apsw.Connection] = []
         self._lock = threading.Lock()
         self.on_close: list[Callable[[], None]] = []  # called by close(), before the connections close
+        self.closed = False  # then no thread opens a connection: the path may name a new database by now
         try:
             db = self.connection()
             # Touch the schema so a file that is not a database fails here, not in the middle of a search.
@@ -78,6 +98,8 @@ class Store:
             raise CorruptIndexError(f"the index database {path.name} is damaged") from exc
 
     def connection(self) -> apsw.Connection:
+        if self.closed:
+            raise apsw.ConnectionClosedError(f"the index database {self.path.name} was closed")
         db: apsw.Connection | None = getattr(self._local, "db", None)
         if db is None:
             db = self._open()
@@ -103,12 +125,18 @@ class Store:
         return db
 
     def close(self) -> None:
+        self.closed = True
         for hook in self.on_close:
             hook()
         with self._lock:
             connections, self._connections = self._connections, []
         for db in connections:
-            db.close()
+            try:
+                db.close()
+            except apsw.ThreadingViolationError:
+                # Busy in another thread (a search, the background rebuild): its statement stops with an
+                # InterruptError, and the connection closes when that thread lets go of it.
+                db.interrupt()
         self._local = threading.local()
 
     # meta ------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from server.index.embeddings.base import Embedder, Vectors
 from server.index.errors import EmbeddingError
 from server.index.queries import create_vector_table_sql
 from server.index.store import Store
+from server.index.transaction import writing
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def pending_space(store: Store) -> VectorSpace | None:
 def create_space(store: Store, embedder: Embedder, prefix: str) -> VectorSpace:
     """A new, empty vec0 table for `embedder`, recorded under `prefix` in meta."""
     db = store.connection()
-    with db:
+    with writing(db):
         number = int(store.get_meta("vector_table_counter") or 0) + 1
         space = VectorSpace(f"vectors_{number}", embedder.provider, embedder.model, embedder.dimensions)
         db.execute(create_vector_table_sql(space.table, space.dimensions))
@@ -102,7 +103,7 @@ def cached_vectors(db: apsw.Connection, embedder: Embedder, hashes: Sequence[str
         )
         found.update(rows)
         if rows:
-            with db:
+            with writing(db):
                 db.execute(
                     f"UPDATE embedding_cache SET used_at = ? WHERE {where}",
                     (now, embedder.provider, embedder.model, *batch),
@@ -122,7 +123,7 @@ def prune_cache(store: Store, space: VectorSpace | None, *, keep_days: float = C
     params: list[object] = [now - keep_days * 86400]
     if space is not None:
         params += [space.provider, space.model]
-    with db:
+    with writing(db):
         db.execute(f"DELETE FROM embedding_cache WHERE used_at < ? AND NOT {keep}", params)
         removed = db.changes()
         store.set_meta("cache_pruned_at", str(now), db)
@@ -140,7 +141,7 @@ def cap_cache(store: Store, max_entries: int, space: VectorSpace | None) -> int:
         return 0
     live = "provider = ? AND model = ? AND hash IN (SELECT hash FROM chunks)" if space is not None else "0"
     params: list[object] = [space.provider, space.model] if space is not None else []
-    with db:
+    with writing(db):
         db.execute(
             f"DELETE FROM embedding_cache WHERE id IN (SELECT id FROM embedding_cache ORDER BY ({live}), used_at, id"
             " LIMIT ?)",
@@ -161,7 +162,7 @@ def embed_missing(db: apsw.Connection, embedder: Embedder, items: dict[str, str]
         vectors: Vectors = embedder.embed([items[h] for h in missing], kind="document")
         if vectors.shape != (len(missing), embedder.dimensions) or not np.all(np.isfinite(vectors)):
             raise EmbeddingError("the embedding provider returned vectors of the wrong shape")
-        with db:
+        with writing(db):
             for h, vector in zip(missing, vectors, strict=True):
                 blob = vector.astype(np.float32).tobytes()
                 found[h] = blob
@@ -191,6 +192,11 @@ def count_missing(store: Store, space: VectorSpace) -> int:
     return int(store.connection().execute(sql).fetchall()[0][0])  # type: ignore[arg-type]
 
 
+_STILL_MISSING = (
+    "SELECT 1 FROM chunks c WHERE c.id = ? AND NOT EXISTS (SELECT 1 FROM {table} v WHERE v.chunk_id = c.id)"
+)
+
+
 def fill_space(
     store: Store,
     space: VectorSpace,
@@ -213,13 +219,13 @@ def fill_space(
         last_seen = rows[-1][0]
         vectors, count = embed_missing(db, embedder, {h: text for _, h, text, *_ in rows})
         embedded += count
-        with db:
+        with writing(db):
             for chunk_id, h, _, source, path, day in rows:
-                # The chunk may have been replaced while we embedded; insert only if it still exists.
-                if db.execute("SELECT 1 FROM chunks WHERE id = ?", (chunk_id,)).fetchall():
+                # The chunk may have been replaced while we embedded, or given its vector by another filler (a
+                # rebuild beside an indexing run): insert only if it still exists without one (vec0 has no OR IGNORE).
+                if db.execute(_STILL_MISSING.format(table=space.table), (chunk_id,)).fetchall():
                     db.execute(
-                        f"INSERT OR IGNORE INTO {space.table}(chunk_id, embedding, source, path, day)"
-                        " VALUES(?, ?, ?, ?, ?)",
+                        f"INSERT INTO {space.table}(chunk_id, embedding, source, path, day) VALUES(?, ?, ?, ?, ?)",
                         (chunk_id, vectors[h], source, path, day),
                     )
         if on_batch:
@@ -246,7 +252,7 @@ def rebuild(
     if stop and stop.is_set():
         return False
     db = store.connection()
-    with db:
+    with writing(db):
         old = live_space(store)
         db.execute(f"DELETE FROM {pending.table} WHERE chunk_id NOT IN (SELECT id FROM chunks)")
         _write_space(store, db, "vector", pending)
@@ -261,6 +267,6 @@ def rebuild(
 
 def _drop(store: Store, space: VectorSpace, prefix: str) -> None:
     db = store.connection()
-    with db:
+    with writing(db):
         db.execute(f"DROP TABLE IF EXISTS {space.table}")
         _write_space(store, db, prefix, None)

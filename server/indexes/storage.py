@@ -19,7 +19,8 @@ from typing import Literal, Protocol
 
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
-from server.index.engine import EngineSettings, MemoryIndex
+from server.index.engine import MemoryIndex
+from server.index.engine_settings import EngineSettings
 from server.index.hits import SearchResult
 from server.index.indexer import IndexReport
 from server.index.labelled_files import FileLabels

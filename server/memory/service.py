@@ -28,7 +28,7 @@ from server.errors import (
 )
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.index.labels import labels_argument
 from server.index.search import build_options
 from server.indexes.registry import RESCAN_SECONDS, IndexRegistry, OpenIndex

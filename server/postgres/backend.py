@@ -10,7 +10,7 @@ from pathlib import Path
 
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.index.naming import index_dir
 from server.indexes.storage import FileStore, SearchIndex
 from server.mirror.history import Retention

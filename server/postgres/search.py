@@ -22,7 +22,7 @@ from typing import Any
 from server.errors import EmbeddingError, EngineError
 from server.index.embeddings.base import Embedder, Tokenizer
 from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_chain
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.index.fts import query_terms
 from server.index.hits import Hit, Retrievers, SearchResult, join_notices
 from server.index.indexer import IndexReport

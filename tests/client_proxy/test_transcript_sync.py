@@ -21,7 +21,7 @@ from client_proxy.transcripts import upload as transcript_sync
 from client_proxy.transcripts.render import render_markdown
 from client_proxy.transcripts.upload import QUIET, RESEND_LINES, TranscriptState, TranscriptUploader
 from redaction import marker
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.index.scan import ScanConfig
 from server.memory.service import CallerContext, MemoryService
 from tests.fakes.embedder import HashingEmbedder

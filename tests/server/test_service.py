@@ -13,7 +13,7 @@ import pytest
 from channel.authz import ChannelUser
 from server.errors import ConflictError, PermissionDeniedError, ServiceClosedError, UnsafePathError
 from server.index.embeddings.base import InputKind, Vectors
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.index.errors import InvalidArgumentError
 from server.index.scan import ScanConfig
 from server.indexes.registry import AUTO_INDEX_FILES

@@ -186,7 +186,7 @@ def test_unknown_and_badly_named_indexes_are_clear_errors(tmp_path, local_embedd
 
 
 def test_bad_files_are_skipped_with_a_reason_and_never_crash(tmp_path, folder, local_embedder):
-    from server.index.engine import EngineSettings
+    from server.index.engine_settings import EngineSettings
     from server.index.scan import ScanConfig
 
     _write(folder / "memory" / "latin1.md", "caf\xe9 cr\xe8me".encode("latin-1"))

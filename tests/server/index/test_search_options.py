@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from server.index.engine import EngineSettings, MemoryIndex
+from server.index.engine import MemoryIndex
+from server.index.engine_settings import EngineSettings
 from server.index.ordering import NO_RERANKER
 from server.index.rerank import GuardedReranker, VoyageReranker
 from server.index.search import build_options

@@ -63,3 +63,55 @@ def test_a_version_1_database_is_migrated_forward_keeping_its_embedding_cache(tm
             )
     finally:
         store.close()
+
+
+def _table(path):
+    db = apsw.Connection(str(path))
+    db.execute("PRAGMA journal_mode=WAL").fetchall()
+    db.execute("CREATE TABLE t(x)")
+    return db
+
+
+def test_a_deferred_read_then_write_fails_at_once_when_another_connection_wrote_in_between(tmp_path):
+    # Why `writing` exists: SQLite refuses the stale snapshot's write without waiting for any busy timeout.
+    a, b = _table(tmp_path / "i.sqlite3"), apsw.Connection(str(tmp_path / "i.sqlite3"))
+    a.set_busy_timeout(5000)
+    with pytest.raises(apsw.BusyError), a:
+        a.execute("SELECT count(*) FROM t").fetchall()
+        b.execute("INSERT INTO t VALUES (1)")
+        a.execute("INSERT INTO t VALUES (2)")
+
+
+def test_a_write_transaction_holds_the_write_lock_from_its_start(tmp_path):
+    from server.index.transaction import writing
+
+    a, b = _table(tmp_path / "i.sqlite3"), apsw.Connection(str(tmp_path / "i.sqlite3"))
+    with writing(a):
+        a.execute("SELECT count(*) FROM t").fetchall()
+        with pytest.raises(apsw.BusyError):  # the other writer waits (here: no busy timeout, so it is told to)
+            b.execute("INSERT INTO t VALUES (1)")
+        a.execute("INSERT INTO t VALUES (2)")
+    b.execute("INSERT INTO t VALUES (3)")
+    assert [row[0] for row in a.execute("SELECT x FROM t ORDER BY x")] == [2, 3]
+
+
+def test_a_write_transaction_rolls_back_on_an_error_and_nests_as_a_savepoint(tmp_path):
+    from server.index.transaction import writing
+
+    a = _table(tmp_path / "i.sqlite3")
+    with pytest.raises(ValueError), writing(a):
+        a.execute("INSERT INTO t VALUES (1)")
+        with writing(a):
+            a.execute("INSERT INTO t VALUES (2)")
+        raise ValueError("stop")
+    assert a.execute("SELECT count(*) FROM t").fetchall()[0][0] == 0
+    assert not a.in_transaction
+
+
+def test_a_closed_store_opens_no_new_connection(tmp_path):
+    # After a damaged database is set aside its path names the new one: a thread still holding the old store must
+    # not open a connection there and read a half-made schema.
+    store = Store(tmp_path / "i.sqlite3")
+    store.close()
+    with pytest.raises(apsw.ConnectionClosedError):
+        store.connection()

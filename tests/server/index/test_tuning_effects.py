@@ -14,7 +14,8 @@ import pytest
 from server.index import search as search_module
 from server.index.chunker import ChunkerConfig
 from server.index.embeddings.base import InputKind, Vectors
-from server.index.engine import EngineSettings, MemoryIndex
+from server.index.engine import MemoryIndex
+from server.index.engine_settings import EngineSettings
 from server.index.errors import InvalidArgumentError
 from server.index.rechunk import CHUNKING_KEY
 from server.index.tuning import SearchDefaults, chunker_config, chunking_identity

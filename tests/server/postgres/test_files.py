@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from server.errors import ConflictError, EngineError, InvalidArgumentError
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.mirror.state import ABSENT
 from server.postgres.backend import PgBackend
 from server.postgres.connection import schema_of

@@ -12,7 +12,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.memory.caller import CallerContext
 from server.memory.service import MemoryService
 from server.postgres.backend import PgBackend

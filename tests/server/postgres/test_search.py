@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from server.index.chunker import ChunkerConfig
-from server.index.engine import EngineSettings
+from server.index.engine_settings import EngineSettings
 from server.index.labels import Labels
 from server.index.search import SearchOptions, build_options
 from server.postgres.connection import schema_of
