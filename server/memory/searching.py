@@ -3,6 +3,8 @@ notices merged, the weakest search mode reported."""
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Sequence
 from typing import Literal, cast
 
 from server.index.search import SearchOptions
@@ -17,7 +19,7 @@ def search_indexes(
     registry: IndexRegistry, name: str, names: list[str], query: str, options: SearchOptions
 ) -> SearchOutput:
     """Search `names` (the caller's own index `name` first, created if need be; others only if they exist)."""
-    hits: list[SearchHit] = []
+    ranked: list[list[SearchHit]] = []  # each index's hits in its own order
     modes: list[str] = []
     notices: list[str] = []
     searched: list[str] = []
@@ -30,6 +32,8 @@ def search_indexes(
         files_pending = registry.freshen(handle)
         result = handle.index.search(query, options)
         states = handle.mirror.states([h.path for h in result.hits])
+        hits: list[SearchHit] = []
+        ranked.append(hits)
         for hit in result.hits:
             state = states.get(hit.path)
             hits.append(
@@ -61,13 +65,17 @@ def search_indexes(
             updated_at = iso_epoch(handle.index.last_change())
     if pending:
         notices.append(f"{pending} changed files are not indexed yet; memory_sync indexes them")
-    if len(searched) > 1:  # one index's order stands as it is (diversity and reranking order hits, not only scores)
-        hits.sort(key=lambda h: -h.score)
     return SearchOutput(
-        hits=hits[: options.limit],
+        hits=merge_ranked(ranked)[: options.limit],
         search_mode=cast(Literal["hybrid", "vector", "keyword"], min(modes, key=_MODE_RANK.__getitem__)),
         notice="; ".join(notices) or None,
         indexes=searched,
         index_updated_at=updated_at,
         pending_files=pending,
     )
+
+
+def merge_ranked(ranked: Sequence[Sequence[SearchHit]]) -> list[SearchHit]:
+    """Several indexes' hits as one list: the best next hit of any index first, each index's own order kept (its
+    diversity and reranking order hits by more than their scores, which a plain sort by score would undo)."""
+    return list(heapq.merge(*ranked, key=lambda hit: -hit.score))
