@@ -1,7 +1,7 @@
 """The embedding cache's two rules, one definition for both backends: a prune, at most once a day, of the vectors
 unused for `CACHE_KEEP_DAYS`, and a cap in entries that drops the least recently used first. Neither drops the
-live model's vectors of current chunks before the rest (a fill, a rebuild's switch back and a search's exact
-rescoring read those). Pure: the SQL text runs unchanged on SQLite (`server.index.vectors`) and on PostgreSQL
+live model's vectors of current chunks before the rest (filling the live table reads those, and on SQLite a
+search rescoring exactly). Pure: the SQL text runs unchanged on SQLite (`server.index.vectors`) and on PostgreSQL
 (`server.postgres.search_vectors`): `?` placeholders, row values, an upsert with RETURNING.
 """
 
