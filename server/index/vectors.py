@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import apsw
 import numpy as np
 
+from server.index.cache_rules import CACHE_KEEP_DAYS, Model, cap_sql, claim_prune_sql, count_sql, prune_sql
 from server.index.embeddings.base import Embedder, Vectors
 from server.index.errors import EmbeddingError
 from server.index.queries import create_vector_table_sql
@@ -21,8 +22,6 @@ from server.index.transaction import writing
 log = logging.getLogger(__name__)
 
 REBUILD_BATCH = 128
-CACHE_KEEP_DAYS = 30.0  # unused cached vectors live this long (reverts and switching back stay free)
-CACHE_PRUNE_EVERY = 86400.0  # seconds between prunes of one index
 
 
 @dataclass(frozen=True)
@@ -111,23 +110,22 @@ def cached_vectors(db: apsw.Connection, embedder: Embedder, hashes: Sequence[str
     return found
 
 
+def model_of(space: VectorSpace | None) -> Model | None:
+    """(provider, model) of `space`, whose vectors of current chunks the cache's rules keep."""
+    return (space.provider, space.model) if space is not None else None
+
+
 def prune_cache(store: Store, space: VectorSpace | None, *, keep_days: float = CACHE_KEEP_DAYS) -> int:
     """Forget cached vectors unused for `keep_days` unless the live model's vectors still need them; at most once
-    a day. Recent ones stay, so reverting an edit or switching back to a model stays free for that long."""
+    a day (`server.index.cache_rules`). Recent ones stay, so reverting an edit or switching back to a model stays
+    free for that long."""
     now = time.time()
-    last = float(store.get_meta("cache_pruned_at") or 0)
-    if now - last < CACHE_PRUNE_EVERY:
-        return 0
     db = store.connection()
-    keep = "(provider = ? AND model = ? AND hash IN (SELECT hash FROM chunks))" if space is not None else "0"
-    params: list[object] = [now - keep_days * 86400]
-    if space is not None:
-        params += [space.provider, space.model]
     with writing(db):
-        db.execute(f"DELETE FROM embedding_cache WHERE used_at < ? AND NOT {keep}", params)
-        removed = db.changes()
-        store.set_meta("cache_pruned_at", str(now), db)
-    return removed
+        if not db.execute(*claim_prune_sql("meta", now)).fetchall():
+            return 0
+        db.execute(*prune_sql(model_of(space), now, keep_days))
+        return db.changes()
 
 
 def cap_cache(store: Store, max_entries: int, space: VectorSpace | None) -> int:
@@ -136,19 +134,12 @@ def cap_cache(store: Store, max_entries: int, space: VectorSpace | None) -> int:
     if max_entries <= 0:
         return 0
     db = store.connection()
-    over = int(db.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0]) - max_entries  # type: ignore[arg-type]
+    over = int(db.execute(*count_sql()).fetchall()[0][0]) - max_entries  # type: ignore[arg-type]
     if over <= 0:
         return 0
-    live = "provider = ? AND model = ? AND hash IN (SELECT hash FROM chunks)" if space is not None else "0"
-    params: list[object] = [space.provider, space.model] if space is not None else []
     with writing(db):
-        db.execute(
-            f"DELETE FROM embedding_cache WHERE id IN (SELECT id FROM embedding_cache ORDER BY ({live}), used_at, id"
-            " LIMIT ?)",
-            [*params, over],
-        )
-        removed = db.changes()
-    return removed
+        db.execute(*cap_sql(model_of(space), over))
+        return db.changes()
 
 
 def embed_missing(db: apsw.Connection, embedder: Embedder, items: dict[str, str]) -> tuple[dict[str, bytes], int]:

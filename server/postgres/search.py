@@ -50,6 +50,7 @@ from server.postgres.search_indexing import PgIndexer
 from server.postgres.search_status import index_status
 from server.postgres.search_vectors import (
     LIVE,
+    count_chunks,
     count_missing,
     create_space,
     fill_space,
@@ -58,6 +59,7 @@ from server.postgres.search_vectors import (
     put_meta,
     read_space,
     scores_of,
+    tidy_cache,
     vectors_of,
 )
 from server.postgres.search_vectors import rebuild as rebuild_vectors
@@ -234,7 +236,7 @@ class PgSearchIndex:
                 if target is not None and self._vectors_due(db) and not self._rebuild_stop.is_set():
                     if isinstance(target, GuardedEmbedder):
                         target.try_once()
-                    self.rebuild_progress = progress = RebuildProgress(self._chunk_count(db))
+                    self.rebuild_progress = progress = RebuildProgress(count_chunks(db))
                     rebuild_vectors(db, target, stop=self._rebuild_stop, on_batch=progress.add)
             finally:
                 self._unlock(db, "rebuild")
@@ -313,7 +315,10 @@ class PgSearchIndex:
 
     def _index(self, *, wait: bool, **options: Any) -> IndexReport | None:
         with self._indexing(wait=wait) as held:
-            return self._indexer().run(**options) if held else None
+            report = self._indexer().run(**options) if held else None
+            if report is not None:
+                tidy_cache(self._writer, self.settings.cache_max_entries)
+            return report
 
     def _after_indexing(self, report: IndexReport, rebuild_now: bool) -> None:
         if rebuild_now and self.needs_rebuild:
@@ -344,9 +349,6 @@ class PgSearchIndex:
         with self._reader() as db:
             raw = meta(db, "last_change")
         return float(raw) if raw else None
-
-    def _chunk_count(self, db: PgConnection) -> int:
-        return int(db.execute("SELECT count(*) FROM chunks").fetchall()[0][0])
 
     # search ------------------------------------------------------------------------------------------------
 

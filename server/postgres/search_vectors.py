@@ -1,7 +1,8 @@
 """The vector side of the search index in PostgreSQL: which pgvector table is live for which model (named in
 `search_meta`, as the SQLite engine's meta names its vec0 tables, and read with the same `VectorSpace`), the
 embedding cache, filling a table, and the rebuild that swaps a new model's vectors in. Every replica reads the
-live table's name from the database, so a swap made by one is seen by all at their next search.
+live table's name from the database, so a swap made by one is seen by all at their next search. The cache is
+pruned and capped by the SQLite engine's rules (`server.index.cache_rules`) after each indexing run.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from collections.abc import Callable
 import numpy as np
 
 from server.errors import EmbeddingError
+from server.index.cache_rules import CACHE_KEEP_DAYS, cap_sql, claim_prune_sql, count_sql, prune_sql
 from server.index.embeddings.base import Embedder
 from server.index.queries import Filters
-from server.index.vectors import REBUILD_BATCH, VectorSpace
+from server.index.vectors import REBUILD_BATCH, VectorSpace, model_of
 from server.mirror.queries import Query
 from server.postgres import search_queries as sq
 from server.postgres.connection import PgConnection
@@ -92,6 +94,45 @@ def embed_missing(db: PgConnection, embedder: Embedder, items: dict[str, str]) -
     return found, len(missing)
 
 
+def prune_cache(db: PgConnection, space: VectorSpace | None, *, keep_days: float = CACHE_KEEP_DAYS) -> int:
+    """As `server.index.vectors.prune_cache`, by the same rule (`server.index.cache_rules`), and once a day across
+    every server sharing the database: the claim of the day's prune commits with the delete.
+
+    Nothing another server is about to read goes. Indexing runs take turns under the indexing lock, which the
+    caller holds. Filling the live table (`embed_pending`, outside that lock) reads the live model's vectors of
+    current chunks, which no prune removes. A rebuild for another model reads that model's vectors in one
+    statement that marks them used and returns them (`search_queries.cached`) and holds them until they are in
+    its table: a delete racing that statement finds the row just used (PostgreSQL checks a row changed under it
+    again) and keeps it, or goes first and the rebuild embeds those chunks again."""
+    now = time.time()
+    with db:
+        if not db.execute(*claim_prune_sql("search_meta", now)).fetchall():
+            return 0
+        db.execute(*prune_sql(model_of(space), now, keep_days))
+        return db.changes()
+
+
+def cap_cache(db: PgConnection, max_entries: int, space: VectorSpace | None) -> int:
+    """As `server.index.vectors.cap_cache`. The caller holds the index's indexing lock, so two servers never
+    count the same surplus and each drop it."""
+    if max_entries <= 0:
+        return 0
+    over = int(db.execute(*count_sql()).fetchall()[0][0]) - max_entries
+    if over <= 0:
+        return 0
+    with db:
+        db.execute(*cap_sql(model_of(space), over))
+        return db.changes()
+
+
+def tidy_cache(db: PgConnection, max_entries: int) -> None:
+    """After an indexing run, under its lock: the day's prune and the cap, keeping the live table's model's
+    vectors (whether or not this server's provider answers now)."""
+    space = read_space(db)
+    prune_cache(db, space)
+    cap_cache(db, max_entries, space)
+
+
 def vectors_of(db: PgConnection, space: VectorSpace, chunk_ids: list[int]) -> dict[int, bytes]:
     """The live vector of each chunk that has one, as float32 bytes (as the SQLite engine stores them)."""
     rows = db.execute(*sq.vectors_of_sql(space.table, chunk_ids))
@@ -110,6 +151,10 @@ def nearest(db: PgConnection, space: VectorSpace, filters: Filters, k: int, lite
 def scores_of(db: PgConnection, query: Query) -> dict[int, float]:
     """A (chunk id, score) query's rows as a dict."""
     return {int(chunk): float(score) for chunk, score in db.execute(*query)}
+
+
+def count_chunks(db: PgConnection) -> int:
+    return int(db.execute("SELECT count(*) FROM chunks").fetchall()[0][0])
 
 
 def count_missing(db: PgConnection, space: VectorSpace) -> int:

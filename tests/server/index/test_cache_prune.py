@@ -34,12 +34,17 @@ def test_old_unused_vectors_are_pruned_and_live_ones_kept(tmp_path):
         # Everything was used just now: nothing is old enough, and the daily throttle holds the next prune back.
         index.store.set_meta("cache_pruned_at", "0")
         assert prune_cache(index.store, live_space(index.store)) == 1  # only the other model's month-old row
-        assert prune_cache(index.store, live_space(index.store)) == 0  # throttled
+        with db:
+            db.execute(
+                "INSERT INTO embedding_cache(provider, model, hash, vector, used_at)"
+                " VALUES('old', 'model', 'h2', x'00', 0)"
+            )
+        assert prune_cache(index.store, live_space(index.store)) == 0  # throttled: h2 stays until the next day
 
         with db:
             db.execute("UPDATE embedding_cache SET used_at = ?", (time.time() - 31 * 86400,))
         index.store.set_meta("cache_pruned_at", "0")
-        assert prune_cache(index.store, live_space(index.store)) == 1  # the edited chunk's old vector
+        assert prune_cache(index.store, live_space(index.store)) == 2  # the edited chunk's old vector, and h2
         referenced = db.execute(
             "SELECT count(*) FROM embedding_cache WHERE hash IN (SELECT hash FROM chunks)"
         ).fetchall()[0][0]
