@@ -191,10 +191,6 @@ class MemoryIndex:
         provider = self.providers.serving(space.provider, space.model, space.dimensions) if space else None
         return (space, provider) if space is not None and provider is not None else None
 
-    def _live(self) -> VectorSpace | None:
-        served = self._serving()
-        return served[0] if served else None
-
     def vector_state(self) -> tuple[str, str | None]:
         """("ready" | "rebuilding" | "unavailable" | "off", why vectors are not used when they are not).
 
@@ -350,8 +346,8 @@ class MemoryIndex:
             report = self._guard(
                 lambda: self._indexer().run(target, force=force, on_file=on_file, only=paths, on_seen=on_seen)
             )
-            self._guard(lambda: prune_cache(self.store, self._live()))
-            self._guard(lambda: cap_cache(self.store, self.settings.cache_max_entries, self._live()))
+            self._guard(lambda: prune_cache(self.store, live_space(self.store)))  # kept while its model is down too
+            self._guard(lambda: cap_cache(self.store, self.settings.cache_max_entries, live_space(self.store)))
             if rebuild_now and self.rechunker.due():
                 self.rechunker.run()
             elif rebuild_now and self._vectors_due:

@@ -52,3 +52,23 @@ def test_old_unused_vectors_are_pruned_and_live_ones_kept(tmp_path):
         assert index.search("deploy checklist").mode == "hybrid"
     finally:
         index.close()
+
+
+def test_the_live_vectors_stay_cached_while_their_model_is_down(tmp_path, monkeypatch):
+    # The day's prune ran from the space a working provider serves: with the model down (none served) it kept
+    # nothing, and a month-old index lost every cached vector of its live chunks.
+    folder = tmp_path / "project"
+    shutil.copytree(EXAMPLE, folder)
+    index = MemoryIndex.open(tmp_path / "data", "demo", HashingEmbedder(), create=True)
+    try:
+        index.index(folder)
+        db = index.store.connection()
+        live = db.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0]
+        with db:
+            db.execute("UPDATE embedding_cache SET used_at = ?", (time.time() - 31 * 86400,))
+        index.store.set_meta("cache_pruned_at", "0")
+        monkeypatch.setattr(index, "_serving", lambda: None)  # the model does not answer
+        index.index(folder)
+        assert db.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0] == live > 0
+    finally:
+        index.close()
