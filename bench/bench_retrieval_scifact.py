@@ -68,8 +68,10 @@ def evaluate(ranked: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> 
     return sum(ndcg) / len(ndcg), sum(recall) / len(recall)
 
 
-def run_engine(index: MemoryIndex, queries: dict[str, str], mode: str) -> dict[str, list[str]]:
-    options = build_options(limit=MAX_LIMIT, mode=mode)
+def run_engine(
+    index: MemoryIndex, queries: dict[str, str], mode: str, feedback_weight: float | None = None
+) -> dict[str, list[str]]:
+    options = build_options(limit=MAX_LIMIT, mode=mode, feedback_weight=feedback_weight)
     ranked = {}
     for qid, text in queries.items():
         best: dict[str, float] = {}
