@@ -264,3 +264,16 @@ def test_the_reordering_options_work_on_postgresql_as_on_sqlite(open_index: Call
     unranked = index.search(query, build_options(rerank=True))
     assert unranked.notice is not None and "reranking is not configured" in unranked.notice
     assert [hit.path for hit in unranked.hits] == paths_of(index, query)
+
+
+def test_vector_feedback_works_on_postgresql_as_on_sqlite(open_index: Callable[..., Opened]) -> None:
+    from tests.server.index.test_feedback import FEEDBACK_NOTES
+
+    index, store = open_index(HashingEmbedder())
+    write_all(store, FEEDBACK_NOTES)
+    index.index()
+    # The note sharing the best hit's words but none of the query's: found through feedback, by the vectors that
+    # PostgreSQL reads from its pgvector table.
+    assert "memory/broth.md" not in paths_of(index, "ramen shop", min_score=0, feedback_weight=0.0)
+    found = paths_of(index, "ramen shop", min_score=0, feedback_weight=0.25)
+    assert found[0] == "memory/ramen.md" and "memory/broth.md" in found
