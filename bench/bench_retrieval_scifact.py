@@ -19,6 +19,7 @@ from server.index.engine import MemoryIndex
 from server.index.fts import match_expression
 from server.index.fusion import FusionWeights
 from server.index.search import MAX_LIMIT, build_options
+from server.index.tuning import SearchDefaults
 
 K = 10
 
@@ -136,6 +137,12 @@ def main() -> None:
             print(f"hybrid {normalise} {vector_weight}: nDCG@10 {ndcg:.4f}", flush=True)
     index.settings = replace(index.settings, weights=defaults)
 
+    feedback = []  # vector pseudo-relevance feedback (server.index.feedback), hybrid
+    for weight in (0.0, 0.25, 0.5):
+        ndcg, recall = evaluate(run_engine(index, queries, "hybrid", weight), qrels)
+        feedback.append([weight, ndcg, recall])
+        print(f"hybrid feedback {weight}: nDCG@10 {ndcg:.4f}", flush=True)
+
     tokenizers = []
     for name in ("porter unicode61 remove_diacritics 2", "unicode61 remove_diacritics 2"):
         ndcg, recall = evaluate(run_fts_variant(index, queries, name), qrels)
@@ -152,13 +159,15 @@ def main() -> None:
             + table(["mode", "nDCG@10", "recall@10"], rows),
             "## Fusion variants (hybrid)\n\n"
             + table(["BM25 normalisation", "vector w", "keyword w", "nDCG@10", "recall@10"], variants),
+            "## Vector feedback (hybrid; the default weight is "
+            f"{SearchDefaults().feedback_weight})\n\n" + table(["feedback weight", "nDCG@10", "recall@10"], feedback),
             "## FTS5 tokenizer (keyword-only)\n\n" + table(["tokenizer", "nDCG@10", "recall@10"], tokenizers),
         ]
     )
     report("retrieval_scifact", "Retrieval on BEIR SciFact", body)
     save_json(
         "retrieval_scifact",
-        {"modes": results, "variants": variants, "tokenizers": tokenizers, "chunks": chunks},
+        {"modes": results, "variants": variants, "feedback": feedback, "tokenizers": tokenizers, "chunks": chunks},
     )
     _plot(rows)
 

@@ -2,7 +2,8 @@
 
 Every chunk's vector, every query's vector and BM25 list are kept (bench/.cache/explore/prf-*.pickle); the
 product's hybrid ranking is replayed from them (as explore_scifact.py and explore_locomo.py do) and then varied:
-- vector PRF (Rocchio): q' = normalise(q + a * mean of the top-k fused chunks' vectors), a second vector search;
+- vector PRF (Rocchio): q' = normalise(q + a * mean of the top-k fused chunks' vectors), then a second vector
+  search, or (`within`, what the engine does: server.index.feedback) the first pass's candidates scored again;
 - keyword PRF (RM3-like): the original words plus the n best words of the top-k fused chunks (weight: share of
   the chunk's words, times the chunk's fused score, times idf), one FTS5 query (a word repeated counts again);
 - aggregation (SciFact documents): max of the chunk scores plus a small bonus for the other matching chunks.
@@ -179,6 +180,7 @@ class Params:
     vk: int = 0  # vector PRF: feedback chunks (0: off)
     va: float = 0.0  # vector PRF: weight of their mean
     vmix: float = 1.0  # share of the PRF'd similarity in the vector score (1: replaces it)
+    within: bool = False  # vector PRF: the first pass's candidates scored again, no second search
     kk: int = 0  # keyword PRF: feedback chunks (0: off)
     kn: int = 0  # keyword PRF: expansion words
     krep: int = 1  # times the original words count
@@ -229,6 +231,10 @@ class Ranker:
             match = " OR ".join([terms_expression(terms) or ""] * p.krep + [terms_expression(words) or ""])
             match = " OR ".join(part for part in match.split(" OR ") if part)
             bm25 = _fts(d.db[q], d.row_ids[d.db[q]], match, self.cache)
+        if p.within:
+            allowed = np.zeros(len(sims), dtype=bool) if allowed is None else allowed.copy()
+            allowed[:] = False
+            allowed[list(scores)] = True
         return fuse(sims, bm25, p.pool, allowed)
 
     def evaluate(self, p: Params) -> dict[str, dict[str, float]]:
@@ -304,8 +310,8 @@ def main() -> None:
     data = prepare_scifact() if which == "scifact" else prepare_locomo()
     ranker = Ranker(data)
     pool = 100 if which == "scifact" else 40
-    grid = [Params(pool)]
-    grid += [Params(pool, vk=k, va=a) for k in (1, 3, 5, 10) for a in (0.25, 0.5, 1.0)]
+    grid = [Params(pool), Params(pool, vk=1, va=0.25, within=True)]  # the product's defaults before and after
+    grid += [Params(pool, vk=k, va=a, within=w) for k in (1, 2, 3, 5) for a in (0.15, 0.25, 0.5, 1.0) for w in (0, 1)]
     grid += [Params(pool, kk=k, kn=n, krep=r) for k in (3, 5, 10) for n in (5, 10) for r in (1, 2)]
     if which == "scifact":
         grid += [Params(pool, bonus=b) for b in (0.05, 0.1, 0.2)]
