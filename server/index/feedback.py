@@ -24,15 +24,16 @@ from server.index.hits import VectorsOf
 def feedback_similarities(
     similarities: Mapping[int, float], best: int, vectors: VectorsOf, weight: float
 ) -> dict[int, float]:
-    """Each candidate's cosine to the query moved towards chunk `best` by `weight` (0: unchanged). Candidates
-    without a vector keep their similarity; so do all when `best` has no vector or none was given."""
+    """Each candidate's cosine to the query moved towards chunk `best` by `weight` (0: unchanged). Feedback
+    reorders what the query found and adds nothing it did not: a candidate whose cosine to the query is 0 or less
+    keeps it, as does one without a vector; all do when `best` has no vector or the weight is 0."""
     out = dict(similarities)
     if weight <= 0 or best not in similarities:
         return out
     found = vectors(list(similarities))
     if best not in found:
         return out
-    ids = list(found)
+    ids = [chunk for chunk in found if similarities[chunk] > 0]
     matrix = np.stack([np.frombuffer(found[chunk], dtype=np.float32) for chunk in ids])
     towards = matrix @ np.frombuffer(found[best], dtype=np.float32)
     before = np.array([similarities[chunk] for chunk in ids], dtype=np.float64)

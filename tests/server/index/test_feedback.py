@@ -1,6 +1,6 @@
 """Vector pseudo-relevance feedback (`server.index.feedback`): the candidates' cosine against the query moved
-towards the best hit, computed without the query vector, and through a real index a note that shares the best
-hit's words but none of the query's found only with feedback."""
+towards the best hit, computed without the query vector, never admitting a chunk the query found nothing in; and
+through a real index a note that shares the best hit's words moved above one that shares only the query's."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.fakes.embedder import HashingEmbedder
 
 FEEDBACK_NOTES = {
     "memory/ramen.md": "# Lunch\n\nThe ramen shop serves tonkotsu broth with chashu pork.\n",
-    "memory/broth.md": "# Cooking\n\nTonkotsu broth simmers for twelve hours before the chashu pork goes in.\n",
+    "memory/broth.md": "# Cooking\n\nOur shop simmers tonkotsu broth with chashu pork for twelve hours.\n",
     "memory/shop.md": "# Errands\n\nThe hardware shop near the station closes early on Sundays.\n",
 }
 
@@ -28,7 +28,8 @@ def _unit(rows: np.ndarray) -> np.ndarray:
 
 def test_the_similarities_are_those_of_the_query_moved_towards_the_best_chunk():
     rng = np.random.default_rng(7)
-    query, chunks = _unit(rng.standard_normal(16)), _unit(rng.standard_normal((6, 16)))
+    query = _unit(rng.standard_normal(16))
+    chunks = _unit(query + 0.8 * rng.standard_normal((6, 16)))  # all with a positive cosine to the query
     similarities = {chunk: float(chunks[chunk] @ query) for chunk in range(6)}
     best = max(similarities, key=similarities.__getitem__)
     blobs = {chunk: chunks[chunk].tobytes() for chunk in range(6)}
@@ -36,13 +37,16 @@ def test_the_similarities_are_those_of_the_query_moved_towards_the_best_chunk():
     moved = feedback_similarities(similarities, best, lambda ids: {c: blobs[c] for c in ids}, 0.25)
 
     expected = chunks @ _unit(query + 0.25 * chunks[best])
+    assert min(similarities.values()) > 0
     assert [moved[chunk] for chunk in range(6)] == pytest.approx(expected.tolist(), abs=1e-5)
     assert moved[best] > similarities[best]
 
 
-def test_no_weight_or_no_vector_for_the_best_chunk_leaves_the_similarities_alone_and_a_chunk_without_one_keeps_its():
-    similarities = {1: 0.8, 2: 0.5, 3: 0.2}
-    vectors = {1: _unit(np.array([1.0, 0.0])).tobytes(), 2: _unit(np.array([0.6, 0.8])).tobytes()}
+def test_feedback_moves_only_chunks_the_query_found_with_a_vector_and_nothing_without_a_weight_or_a_best_vector():
+    similarities = {1: 0.8, 2: 0.5, 3: 0.2, 4: 0.0, 5: -0.1}
+    vectors = {
+        c: _unit(np.array(v)).tobytes() for c, v in {1: [1.0, 0.0], 2: [0.6, 0.8], 4: [1, 0.1], 5: [1, 0]}.items()
+    }
 
     def of(ids: list[int]) -> dict[int, bytes]:
         return {c: vectors[c] for c in ids if c in vectors}
@@ -50,7 +54,8 @@ def test_no_weight_or_no_vector_for_the_best_chunk_leaves_the_similarities_alone
     assert feedback_similarities(similarities, 1, of, 0.0) == similarities
     assert feedback_similarities(similarities, 3, of, 0.25) == similarities  # the best has no vector
     moved = feedback_similarities(similarities, 1, of, 0.25)
-    assert moved[3] == 0.2 and moved[1] > 0.8 and moved[2] != 0.5
+    assert moved[1] > 0.8 and moved[2] != 0.5
+    assert (moved[3], moved[4], moved[5]) == (0.2, 0.0, -0.1)  # no vector; nothing in common with the query
 
 
 def _open(tmp_path: Path) -> MemoryIndex:
@@ -63,17 +68,15 @@ def _open(tmp_path: Path) -> MemoryIndex:
     return index
 
 
-def test_feedback_finds_a_note_sharing_the_best_hits_words_but_none_of_the_querys(tmp_path):
+def _paths(index: MemoryIndex, weight: float) -> list[str]:
+    return [hit.path for hit in index.search("ramen shop", build_options(limit=4, feedback_weight=weight)).hits]
+
+
+def test_feedback_moves_a_note_sharing_the_best_hits_words_above_one_sharing_only_the_querys(tmp_path):
     index = _open(tmp_path)
     try:
-
-        def paths(weight: float) -> list[str]:
-            options = build_options(limit=4, min_score=0, feedback_weight=weight)
-            return [hit.path for hit in index.search("ramen shop", options).hits]
-
-        assert "memory/broth.md" not in paths(0.0)
-        found = paths(0.25)
-        assert found[0] == "memory/ramen.md" and "memory/broth.md" in found
+        assert _paths(index, 0.0) == ["memory/ramen.md", "memory/shop.md", "memory/broth.md"]
+        assert _paths(index, 0.25) == ["memory/ramen.md", "memory/broth.md", "memory/shop.md"]
     finally:
         index.close()
 
