@@ -19,6 +19,7 @@ from server.index.engine import MemoryIndex
 from server.index.fts import match_expression
 from server.index.fusion import FusionWeights
 from server.index.search import MAX_LIMIT, build_options
+from server.index.tuning import SearchDefaults
 
 K = 10
 
@@ -68,8 +69,10 @@ def evaluate(ranked: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> 
     return sum(ndcg) / len(ndcg), sum(recall) / len(recall)
 
 
-def run_engine(index: MemoryIndex, queries: dict[str, str], mode: str) -> dict[str, list[str]]:
-    options = build_options(limit=MAX_LIMIT, mode=mode)
+def run_engine(
+    index: MemoryIndex, queries: dict[str, str], mode: str, feedback_weight: float | None = None
+) -> dict[str, list[str]]:
+    options = build_options(limit=MAX_LIMIT, mode=mode, feedback_weight=feedback_weight)
     ranked = {}
     for qid, text in queries.items():
         best: dict[str, float] = {}
@@ -134,6 +137,12 @@ def main() -> None:
             print(f"hybrid {normalise} {vector_weight}: nDCG@10 {ndcg:.4f}", flush=True)
     index.settings = replace(index.settings, weights=defaults)
 
+    feedback = []  # vector pseudo-relevance feedback (server.index.feedback), hybrid
+    for weight in (0.0, 0.25, 0.5):
+        ndcg, recall = evaluate(run_engine(index, queries, "hybrid", weight), qrels)
+        feedback.append([weight, ndcg, recall])
+        print(f"hybrid feedback {weight}: nDCG@10 {ndcg:.4f}", flush=True)
+
     tokenizers = []
     for name in ("porter unicode61 remove_diacritics 2", "unicode61 remove_diacritics 2"):
         ndcg, recall = evaluate(run_fts_variant(index, queries, name), qrels)
@@ -150,13 +159,15 @@ def main() -> None:
             + table(["mode", "nDCG@10", "recall@10"], rows),
             "## Fusion variants (hybrid)\n\n"
             + table(["BM25 normalisation", "vector w", "keyword w", "nDCG@10", "recall@10"], variants),
+            "## Vector feedback (hybrid; the default weight is "
+            f"{SearchDefaults().feedback_weight})\n\n" + table(["feedback weight", "nDCG@10", "recall@10"], feedback),
             "## FTS5 tokenizer (keyword-only)\n\n" + table(["tokenizer", "nDCG@10", "recall@10"], tokenizers),
         ]
     )
     report("retrieval_scifact", "Retrieval on BEIR SciFact", body)
     save_json(
         "retrieval_scifact",
-        {"modes": results, "variants": variants, "tokenizers": tokenizers, "chunks": chunks},
+        {"modes": results, "variants": variants, "feedback": feedback, "tokenizers": tokenizers, "chunks": chunks},
     )
     _plot(rows)
 

@@ -30,11 +30,12 @@ PER_INDEX = {
     "chunk_overlap": "MEMORY_CHUNK_OVERLAP",
     "max_results": "MEMORY_MAX_RESULTS",
     "min_score": "MEMORY_MIN_SCORE",
+    "feedback_weight": "MEMORY_FEEDBACK_WEIGHT",
     "mmr_lambda": "MEMORY_MMR_LAMBDA",
     "recency_half_life_days": "MEMORY_RECENCY_HALF_LIFE_DAYS",
     "rerank": "MEMORY_RERANK",
 }
-NUMBERS = ("min_score", "mmr_lambda", "recency_half_life_days")
+NUMBERS = ("min_score", "feedback_weight", "mmr_lambda", "recency_half_life_days")
 TABLE = "indexes"
 
 

@@ -76,6 +76,7 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_MAX_RESULTS": "integer",
     "MEMORY_MIN_SCORE": "number",
     "MEMORY_CANDIDATE_MULTIPLIER": "integer",
+    "MEMORY_FEEDBACK_WEIGHT": "number",
     "MEMORY_MMR_LAMBDA": "number",
     "MEMORY_RECENCY_HALF_LIFE_DAYS": "number",
     "MEMORY_RERANK": "boolean",

@@ -18,6 +18,7 @@ from server.index.binary import nearest
 from server.index.common_terms import keyword_match
 from server.index.embeddings.base import Embedder
 from server.index.errors import EmbeddingError, InvalidArgumentError
+from server.index.feedback import feedback_similarities
 from server.index.filtered import chunk_vectors, filtered_similarities, similarities_of
 from server.index.fts import query_terms
 from server.index.fusion import FusionWeights, fuse
@@ -63,6 +64,7 @@ class SearchOptions:
     mmr_lambda: float = 1.0  # 1: relevance order; lower: more variety (server.index.mmr)
     recency_half_life_days: float = 0.0  # 0: off; else daily logs' scores halve per this many days of age
     rerank: bool = False  # the best candidates reordered by the configured reranker (server.index.rerank)
+    feedback_weight: float = DEFAULTS.feedback_weight  # hybrid: the best hit's share of the query (index.feedback)
 
 
 def build_options(
@@ -80,6 +82,7 @@ def build_options(
     mmr_lambda: float | None = None,
     recency_half_life_days: float | None = None,
     rerank: bool | None = None,
+    feedback_weight: float | None = None,
 ) -> SearchOptions:
     """Validate user-supplied search arguments into options, `defaults` (the configured ones) for those not given;
     every problem is an InvalidArgumentError."""
@@ -88,6 +91,7 @@ def build_options(
     mmr_lambda = defaults.mmr_lambda if mmr_lambda is None else mmr_lambda
     half_life = defaults.recency_half_life_days if recency_half_life_days is None else recency_half_life_days
     rerank = defaults.rerank if rerank is None else rerank
+    feedback = defaults.feedback_weight if feedback_weight is None else feedback_weight
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_LIMIT}")
     if min_score is not None and (
@@ -95,6 +99,8 @@ def build_options(
     ):
         raise InvalidArgumentError("min_score must be a number from 0 to 1")
     check_reordering(mmr_lambda, half_life, rerank)
+    if isinstance(feedback, bool) or not isinstance(feedback, int | float) or not 0 <= feedback <= 1:
+        raise InvalidArgumentError("feedback_weight must be a number from 0 to 1 (0: no feedback)")
     if mode not in ("auto", "hybrid", "vector", "keyword"):
         raise InvalidArgumentError("mode must be auto, hybrid, vector or keyword")
     if sources is not None and (not isinstance(sources, list | tuple) or not all(isinstance(s, str) for s in sources)):
@@ -122,6 +128,7 @@ def build_options(
         mmr_lambda=float(mmr_lambda),
         recency_half_life_days=float(half_life),
         rerank=rerank,
+        feedback_weight=float(feedback),
     )
 
 
@@ -267,15 +274,20 @@ def rank_hits(
     reranker: Reranker | None = None,
     today: dt.date | None = None,
 ) -> tuple[list[Hit], str | None]:
-    """The hits of a search from its candidates (completed on both sides): fused, cut at `min_score` (or gated on
-    the best hit when none was given), reordered by the options asked for, merged into places and cited; and the
-    notice to add. Shared by every backend; `model` is the (provider, model) of the query vector."""
+    """The hits of a search from its candidates (completed on both sides): fused (in hybrid, again after vector
+    feedback from the best hit: server.index.feedback), cut at `min_score` (or gated on the best hit when none was
+    given), reordered by the options asked for, merged into places and cited; and the notice to add. Shared by
+    every backend; `model` is the (provider, model) of the query vector."""
     fused = [s for s in fuse(similarities, ranks, weights, mode) if s.score > 0]
+    threshold = default_min_score(model, mode) if options.min_score is None else options.min_score
+    # Not for an answer the gate empties: feedback only raises the best hit's score, the gate would stay shut.
+    best = fused[0] if fused else None
+    if best and best.score >= threshold and mode == "hybrid" and options.feedback_weight > 0 and vectors is not None:
+        moved = feedback_similarities(similarities, best.chunk_id, vectors, options.feedback_weight)
+        fused = [s for s in fuse(moved, ranks, weights, mode) if s.score > 0]
     if options.min_score is None:  # auto: the answer is empty when even its best hit is under the measured gate
-        threshold = default_min_score(model, mode)
         scored = fused if fused and fused[0].score >= threshold else []
     else:  # a threshold given: every hit under it goes
-        threshold = options.min_score
         scored = [s for s in fused if s.score >= threshold]
     scored, ordered, reordered = reorder(
         hits, vectors, query, scored, spans_of(spans, scored), mmr_lambda=options.mmr_lambda,

@@ -32,6 +32,9 @@ class SearchDefaults:
     # Each side's candidates: max_results times this (at least search.MIN_CANDIDATES). Wider pools let weak
     # candidates chain neighbouring chunks into long places (bench/results/locomo.md).
     candidate_multiplier: int = 1
+    # Vector pseudo-relevance feedback (server.index.feedback): the best hit's vector's weight in the query the
+    # hybrid candidates are scored again by, 0 for none (bench/explore_prf.py measured it).
+    feedback_weight: float = 0.25
     mmr_lambda: float = 1.0  # 1: no diversity step (bench/bench_options.py measured the others)
     recency_half_life_days: float = 0.0  # 0: no recency boost
     rerank: bool = False  # reranking needs VOYAGE_API_KEY on the server
@@ -101,6 +104,7 @@ def search_defaults_from_env(env: Mapping[str, str]) -> SearchDefaults:
         max_results=whole(env, "MEMORY_MAX_RESULTS", default.max_results, 1, MAX_RESULTS_CAP),
         min_score=fraction(env, "MEMORY_MIN_SCORE", -1.0) if env.get("MEMORY_MIN_SCORE", "").strip() else None,
         candidate_multiplier=whole(env, "MEMORY_CANDIDATE_MULTIPLIER", default.candidate_multiplier, low, high),
+        feedback_weight=fraction(env, "MEMORY_FEEDBACK_WEIGHT", default.feedback_weight),
         mmr_lambda=fraction(env, "MEMORY_MMR_LAMBDA", default.mmr_lambda),
         recency_half_life_days=fraction(
             env, "MEMORY_RECENCY_HALF_LIFE_DAYS", default.recency_half_life_days, MAX_HALF_LIFE_DAYS

@@ -44,6 +44,7 @@ SAMPLES = {
     "max_results": "5",
     "min_score": "0.25",
     "candidate_multiplier": "6",
+    "feedback_weight": "0.5",
     "mmr_lambda": "0.7",
     "recency_half_life_days": "30",
     "rerank": "true",
@@ -85,7 +86,13 @@ def test_every_setting_has_a_config_file_key_and_each_sample_is_read_from_the_fi
     assert settings.engine.scan.max_file_bytes == 1000
     assert (settings.engine.chunker.max_tokens, settings.engine.chunker.overlap_tokens) == (128, 16)
     assert settings.engine.search == SearchDefaults(
-        max_results=5, min_score=0.25, candidate_multiplier=6, mmr_lambda=0.7, recency_half_life_days=30, rerank=True
+        max_results=5,
+        min_score=0.25,
+        candidate_multiplier=6,
+        feedback_weight=0.5,
+        mmr_lambda=0.7,
+        recency_half_life_days=30,
+        rerank=True,
     )
     assert settings.rerank_model == "rerank-2" and Settings.from_env({}).rerank_model == "rerank-2-lite"
     assert settings.engine.cache_max_entries == 10000
@@ -257,6 +264,7 @@ def test_the_metrics_listener_is_off_by_default_and_only_ever_on_loopback():
         ({"MEMORY_MIN_SCORE": "1.5"}, "MEMORY_MIN_SCORE must be a number from 0 to 1, not 1.5"),
         ({"MEMORY_MIN_SCORE": "high"}, "MEMORY_MIN_SCORE must be a number from 0 to 1, not 'high'"),
         ({"MEMORY_MMR_LAMBDA": "nan"}, "MEMORY_MMR_LAMBDA must be a number from 0 to 1, not nan"),
+        ({"MEMORY_FEEDBACK_WEIGHT": "2"}, "MEMORY_FEEDBACK_WEIGHT must be a number from 0 to 1, not 2"),
         ({"MEMORY_RECENCY_HALF_LIFE_DAYS": "-1"}, "MEMORY_RECENCY_HALF_LIFE_DAYS must be a number from 0 to 36500"),
         ({"MEMORY_RERANK": "maybe"}, "MEMORY_RERANK must be 1 or 0, not 'maybe'"),
         ({"MEMORY_CANDIDATE_MULTIPLIER": "0"}, "MEMORY_CANDIDATE_MULTIPLIER must be a whole number from 1 to 20"),

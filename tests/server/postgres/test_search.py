@@ -264,3 +264,15 @@ def test_the_reordering_options_work_on_postgresql_as_on_sqlite(open_index: Call
     unranked = index.search(query, build_options(rerank=True))
     assert unranked.notice is not None and "reranking is not configured" in unranked.notice
     assert [hit.path for hit in unranked.hits] == paths_of(index, query)
+
+
+def test_vector_feedback_works_on_postgresql_as_on_sqlite(open_index: Callable[..., Opened]) -> None:
+    from tests.server.index.test_feedback import FEEDBACK_NOTES
+
+    index, store = open_index(HashingEmbedder())
+    write_all(store, FEEDBACK_NOTES)
+    index.index()
+    # The note sharing the best hit's words moves up, by the vectors PostgreSQL reads from its pgvector table.
+    before = paths_of(index, "ramen shop", feedback_weight=0.0)
+    assert before == ["memory/ramen.md", "memory/shop.md", "memory/broth.md"]
+    assert paths_of(index, "ramen shop", feedback_weight=0.25)[:2] == ["memory/ramen.md", "memory/broth.md"]
