@@ -25,7 +25,7 @@ import apsw
 import numpy as np
 from bench_locomo import recall_of
 from bench_retrieval_scifact import evaluate, load
-from common import CACHE
+from common import CACHE, RESULTS
 from explore_locomo import prepare as prepare_locomo
 from explore_scifact import prepare as prepare_scifact
 from explore_scifact import product
@@ -105,6 +105,7 @@ def locomo(specs: list[str], embedder: CachedEmbedder) -> None:
             everything = _recall(corpora, cases, cap)
             print(f"locomo budget {budget} ({chunks} chunks) place cap {cap}: tune {halves['tune']}"
                   f" held-out {halves['held-out']} all {everything}", flush=True)  # fmt: skip
+            record(f"locomo {spec} cap {cap}", {"chunks": chunks, **halves, "all": everything})
 
 
 def _recall(corpora, cases, cap: int | None) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -168,6 +169,15 @@ def scifact(specs: list[str], embedder: CachedEmbedder) -> None:
             results[f"{name} chunks"] = len(lists.docs)
         assert subset_docs
         print(f"scifact budget {budget}: {json.dumps(results)} ({embedder.embedded} embedded so far)", flush=True)
+        record(f"scifact {budget}", results)
+
+
+def record(key: str, figures: dict) -> None:
+    """Keep a variant's figures in bench/results/chunking.json, beside those of earlier runs."""
+    path = RESULTS / "chunking.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    kept[key] = figures
+    path.write_text(json.dumps(kept, indent=2, sort_keys=True) + "\n", "utf-8")
 
 
 def main() -> None:
