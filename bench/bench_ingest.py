@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from bench_retrieval_scifact import load
+from bench_retrieval_scifact import SEED, load, write_subset
 from common import CACHE, median, report, save_json, table
 
 from server.index.embeddings.local import LocalEmbedder
@@ -30,9 +29,7 @@ from server.index.embeddings.onnx_runtime import SPLIT_CALLS, OnnxEncoder, OnnxT
 from server.index.engine import MemoryIndex
 from server.index.model_package import WEIGHTS_SHA256, onnx_model_path
 
-ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-DISTRACTORS = 700
-SEED = 3
+ROUNDS = 2  # unless given on the command line
 PEER_DOCS_PER_S = 18.1  # mcp-memory-service 12.4 on this subset (issue 16)
 TUNINGS = {"before (split calls, spinning)": SPLIT_CALLS, "after (side by side, no spinning)": OnnxTuning()}
 QUERIES = 100
@@ -47,19 +44,6 @@ class TunedEmbedder(LocalEmbedder):
 
     def _load(self) -> OnnxEncoder:
         return self.encoder
-
-
-def write_subset(folder: Path) -> tuple[list[str], int]:
-    corpus, _, qrels = load()
-    relevant = sorted({doc for rels in qrels.values() for doc in rels if doc in corpus})
-    others = sorted(set(corpus) - set(relevant))
-    chosen = relevant + random.Random(SEED).sample(others, DISTRACTORS)
-    shutil.rmtree(folder, ignore_errors=True)
-    (folder / "memory").mkdir(parents=True)
-    for doc in chosen:
-        title, text = corpus[doc]
-        (folder / "memory" / f"{doc}.md").write_text(f"# {title}\n\n{text}\n", "utf-8")
-    return chosen, len(relevant)
 
 
 def cpu_and_wall() -> tuple[float, float]:
@@ -104,7 +88,7 @@ def main() -> None:
     vectors: dict[str, dict[str, np.ndarray]] = {}
     raw_vectors: dict[str, np.ndarray] = {}
     loads = [os.getloadavg()[0]]
-    for round_number in range(ROUNDS):
+    for round_number in range(int(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS):
         for name, encoder in encoders.items():
             seconds, cpu, embedded, index = run_index(encoder, folder, data)
             runs[name].setdefault("index_s", []).append(seconds)

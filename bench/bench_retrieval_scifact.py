@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import shutil
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 from common import CACHE, RESULTS, SCIFACT, report, save_json, table, timer
 
@@ -22,6 +25,8 @@ from server.index.search import MAX_LIMIT, build_options
 from server.index.tuning import SearchDefaults
 
 K = 10
+DISTRACTORS = 700  # the subset: every abstract relevant to a test query and this many others
+SEED = 3
 
 
 def load() -> tuple[dict[str, tuple[str, str]], dict[str, str], dict[str, dict[str, int]]]:
@@ -52,6 +57,21 @@ def write_markdown(corpus: dict[str, tuple[str, str]]) -> None:
         content = f"# {title}\n\n{text}\n"
         if not path.exists() or path.read_text("utf-8") != content:
             path.write_text(content, "utf-8")
+
+
+def write_subset(folder: Path) -> tuple[list[str], int]:
+    """The 983-document subset peers were measured on (in `folder`/memory): the abstracts relevant to a test query
+    and DISTRACTORS others drawn with a fixed seed. Returns the chosen ids and how many are relevant."""
+    corpus, _, qrels = load()
+    relevant = sorted({doc for rels in qrels.values() for doc in rels if doc in corpus})
+    others = sorted(set(corpus) - set(relevant))
+    chosen = relevant + random.Random(SEED).sample(others, DISTRACTORS)
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "memory").mkdir(parents=True)
+    for doc in chosen:
+        title, text = corpus[doc]
+        (folder / "memory" / f"{doc}.md").write_text(f"# {title}\n\n{text}\n", "utf-8")
+    return chosen, len(relevant)
 
 
 def doc_of(path: str) -> str:
@@ -148,6 +168,7 @@ def main() -> None:
         ndcg, recall = evaluate(run_fts_variant(index, queries, name), qrels)
         tokenizers.append([name, ndcg, recall])
     index.close()
+    subset = run_subset(embedder, queries, qrels)
 
     body = "\n\n".join(
         [
@@ -162,14 +183,31 @@ def main() -> None:
             "## Vector feedback (hybrid; the default weight is "
             f"{SearchDefaults().feedback_weight})\n\n" + table(["feedback weight", "nDCG@10", "recall@10"], feedback),
             "## FTS5 tokenizer (keyword-only)\n\n" + table(["tokenizer", "nDCG@10", "recall@10"], tokenizers),
+            f"## The {subset['docs']}-document subset (the one peers were measured on, bench_ingest.py)\n\n"
+            f"{subset['relevant']} abstracts relevant to a test query and {subset['docs'] - subset['relevant']} "
+            f"others (seed {SEED}), {subset['chunks']} chunks; the same 300 queries, engine defaults.\n\n"
+            + table(["mode", "nDCG@10", "recall@10"], [["hybrid", subset["ndcg@10"], subset["recall@10"]]]),
         ]
     )
     report("retrieval_scifact", "Retrieval on BEIR SciFact", body)
     save_json(
         "retrieval_scifact",
-        {"modes": results, "variants": variants, "feedback": feedback, "tokenizers": tokenizers, "chunks": chunks},
+        {"modes": results, "variants": variants, "feedback": feedback, "tokenizers": tokenizers, "chunks": chunks, "subset": subset},
     )
     _plot(rows)
+
+
+def run_subset(embedder: LocalEmbedder, queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> dict:
+    """Hybrid search over an index of the 983-document subset alone (its own BM25 statistics, as peers had)."""
+    folder = CACHE / "scifact-subset-md"
+    chosen, relevant = write_subset(folder)
+    index = MemoryIndex.open(CACHE / "scifact-subset-data", "subset", embedder, create=True)
+    index.index(folder)
+    chunks = sum(index.status().chunks.values())
+    ndcg, recall = evaluate(run_engine(index, queries, "hybrid"), qrels)
+    index.close()
+    print(f"subset hybrid: nDCG@10 {ndcg:.4f} recall@10 {recall:.4f}", flush=True)
+    return {"docs": len(chosen), "relevant": relevant, "chunks": chunks, "ndcg@10": ndcg, "recall@10": recall}
 
 
 def _plot(rows: list[list[object]]) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from bench_locomo import LOCOMO, build, recall_of, write_folder
 from common import CACHE
 
+from server.index.embeddings.base import Embedder
 from server.index.embeddings.local import LocalEmbedder
 from server.index.engine import MemoryIndex
 from server.index.engine_settings import EngineSettings
@@ -41,13 +42,15 @@ class Corpus:
     turns: dict[str, tuple[str, int]]
 
 
-def prepare(variant: str = "defaults", settings: EngineSettings | None = None) -> tuple[dict[str, Corpus], list[Case]]:
+def prepare(
+    variant: str = "defaults", settings: EngineSettings | None = None, embedder: Embedder | None = None
+) -> tuple[dict[str, Corpus], list[Case]]:
     """Index every conversation under `variant` (engine `settings`, the defaults when None) and keep the lists."""
     work = WORK / variant
     pickled = work / "cases.pickle"
     if pickled.exists():
         return pickle.loads(pickled.read_bytes())  # type: ignore[no-any-return]
-    embedder = LocalEmbedder()
+    embedder = embedder or LocalEmbedder()
     samples = json.loads((LOCOMO / "locomo-dev.json").read_text())
     corpora, cases = {}, []
     for sample in samples:

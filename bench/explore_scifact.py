@@ -11,11 +11,13 @@ import json
 import pickle
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from bench_retrieval_scifact import doc_of, evaluate, load
 from common import CACHE
 
+from server.index.embeddings.base import Embedder
 from server.index.embeddings.local import LocalEmbedder
 from server.index.fts import match_expression
 from server.index.queries import CLEAR_KEYWORD_SCORES, CREATE_KEYWORD_SCORES, FILL_KEYWORD_SCORES
@@ -23,6 +25,7 @@ from server.index.store import Store
 from server.index.vectors import live_space
 
 PICKLED = CACHE / "explore" / "scifact.pickle"
+INDEX = CACHE / "scifact-data" / "indexes" / "scifact"
 
 
 @dataclass
@@ -32,12 +35,14 @@ class Lists:
     bm25: dict[str, dict[int, float]]  # query id -> row -> bm25 (matching rows only)
 
 
-def prepare(queries: dict[str, str]) -> Lists:
-    if PICKLED.exists():
-        return pickle.loads(PICKLED.read_bytes())  # type: ignore[no-any-return]
-    embedder = LocalEmbedder()
+def prepare(
+    queries: dict[str, str], folder: Path = INDEX, pickled: Path = PICKLED, embedder: Embedder | None = None
+) -> Lists:
+    """The lists of the index in `folder` (bench_retrieval_scifact.py's unless told), kept in `pickled`."""
+    if pickled.exists():
+        return pickle.loads(pickled.read_bytes())  # type: ignore[no-any-return]
+    embedder = embedder or LocalEmbedder()
     # The store, not the MemoryIndex: opening that may start background work that cuts chunks again.
-    folder = CACHE / "scifact-data" / "indexes" / "scifact"
     store = Store(folder / json.loads((folder / "index.json").read_text()).get("database", "index.sqlite3"))
     db = store.connection()
     space = live_space(store)
@@ -60,8 +65,8 @@ def prepare(queries: dict[str, str]) -> Lists:
             db.execute(CLEAR_KEYWORD_SCORES)
         lists.bm25[qid] = bm25
     store.close()
-    PICKLED.parent.mkdir(parents=True, exist_ok=True)
-    PICKLED.write_bytes(pickle.dumps(lists))
+    pickled.parent.mkdir(parents=True, exist_ok=True)
+    pickled.write_bytes(pickle.dumps(lists))
     return lists
 
 
