@@ -17,6 +17,7 @@ deterministic (the same bytes from the same export) and carries the same weights
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import sys
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.basicConfig(level=logging.ERROR)  # the quantiser's advice to pre-process: the export is optimised already
     model_dir = packaged_model_dir()
     verify_weights(model_dir)
     fp32 = args.target
