@@ -2,13 +2,15 @@
 
 One markdown file per abstract (`# title`, blank line, text); a document is scored by its best chunk.
 Reports nDCG@10 and recall@10 for keyword-only, vector-only and hybrid, the fusion variants measured to choose
-the defaults, and the FTS5 tokenizer comparison (porter vs plain unicode61).
+the defaults, and the FTS5 tokenizer comparison (porter vs plain unicode61). The local model is the server's
+(MEMORY_LOCAL_MODEL); another than the float32 one keeps its index and its results under names of its own.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shutil
 from collections import defaultdict
@@ -18,9 +20,11 @@ from pathlib import Path
 from common import CACHE, RESULTS, SCIFACT, report, save_json, table, timer
 
 from server.index.embeddings.local import LocalEmbedder
+from server.index.embeddings.select import EmbeddingSettings
 from server.index.engine import MemoryIndex
 from server.index.fts import match_expression
 from server.index.fusion import FusionWeights
+from server.index.model_package import FP32
 from server.index.search import MAX_LIMIT, build_options
 from server.index.tuning import SearchDefaults
 
@@ -131,8 +135,10 @@ def run_fts_variant(index: MemoryIndex, queries: dict[str, str], tokenizer: str)
 def main() -> None:
     corpus, queries, qrels = load()
     write_markdown(corpus)
-    embedder = LocalEmbedder()
-    index = MemoryIndex.open(CACHE / "scifact-data", "scifact", embedder, create=True)
+    local = EmbeddingSettings.from_env(os.environ).local_model
+    suffix = "" if local == FP32.name else "-" + local.rsplit("-", 1)[-1]  # "-int8"
+    embedder = LocalEmbedder(local=local)
+    index = MemoryIndex.open(CACHE / f"scifact-data{suffix}", "scifact", embedder, create=True)
     with timer() as t:
         indexed = index.index(CACHE / "scifact-md")
     status = index.status()
@@ -189,19 +195,21 @@ def main() -> None:
             + table(["mode", "nDCG@10", "recall@10"], [["hybrid", subset["ndcg@10"], subset["recall@10"]]]),
         ]
     )
-    report("retrieval_scifact", "Retrieval on BEIR SciFact", body)
+    name = "retrieval_scifact" + suffix.replace("-", "_")
+    report(name, f"Retrieval on BEIR SciFact ({embedder.model})", body)
     save_json(
-        "retrieval_scifact",
+        name,
         {"modes": results, "variants": variants, "feedback": feedback, "tokenizers": tokenizers, "chunks": chunks, "subset": subset},
     )
-    _plot(rows)
+    _plot(rows, name)
 
 
 def run_subset(embedder: LocalEmbedder, queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> dict:
     """Hybrid search over an index of the 983-document subset alone (its own BM25 statistics, as peers had)."""
     folder = CACHE / "scifact-subset-md"
     chosen, relevant = write_subset(folder)
-    index = MemoryIndex.open(CACHE / "scifact-subset-data", "subset", embedder, create=True)
+    suffix = "" if embedder.model == FP32.model_id else "-" + embedder.model.rsplit(":", 1)[-1]  # the int8 model
+    index = MemoryIndex.open(CACHE / f"scifact-subset-data{suffix}", "subset", embedder, create=True)
     index.index(folder)
     chunks = sum(index.status().chunks.values())
     ndcg, recall = evaluate(run_engine(index, queries, "hybrid"), qrels)
@@ -210,7 +218,7 @@ def run_subset(embedder: LocalEmbedder, queries: dict[str, str], qrels: dict[str
     return {"docs": len(chosen), "relevant": relevant, "chunks": chunks, "ndcg@10": ndcg, "recall@10": recall}
 
 
-def _plot(rows: list[list[object]]) -> None:
+def _plot(rows: list[list[object]], name: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,7 +233,7 @@ def _plot(rows: list[list[object]]) -> None:
     ax.set_title("SciFact retrieval by search mode")
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(RESULTS / "retrieval_scifact.png", dpi=120)
+    fig.savefig(RESULTS / f"{name}.png", dpi=120)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ VARIABLES: Mapping[str, Kind] = {
     "MEMORY_EMBEDDING_BATCH": "integer",
     "MEMORY_EMBEDDING_FAILOVER_AFTER": "number",
     "MEMORY_EMBEDDING_RUNTIME": "text",
+    "MEMORY_LOCAL_MODEL": "text",
     "MEMORY_VOYAGE_MODEL": "text",
     "MEMORY_VOYAGE_BASE_URL": "text",
     "MEMORY_VOYAGE_DIMENSIONS": "integer",

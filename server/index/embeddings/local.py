@@ -4,6 +4,10 @@ Two runtimes give the same vectors (cosine >= 0.9999, tests/server/index/test_on
 vector identity and switching never rebuilds an index: `onnx` (the default: onnxruntime on the install-time ONNX
 export; no torch in the process, a start in about a second) and `torch` (sentence-transformers, imported only when
 chosen: MEMORY_EMBEDDING_RUNTIME=torch, for platforms without an onnxruntime wheel).
+
+The int8 quantisation of the same weights (MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2-int8, onnx runtime only) is another
+model: its vectors differ a little (mean cosine 0.994 to the float32 ones), so it has its own model id and an index
+built with one is rebuilt in the background for the other.
 """
 
 from __future__ import annotations
@@ -19,12 +23,19 @@ import numpy as np
 
 from server.index.embeddings.base import InputKind, Tokenizer, Vectors, normalise
 from server.index.errors import EmbeddingError, EmbeddingUnavailableError
-from server.index.model_package import WEIGHTS_SHA256, onnx_model_path, packaged_model_dir, verify_weights
+from server.index.model_package import (
+    DEFAULT_LOCAL_MODEL,
+    WEIGHTS_SHA256,
+    LocalModel,
+    local_model,
+    onnx_model_path,
+    packaged_model_dir,
+    verify_weights,
+)
 from server.index.tokens import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
 
-MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSIONS = 384
 # The model reads 256 WordPiece tokens including [CLS] and [SEP]; anything past that is silently dropped.
 MAX_TOKENS = 254
@@ -42,8 +53,8 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str]) -> Vectors: ...
 
 
-# One loaded model per process and runtime, whoever asks: loading costs time and memory.
-_MODELS: dict[tuple[Path, str], Encoder] = {}
+# One loaded model per process, runtime and local model, whoever asks: loading costs time and memory.
+_MODELS: dict[tuple[Path, str, str], Encoder] = {}
 _VERIFIED: set[Path] = set()
 _MODELS_LOCK = threading.Lock()
 
@@ -85,26 +96,36 @@ class TorchEncoder:
         return normalise(vectors)
 
 
-def load_encoder(model_dir: Path, runtime: Runtime) -> Encoder:
+def load_encoder(model_dir: Path, runtime: Runtime, model: LocalModel = DEFAULT_LOCAL_MODEL) -> Encoder:
     if runtime == "torch":
         return TorchEncoder(model_dir)
     from server.index.embeddings.onnx_runtime import OnnxEncoder
 
-    return OnnxEncoder(model_dir, onnx_model_path(), WEIGHTS_SHA256)
+    return OnnxEncoder(model_dir, onnx_model_path(model), WEIGHTS_SHA256, precision=model.precision)
 
 
 class LocalEmbedder:
     """The packaged model on the CPU. It loads once, on first use, and is shared by all threads."""
 
     provider = "local"
-    model = MODEL_ID
     dimensions = DIMENSIONS
     max_tokens = MAX_TOKENS
 
-    def __init__(self, model_dir: Path | None = None, *, verify: bool = True, runtime: Runtime = "onnx") -> None:
+    def __init__(
+        self,
+        model_dir: Path | None = None,
+        *,
+        verify: bool = True,
+        runtime: Runtime = "onnx",
+        local: str = DEFAULT_LOCAL_MODEL.name,
+    ) -> None:
         if runtime not in RUNTIMES:
             raise EmbeddingUnavailableError(f"unknown embedding runtime {runtime!r}; choose from {', '.join(RUNTIMES)}")
+        self.local = local_model(local)
+        if runtime == "torch" and not self.local.torch:
+            raise EmbeddingUnavailableError(f"the local model {local} runs on MEMORY_EMBEDDING_RUNTIME=onnx only")
         self.runtime: Runtime = runtime
+        self.model = self.local.model_id  # the vector identity: the runtimes share it, the local models do not
         self.model_dir = model_dir or packaged_model_dir()
         if not (self.model_dir / "model.safetensors").is_file():
             raise EmbeddingUnavailableError(f"no model weights under {self.model_dir}")
@@ -114,11 +135,11 @@ class LocalEmbedder:
         self.tokenizer: Tokenizer = WordPieceTokenizer(self.model_dir / "tokenizer.json")
 
     def _load(self) -> Encoder:
-        key = (self.model_dir, self.runtime)
+        key = (self.model_dir, self.runtime, self.local.name)
         with _MODELS_LOCK:
             if key not in _MODELS:
-                _MODELS[key] = load_encoder(self.model_dir, self.runtime)
-                log.info("loaded local embedding model %s (%s)", MODEL_ID, _MODELS[key].detail)
+                _MODELS[key] = load_encoder(self.model_dir, self.runtime, self.local)
+                log.info("loaded local embedding model %s (%s)", self.model, _MODELS[key].detail)
             return _MODELS[key]
 
     def loaded(self) -> Encoder:

@@ -1,17 +1,23 @@
 """Export the packaged all-MiniLM-L6-v2 to ONNX, once, at install time: the only step that needs torch.
 
-    python -m server.index.embeddings.onnx_export [TARGET]
+    python -m server.index.embeddings.onnx_export [TARGET]   # and its int8 quantisation beside it
 
 The export is transformers' BertModel traced with dynamic batch and length (eager attention, so nothing about the
 example's shape is baked in); its output is the last hidden state, pooled by `onnx_runtime`. onnxruntime's
 transformer optimizer then fuses each layer's attention, GELU and layer norms (faster, and smaller buffers), and the
 weights are saved beside the graph (`NAME.onnx.data`), which onnxruntime memory-maps instead of copying. The sha256
 of the weights it was made from is stored in the graph's metadata, so a runtime refuses an export of other weights.
+
+The int8 model (`MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2-int8`) is then made from that export, by onnxruntime's
+dynamic quantisation: the weights of every MatMul and Attention node become int8, one scale per output channel
+(one per tensor lost 0.05 of cosine to the float32 vectors); activations are quantised per call. It is
+deterministic (the same bytes from the same export) and carries the same weights' sha256, and `precision` = int8.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import sys
@@ -19,9 +25,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from server.index.model_package import WEIGHTS_SHA256, onnx_model_path, packaged_model_dir, verify_weights
+from server.index.model_package import (
+    FP32,
+    INT8,
+    WEIGHTS_SHA256,
+    onnx_model_path,
+    packaged_model_dir,
+    verify_weights,
+)
 
 WEIGHTS_KEY = "weights_sha256"
+PRECISION_KEY = "precision"  # absent in the exports made before the int8 model: those are fp32
+QUANTISED_OPS = ("MatMul", "Attention")  # the embedding tables (Gather) stay float32
 OPSET = 17
 INPUTS = ("input_ids", "attention_mask")
 OUTPUT = "last_hidden_state"
@@ -30,7 +45,6 @@ DATA_SUFFIX = ".data"  # the weights file beside the graph
 
 def export(model_dir: Path, target: Path, weights_sha256: str) -> Path:
     """Write the ONNX graph of the BERT model under `model_dir` to `target` (atomically) and return it."""
-    import onnx
     import torch
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AutoModel
@@ -66,20 +80,51 @@ def export(model_dir: Path, target: Path, weights_sha256: str) -> Path:
         fused = optimize_model(
             str(traced), model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size
         ).model
-        onnx.helper.set_model_props(fused, {WEIGHTS_KEY: weights_sha256})
-        data = target.name + DATA_SUFFIX
-        graph = Path(scratch) / target.name
-        onnx.save(fused, str(graph), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
-        # the weights first, the graph that names them last: a reader never finds a graph without its weights
-        for written in (Path(scratch) / data, graph):
-            written.chmod(0o644)  # onnx writes 0600; the server may run as another user (the image's)
-        shutil.move(Path(scratch) / data, target.parent / data)
-        os.replace(graph, target)
+        save(fused, target, Path(scratch), {WEIGHTS_KEY: weights_sha256, PRECISION_KEY: FP32.precision})
     return target
 
 
-def exported_from(target: Path) -> str | None:
-    """The sha256 of the weights the export at `target` was made from; None when there is no readable export."""
+def quantise(source: Path, target: Path, weights_sha256: str) -> Path:
+    """Write the int8 quantisation of the float32 export at `source` to `target` (atomically) and return it."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph = onnx.load(str(source), load_external_data=False)
+    nodes = [node.name for node in graph.graph.node if node.op_type in QUANTISED_OPS]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".quantise-") as scratch:
+        plain = Path(scratch) / "quantised.onnx"
+        quantize_dynamic(
+            str(source),
+            str(plain),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            nodes_to_quantize=nodes,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # for tensors whose type it cannot infer
+        )
+        quantised = onnx.load(str(plain))
+        save(quantised, target, Path(scratch), {WEIGHTS_KEY: weights_sha256, PRECISION_KEY: INT8.precision})
+    return target
+
+
+def save(model: Any, target: Path, scratch: Path, props: dict[str, str]) -> None:
+    """Save `model` with `props` as `target` and its weights beside it, written in `scratch` and moved in place."""
+    import onnx
+
+    onnx.helper.set_model_props(model, props)
+    data = target.name + DATA_SUFFIX
+    graph = scratch / target.name
+    onnx.save(model, str(graph), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
+    # the weights first, the graph that names them last: a reader never finds a graph without its weights
+    for written in (scratch / data, graph):
+        written.chmod(0o644)  # onnx writes 0600; the server may run as another user (the image's)
+    shutil.move(scratch / data, target.parent / data)
+    os.replace(graph, target)
+
+
+def exported_from(target: Path, precision: str = FP32.precision) -> str | None:
+    """The sha256 of the weights the export at `target` was made from; None when there is no readable export, or
+    when it is of another precision."""
     import onnx
 
     if not (target.is_file() and (target.parent / (target.name + DATA_SUFFIX)).is_file()):
@@ -88,7 +133,10 @@ def exported_from(target: Path) -> str | None:
         graph = onnx.load(str(target), load_external_data=False)
     except Exception:  # a damaged file: export it again
         return None
-    return next((prop.value for prop in graph.metadata_props if prop.key == WEIGHTS_KEY), None)
+    props = {prop.key: prop.value for prop in graph.metadata_props}
+    if props.get(PRECISION_KEY, FP32.precision) != precision:
+        return None
+    return props.get(WEIGHTS_KEY)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,13 +147,22 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.basicConfig(level=logging.ERROR)  # the quantiser's advice to pre-process: the export is optimised already
     model_dir = packaged_model_dir()
     verify_weights(model_dir)
-    if not args.force and exported_from(args.target) == WEIGHTS_SHA256:
-        print(f"{args.target} is up to date", file=sys.stderr)
-        return 0
-    written = export(model_dir, args.target, WEIGHTS_SHA256)
-    print(f"exported {model_dir.name} to {written}", file=sys.stderr)
+    fp32 = args.target
+    int8 = fp32.with_name(INT8.onnx_file)
+    fresh = args.force or exported_from(fp32) != WEIGHTS_SHA256
+    if fresh:
+        export(model_dir, fp32, WEIGHTS_SHA256)
+        print(f"exported {model_dir.name} to {fp32}", file=sys.stderr)
+    else:
+        print(f"{fp32} is up to date", file=sys.stderr)
+    if fresh or exported_from(int8, INT8.precision) != WEIGHTS_SHA256:
+        quantise(fp32, int8, WEIGHTS_SHA256)
+        print(f"quantised {fp32.name} to {int8}", file=sys.stderr)
+    else:
+        print(f"{int8} is up to date", file=sys.stderr)
     return 0
 
 

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer as HFTokenizer
 
 from server.index.embeddings.base import Vectors, normalise
-from server.index.embeddings.onnx_export import INPUTS, OUTPUT, WEIGHTS_KEY
+from server.index.embeddings.onnx_export import INPUTS, OUTPUT, PRECISION_KEY, WEIGHTS_KEY
 from server.index.errors import EmbeddingUnavailableError
 
 SEQUENCE_LENGTH = 256  # sentence_bert_config.json's max_seq_length, [CLS] and [SEP] included
@@ -88,11 +88,19 @@ class OnnxEncoder:
 
     runtime = "onnx"
 
-    def __init__(self, model_dir: Path, onnx_path: Path, weights_sha256: str, tuning: OnnxTuning | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        onnx_path: Path,
+        weights_sha256: str,
+        tuning: OnnxTuning | None = None,
+        precision: str = "fp32",
+    ) -> None:
         if not onnx_path.is_file():
+            other = "MEMORY_EMBEDDING_RUNTIME=torch" if precision == "fp32" else "MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2"
             raise EmbeddingUnavailableError(
-                f"no ONNX export of the model at {onnx_path}; run `python -m server.index.embeddings.onnx_export` "
-                "(scripts/install.sh does) or set MEMORY_EMBEDDING_RUNTIME=torch"
+                f"no {precision} ONNX export of the model at {onnx_path}; run "
+                f"`python -m server.index.embeddings.onnx_export` (scripts/install.sh does) or set {other}"
             )
         import onnxruntime
 
@@ -111,10 +119,15 @@ class OnnxEncoder:
             )
         except Exception as exc:  # a damaged or foreign file: onnxruntime's own error classes
             raise EmbeddingUnavailableError(f"cannot load the ONNX model at {onnx_path}: {exc}") from exc
-        made_from = self.session.get_modelmeta().custom_metadata_map.get(WEIGHTS_KEY)
-        if made_from != weights_sha256:
+        metadata = self.session.get_modelmeta().custom_metadata_map
+        if metadata.get(WEIGHTS_KEY) != weights_sha256:
             raise EmbeddingUnavailableError(
                 f"the ONNX model at {onnx_path} was not exported from the packaged weights; export it again"
+            )
+        found = metadata.get(PRECISION_KEY, "fp32")  # the exports made before int8 existed do not say
+        if found != precision:
+            raise EmbeddingUnavailableError(
+                f"the ONNX model at {onnx_path} is the {found} export, expected {precision}; export it again"
             )
         self.detail = (
             f"onnxruntime {onnxruntime.__version__}, {self.workers} x {options.intra_op_num_threads} threads, "

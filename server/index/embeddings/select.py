@@ -20,6 +20,7 @@ from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import FAILOVER_AFTER, ProviderChain
 from server.index.embeddings.remote import HttpEmbedder, HttpOptions, OpenAIEmbedder, VoyageEmbedder
 from server.index.errors import EmbeddingError, InvalidArgumentError
+from server.index.model_package import DEFAULT_LOCAL_MODEL, FP32, LOCAL_MODELS
 from server.index.rerank import GuardedReranker, VoyageReranker
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class EmbeddingSettings:
     probe: bool = True
     failover_after: float = FAILOVER_AFTER  # seconds a provider fails before the next one's vectors are built
     runtime: str = "onnx"  # what runs the local model: "onnx" (no torch) or "torch" (sentence-transformers)
+    local_model: str = DEFAULT_LOCAL_MODEL.name  # which of model_package.LOCAL_MODELS the local provider runs
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> EmbeddingSettings:
@@ -91,6 +93,7 @@ class EmbeddingSettings:
         if runtime not in LOCAL_RUNTIMES:
             raise InvalidArgumentError(f"MEMORY_EMBEDDING_RUNTIME must be one of {', '.join(LOCAL_RUNTIMES)}")
         return cls(
+            local_model=_local_model(env, runtime),
             providers=names,
             voyage=_remote(env, "VOYAGE", defaults.voyage),
             openai=_remote(env, "OPENAI", defaults.openai),
@@ -99,6 +102,18 @@ class EmbeddingSettings:
             failover_after=_positive(env, "MEMORY_EMBEDDING_FAILOVER_AFTER", defaults.failover_after, float, zero=True),
             runtime=runtime,
         )
+
+
+def _local_model(env: Mapping[str, str], runtime: str) -> str:
+    """MEMORY_LOCAL_MODEL, checked; unset, the default, or the float32 model where the runtime is torch."""
+    name = env.get("MEMORY_LOCAL_MODEL", "").strip()
+    if not name:
+        return DEFAULT_LOCAL_MODEL.name if runtime == "onnx" or DEFAULT_LOCAL_MODEL.torch else FP32.name
+    if name not in LOCAL_MODELS:
+        raise InvalidArgumentError(f"MEMORY_LOCAL_MODEL must be one of {', '.join(LOCAL_MODELS)}")
+    if runtime == "torch" and not LOCAL_MODELS[name].torch:
+        raise InvalidArgumentError(f"MEMORY_LOCAL_MODEL={name} runs on MEMORY_EMBEDDING_RUNTIME=onnx only")
+    return name
 
 
 def _remote(env: Mapping[str, str], prefix: str, default: RemoteSettings) -> RemoteSettings:
@@ -278,7 +293,7 @@ def _build(name: str, settings: EmbeddingSettings, env: Mapping[str, str]) -> Em
             from server.index.embeddings.local import LocalEmbedder
         except ImportError as exc:  # the server extra is not installed
             raise EmbeddingError(f"the local model's runtime is not installed ({exc.name})") from None
-        return LocalEmbedder(runtime="torch" if settings.runtime == "torch" else "onnx")
+        return LocalEmbedder(runtime="torch" if settings.runtime == "torch" else "onnx", local=settings.local_model)
     remote = settings.voyage if name == "voyage" else settings.openai
     key_name = f"{name.upper()}_API_KEY"
     api_key = read_secret(env, key_name)

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from server.index.embeddings.chain import ProviderChain
+from server.index.embeddings.local import LocalEmbedder
 from server.index.engine import MemoryIndex
 from server.index.errors import InvalidArgumentError, UnknownIndexError
+from server.index.model_package import FP32, INT8
 from server.index.search import build_options
 from tests.conftest import EXAMPLE
 from tests.fakes.embedder import HashingEmbedder
@@ -422,6 +424,28 @@ def test_switching_model_rebuilds_vectors_in_the_background_while_keywords_answe
     finally:
         gate.set()
         index.close()
+
+
+def test_switching_between_the_fp32_and_int8_local_models_rebuilds_vectors_each_way(tmp_path, folder, local_embedder):
+    first = MemoryIndex.open(tmp_path / "data", "local", local_embedder, create=True)
+    first.index(folder)
+    first.close()
+    for embedder in (LocalEmbedder(local=INT8.name), local_embedder):
+        index = MemoryIndex.open(tmp_path / "data", "local", embedder)
+        try:
+            assert index.needs_rebuild and index.vector_state()[0] == "rebuilding"
+            thread = index.start_background_rebuild()
+            assert thread is not None
+            thread.join(120)
+            assert not thread.is_alive()
+            status = index.status()
+            assert (status.model, status.pending_vectors) == (embedder.model, 0)
+            result = index.search("how do we avoid processing the same webhook event twice")
+            assert result.mode == "hybrid" and result.hits[0].path == "memory/2026-11-18.md"
+            cached = index.store.connection().execute("SELECT DISTINCT model FROM embedding_cache ORDER BY model")
+            assert [row[0] for row in cached] == [FP32.model_id, INT8.model_id]  # apart: neither taken for the other
+        finally:
+            index.close()
 
 
 def test_indexing_given_paths_looks_at_those_files_only(tmp_path, folder):

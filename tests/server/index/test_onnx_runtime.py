@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from server.index.embeddings.local import LocalEmbedder
-from server.index.embeddings.onnx_export import DATA_SUFFIX, WEIGHTS_KEY, exported_from
+from server.index.embeddings.onnx_export import DATA_SUFFIX, PRECISION_KEY, WEIGHTS_KEY, exported_from
 from server.index.embeddings.onnx_runtime import SPLIT_CALLS, OnnxEncoder, OnnxTuning, batches, mean_pool
 from server.index.embeddings.select import EmbeddingSettings
 from server.index.errors import EmbeddingUnavailableError, InvalidArgumentError
@@ -101,8 +101,9 @@ def test_a_missing_export_is_a_clear_error_naming_the_fix(tmp_path):
         OnnxEncoder(packaged_model_dir(), tmp_path / "absent.onnx", WEIGHTS_SHA256)
 
 
-def small_export(path: Path, weights_sha256: str) -> Path:
-    """A one-node ONNX graph carrying an export's metadata, and its (empty) weights file beside it."""
+def small_export(path: Path, weights_sha256: str, precision: str | None = None) -> Path:
+    """A one-node ONNX graph carrying an export's metadata (no precision: as made before the int8 model), and its
+    (empty) weights file beside it."""
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("Identity", ["x"], ["y"])],
         "other",
@@ -110,7 +111,8 @@ def small_export(path: Path, weights_sha256: str) -> Path:
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
     )
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-    onnx.helper.set_model_props(model, {WEIGHTS_KEY: weights_sha256})
+    props = {WEIGHTS_KEY: weights_sha256} | ({PRECISION_KEY: precision} if precision else {})
+    onnx.helper.set_model_props(model, props)
     onnx.save(model, str(path))
     path.with_name(path.name + DATA_SUFFIX).write_bytes(b"")
     return path
