@@ -199,7 +199,14 @@ def main() -> None:
     report(name, f"Retrieval on BEIR SciFact ({embedder.model})", body)
     save_json(
         name,
-        {"modes": results, "variants": variants, "feedback": feedback, "tokenizers": tokenizers, "chunks": chunks, "subset": subset},
+        {
+            "modes": results,
+            "variants": variants,
+            "feedback": feedback,
+            "tokenizers": tokenizers,
+            "chunks": chunks,
+            "subset": subset,
+        },
     )
     _plot(rows, name)
 
