@@ -3,7 +3,7 @@
 Both the local embedder (its weights) and the WordPiece tokenizer (its vocabulary) read from here. The ONNX exports
 of the same weights, which the onnx runtime runs, are written once at install time (`scripts/install.sh` runs
 `python -m server.index.embeddings.onnx_export`) into the environment's own `share/` folder: the float32 export, and
-its int8 quantisation (`onnx_quantise.py`), a model of its own (`LOCAL_MODELS`: its vectors differ, so it has its
+its int8 quantisation (`onnx_export.quantise`), a model of its own (`LOCAL_MODELS`: its vectors differ, so it has its
 own vector identity and switching to or from it rebuilds an index's vectors).
 """
 

@@ -28,6 +28,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from server.index.embeddings.base import Vectors, normalise
 from server.index.embeddings.onnx_export import INPUTS, OUTPUT, PRECISION_KEY, WEIGHTS_KEY
 from server.index.errors import EmbeddingUnavailableError
+from server.index.model_package import FP32
 
 SEQUENCE_LENGTH = 256  # sentence_bert_config.json's max_seq_length, [CLS] and [SEP] included
 MAX_BATCH = 32  # texts in one call of the model
@@ -94,10 +95,12 @@ class OnnxEncoder:
         onnx_path: Path,
         weights_sha256: str,
         tuning: OnnxTuning | None = None,
-        precision: str = "fp32",
+        precision: str = FP32.precision,
     ) -> None:
         if not onnx_path.is_file():
-            other = "MEMORY_EMBEDDING_RUNTIME=torch" if precision == "fp32" else "MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2"
+            other = (
+                "MEMORY_EMBEDDING_RUNTIME=torch" if precision == FP32.precision else f"MEMORY_LOCAL_MODEL={FP32.name}"
+            )
             raise EmbeddingUnavailableError(
                 f"no {precision} ONNX export of the model at {onnx_path}; run "
                 f"`python -m server.index.embeddings.onnx_export` (scripts/install.sh does) or set {other}"
@@ -124,7 +127,7 @@ class OnnxEncoder:
             raise EmbeddingUnavailableError(
                 f"the ONNX model at {onnx_path} was not exported from the packaged weights; export it again"
             )
-        found = metadata.get(PRECISION_KEY, "fp32")  # the exports made before int8 existed do not say
+        found = metadata.get(PRECISION_KEY, FP32.precision)  # the exports made before int8 existed do not say
         if found != precision:
             raise EmbeddingUnavailableError(
                 f"the ONNX model at {onnx_path} is the {found} export, expected {precision}; export it again"
