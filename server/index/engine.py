@@ -32,13 +32,12 @@ from server.index.store import LET_GO, Store, is_corruption, is_missing_table, q
 from server.index.tuning import check_model_limit
 from server.index.vectors import (
     VectorSpace,
-    cap_cache,
     count_missing,
     ensure_live_space,
     fill_space,
     live_space,
-    prune_cache,
     rebuild,
+    tidy_cache,
 )
 
 log = logging.getLogger(__name__)
@@ -346,8 +345,7 @@ class MemoryIndex:
             report = self._guard(
                 lambda: self._indexer().run(target, force=force, on_file=on_file, only=paths, on_seen=on_seen)
             )
-            self._guard(lambda: prune_cache(self.store, live_space(self.store)))  # kept while its model is down too
-            self._guard(lambda: cap_cache(self.store, self.settings.cache_max_entries, live_space(self.store)))
+            self._guard(lambda: tidy_cache(self.store, self.settings.cache_max_entries))
             if rebuild_now and self.rechunker.due():
                 self.rechunker.run()
             elif rebuild_now and self._vectors_due:

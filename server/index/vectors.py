@@ -16,7 +16,7 @@ from server.index.cache_rules import CACHE_KEEP_DAYS, Model, cap_sql, claim_prun
 from server.index.embeddings.base import Embedder, Vectors
 from server.index.errors import EmbeddingError
 from server.index.queries import create_vector_table_sql
-from server.index.store import Store
+from server.index.store import LET_GO, Store, is_corruption, is_missing_table
 from server.index.transaction import writing
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,20 @@ def cap_cache(store: Store, max_entries: int, space: VectorSpace | None) -> int:
     with writing(db):
         db.execute(*cap_sql(model_of(space), over))
         return db.changes()
+
+
+def tidy_cache(store: Store, max_entries: int) -> None:
+    """After an indexing run: the day's prune and the cap, keeping the live vectors whether or not this server's
+    provider answers now. Housekeeping: a database error other than damage (a full disk, a busy database) is
+    logged, and the indexing run it follows still reports the files it indexed."""
+    space = live_space(store)
+    try:
+        prune_cache(store, space)
+        cap_cache(store, max_entries, space)
+    except apsw.Error as exc:
+        if is_corruption(exc) or is_missing_table(exc) or isinstance(exc, LET_GO):
+            raise  # the engine's guard sets a damaged database aside
+        log.warning("embedding cache not tidied (%s: %s); the next indexing run tries again", type(exc).__name__, exc)
 
 
 def embed_missing(db: apsw.Connection, embedder: Embedder, items: dict[str, str]) -> tuple[dict[str, bytes], int]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from server.errors import EmbeddingError
+from server.errors import EmbeddingError, EngineError
 from server.index.cache_rules import CACHE_KEEP_DAYS, cap_sql, claim_prune_sql, count_sql, prune_sql
 from server.index.embeddings.base import Embedder
 from server.index.queries import Filters
@@ -129,8 +129,11 @@ def tidy_cache(db: PgConnection, max_entries: int) -> None:
     """After an indexing run, under its lock: the day's prune and the cap, keeping the live table's model's
     vectors (whether or not this server's provider answers now)."""
     space = read_space(db)
-    prune_cache(db, space)
-    cap_cache(db, max_entries, space)
+    try:
+        prune_cache(db, space)
+        cap_cache(db, max_entries, space)
+    except EngineError as exc:  # housekeeping: the files of the run before stay indexed, and the next run tries again
+        log.warning("embedding cache not tidied (%s); the next indexing run tries again", type(exc.__cause__).__name__)
 
 
 def vectors_of(db: PgConnection, space: VectorSpace, chunk_ids: list[int]) -> dict[int, bytes]:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import shutil
 import time
 
+import apsw
+import pytest
+
+from server.index import vectors
 from server.index.engine import MemoryIndex
 from server.index.vectors import live_space, prune_cache
 from tests.conftest import EXAMPLE
@@ -70,5 +74,42 @@ def test_the_live_vectors_stay_cached_while_their_model_is_down(tmp_path, monkey
         monkeypatch.setattr(index, "_serving", lambda: None)  # the model does not answer
         index.index(folder)
         assert db.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0] == live > 0
+    finally:
+        index.close()
+
+
+def test_a_cache_that_cannot_be_tidied_leaves_the_indexing_run_reported_and_is_tried_again(
+    tmp_path, monkeypatch, caplog
+):
+    # A database error in the day's prune (a full disk, say) failed the whole call, though every file was indexed.
+    folder = tmp_path / "project"
+    shutil.copytree(EXAMPLE, folder)
+    index = MemoryIndex.open(tmp_path / "data", "demo", HashingEmbedder(), create=True)
+    try:
+        index.store.set_meta("cache_pruned_at", "0")
+        failing = ("INSERT INTO meta(key, value) VALUES('x', NULL)", ())  # a real error inside the prune's transaction
+        monkeypatch.setattr(vectors, "prune_sql", lambda *_: failing)
+        report = index.index(folder)
+        assert report.files_indexed > 0 and report.chunks_pending == 0
+        assert index.search("deploy checklist").mode == "hybrid"
+        assert "embedding cache not tidied (ConstraintError" in caplog.text
+        assert index.store.get_meta("cache_pruned_at") == "0"  # the day's claim rolled back with it: tried again
+        monkeypatch.undo()
+        index.index(folder)
+        assert float(index.store.get_meta("cache_pruned_at") or 0) > time.time() - 60
+    finally:
+        index.close()
+
+
+def test_damage_met_while_tidying_the_cache_still_reaches_the_engine_guard(tmp_path, monkeypatch):
+    index = MemoryIndex.open(tmp_path / "data", "demo", HashingEmbedder(), create=True)
+    try:
+
+        def damaged(store, space, **_):
+            raise apsw.CorruptError("database disk image is malformed")
+
+        monkeypatch.setattr(vectors, "prune_cache", damaged)
+        with pytest.raises(apsw.CorruptError):
+            vectors.tidy_cache(index.store, 0)
     finally:
         index.close()

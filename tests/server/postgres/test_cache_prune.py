@@ -16,6 +16,7 @@ import pytest
 
 from server.index.cache_rules import claim_prune_sql, prune_sql
 from server.index.engine_settings import EngineSettings
+from server.postgres import search_vectors
 from server.postgres.connection import PgConnection, schema_of
 from server.postgres.files import PgFileStore
 from server.postgres.search import PgSearchIndex
@@ -204,3 +205,23 @@ def blocked(observer: PgConnection, db: PgConnection) -> bool:
         "SELECT wait_event_type FROM pg_stat_activity WHERE pid = ?", (db.backend_pid(),)
     ).fetchall()
     return bool(rows) and rows[0][0] == "Lock"
+
+
+def test_a_cache_that_cannot_be_tidied_leaves_the_indexing_run_reported_and_is_tried_again(
+    open_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A database error in the day's prune failed the whole call, though every file was indexed.
+    index, store, db = open_server()
+    for path, text in NOTES.items():
+        store.write(path, text, caller="alice")
+    failing = ("SELECT 1 / 0", ())  # a real error inside the prune's transaction, after the day's claim
+    monkeypatch.setattr(search_vectors, "prune_sql", lambda *_: failing)
+    report = index.index()
+    assert report.files_indexed == 3 and report.chunks_pending == 0
+    assert index.search("noodle shop").mode == "hybrid"
+    assert "embedding cache not tidied (DivisionByZero)" in caplog.text
+    assert not db.execute("SELECT 1 FROM search_meta WHERE key = 'cache_pruned_at'").fetchall()  # rolled back
+    monkeypatch.undo()
+    store.write("memory/food.md", NOTES["memory/food.md"] + "\nThe shop also sells gyoza.\n", caller="alice")
+    index.index()
+    assert pruned_at(db) > time.time() - 60  # the next run claimed the day and pruned
