@@ -154,6 +154,8 @@ def unpack_archive(archive: Path, into: Path) -> dict[str, Any]:
                 name = info.name
                 if not info.isreg():
                     raise DamagedArchiveError(f"member {name!r} is not a regular file (a link or a device); refused")
+                if info.issparse():  # its holes read as zeros: a few bytes of archive could fill the disk
+                    raise DamagedArchiveError(f"member {name!r} is a sparse file, which no backup writes; refused")
                 if member_kind(name) is None:
                     raise DamagedArchiveError(f"member {name!r} has no place in a backup; refused")
                 if name in seen or (name == MANIFEST and manifest_data is not None):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from server.backup import archive as backup_archive
 from server.backup import snapshot
 from server.backup.archive import Member, write_archive
 from server.backup.create import take_backup
@@ -262,6 +263,22 @@ def test_a_hostile_archive_is_refused_before_anything_is_written(case, tmp_path,
     with pytest.raises(DamagedArchiveError):
         restore_archive(archive, tmp_path / "data", victim / "keys")
     assert not (tmp_path / "data").exists() and not (tmp_path / "evil.md").exists()
+
+
+def test_a_sparse_member_is_refused_before_its_holes_are_written(tmp_path, victim, monkeypatch):
+    # A 10 KB archive whose member's map says 1 TB: its holes read as zeros, and were written out until the disk
+    # was full.
+    archive = tmp_path / "sparse.tar"
+    with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("indexes/team/files/memory/a.md")
+        info.size = 10
+        info.pax_headers = {"GNU.sparse.map": "0,10", "GNU.sparse.size": str(1 << 40)}
+        tar.addfile(info, io.BytesIO(b"x" * 10))
+    written: list[str] = []
+    monkeypatch.setattr(backup_archive, "_copy_member", lambda _, __, name: written.append(name))
+    with pytest.raises(DamagedArchiveError, match="sparse file"):
+        restore_archive(archive, tmp_path / "data", victim / "keys")
+    assert written == [] and not (tmp_path / "data").exists()
 
 
 @pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE])
