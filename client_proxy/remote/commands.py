@@ -28,7 +28,9 @@ def add_commands(commands: Any) -> None:
     search = _command(commands, "search", "search memory on the server (hybrid: meaning and keywords)")
     search.add_argument("query", help="what to look for, in plain words")
     search.add_argument("-n", "--max-results", type=int, default=8, metavar="N", help="hits to return (default 8)")
-    search.add_argument("--min-score", type=float, default=0.0, metavar="S", help="drop hits below this score (0-1)")
+    search.add_argument(
+        "--min-score", type=float, metavar="S", help="drop hits below this score, 0-1 (default: the server's)"
+    )
     search.add_argument("--path", metavar="PREFIX", help="only files under this path, e.g. memory/")
     search.add_argument("--source", choices=("memory", "sessions"), action="append", help="only this source")
     search.add_argument("--from", dest="date_from", metavar="YYYY-MM-DD", help="only daily logs from this day")
