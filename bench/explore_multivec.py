@@ -3,19 +3,23 @@
 The ranking is explore_prf.py's replay of the product (fusion over 40 / 100 candidates a side, vector feedback
 from the best chunk at 0.25, place merging on LoCoMo, documents by best chunk on SciFact), with only the vector
 side's score of a chunk changed. Representations, all from the default local model through LocalEmbedder:
-- `sent`: every chunk cut into sentences (a line is never joined to the next; pieces under MIN_WORDS words join the
-  one before), each embedded alone (`ctx`: with the chunk's heading context in front, as the chunk has);
+- `sent`: every chunk cut into sentences (a line is never joined to the next; pieces under MIN_WORDS words join a
+  neighbour), each embedded alone; `pack`: a line's sentences packed up to PACK_TOKENS tokens; `sentctx`,
+  `packctx`: the same with the chunk's heading context in front, as the chunk has it;
 - `win`: the chunk embedded with its neighbours' nearest sentence on each side (same file), heading context first;
-- zero-cost ones from the stored vectors: the mean of a chunk's sentence vectors, the chunk vector smoothed with
-  its neighbours' (`nb`) or its file's mean (`file`).
-A chunk's vector score is then the chunk cosine (default), max(chunk, best sentence), a blend
-w * chunk + (1 - w) * best sentence, or a blend with the mean of the best k sentences.
+- `late`: late chunking (multivec_late.py), the chunk read with its neighbours and pooled over its own tokens;
+- with no model call: the mean of a chunk's unit vectors, the chunk vector smoothed with its neighbours' (`nb`)
+  or its file's mean (`file`).
+A chunk's vector score is then the chunk cosine (default), max(chunk, best unit), a blend
+w * chunk + (1 - w) * best unit, a blend with the mean of the best k units, or the best unit alone.
 
 Chosen on the tuning halves (LoCoMo conv-26/30/41, SciFact odd query ids), reported on the held-out halves
 (conv-42/43, even ids) and the full sets, against the default replayed in the same run; the held-out difference
 comes with a paired bootstrap (95% interval over questions). Embeddings are cached under bench/.cache/multivec/.
 
-    .venv/bin/python bench/explore_multivec.py [locomo] [subset] [scifact] [--cost N]
+    .venv/bin/python bench/explore_multivec.py [locomo] [subset] [scifact] [--kinds sent,...,late] [--cost N]
+
+Results: bench/results/multivec.md.
 """
 
 from __future__ import annotations
