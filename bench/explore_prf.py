@@ -10,7 +10,7 @@ product's hybrid ranking is replayed from them (as explore_scifact.py and explor
 Tuned on one half and reported on the other: SciFact's test queries split by id parity (the data has no train
 qrels), LoCoMo's conv-26/30/41 against conv-42/43.
 
-    .venv/bin/python bench/explore_prf.py [scifact|locomo]
+    .venv/bin/python bench/explore_prf.py [scifact|subset|locomo|engine]
 """
 
 from __future__ import annotations
@@ -68,8 +68,9 @@ def _fts(db_path: str, row_of: dict[int, int], match: str | None, cache: dict) -
     return cache[key]  # type: ignore[no-any-return]
 
 
-def prepare_scifact() -> Data:
-    pickled = WORK / "prf-scifact.pickle"
+def prepare_scifact(subset: bool = False) -> Data:
+    """The full corpus's lists, or (`subset`) those of bench_retrieval_scifact.py's 983-document index."""
+    pickled = WORK / ("prf-subset.pickle" if subset else "prf-scifact.pickle")
     if pickled.exists():
         return pickle.loads(pickled.read_bytes())  # type: ignore[no-any-return]
     from bench_retrieval_scifact import doc_of, load
@@ -79,7 +80,8 @@ def prepare_scifact() -> Data:
     from server.index.vectors import live_space
 
     _corpus, queries, qrels = load()
-    path = str(CACHE / "scifact-data" / "indexes" / "scifact" / "index.sqlite3")
+    where = ("scifact-subset-data", "subset") if subset else ("scifact-data", "scifact")
+    path = str(CACHE / where[0] / "indexes" / where[1] / "index.sqlite3")
     store = Store(Path(path))  # this worktree's own copy of the bench's index (never the shared one)
     db = store.connection()
     space = live_space(store)
@@ -95,7 +97,7 @@ def prepare_scifact() -> Data:
     group = ["tune" if int(q) % 2 else "held" for q in queries]
     store.close()
     extra = {"docs": [doc_of(r[1]) for r in rows], "qids": list(queries), "qrels": qrels}
-    data = Data("scifact", matrix, np.asarray(asked), texts, bm25, [r[2] for r in rows], group,
+    data = Data("subset" if subset else "scifact", matrix, np.asarray(asked), texts, bm25, [r[2] for r in rows], group,
                 [path] * len(texts), {path: row_of}, extra)  # fmt: skip
     pickled.parent.mkdir(parents=True, exist_ok=True)
     pickled.write_bytes(pickle.dumps(data))
@@ -211,10 +213,14 @@ class Ranker:
                 weight[w] += scores[r] * c / max(1, len(words)) * math.log(self.n / (1 + self.df[w]))
         return [w for w, _ in weight.most_common(n + len(original)) if w not in original][:n]
 
+    def similarities(self, vector: np.ndarray) -> np.ndarray:
+        """Every row's vector score for a query vector (a subclass may score other representations)."""
+        return self.data.matrix @ vector  # type: ignore[no-any-return]
+
     def rank(self, q: int, p: Params) -> tuple[list[int], dict[int, float]]:
         d = self.data
         allowed = self.allowed[d.db[q]]
-        sims = d.matrix @ d.queries[q]
+        sims = self.similarities(d.queries[q])
         bm25 = d.bm25[q]
         ranked, scores = fuse(sims, bm25, p.pool, allowed)
         if not (p.vk or p.kk):
@@ -223,7 +229,7 @@ class Ranker:
             mean = d.matrix[ranked[: p.vk]].mean(axis=0)
             q2 = d.queries[q] + p.va * mean
             q2 = q2 / np.linalg.norm(q2)
-            sims2 = d.matrix @ q2
+            sims2 = self.similarities(q2)
             sims = sims2 if p.vmix == 1 else p.vmix * sims2 + (1 - p.vmix) * sims
         if p.kk and p.kn:
             words = self.expansion(q, ranked[: p.kk], scores, p.kn)
@@ -241,37 +247,39 @@ class Ranker:
         out: dict[str, dict[str, float]] = {}
         for g in ("tune", "held"):
             qs = [q for q in range(len(self.data.texts)) if self.data.group[q] == g]
-            out[g] = (self._scifact if self.data.name == "scifact" else self._locomo)(qs, p)
+            totals: Counter = Counter()
+            for scores in self.each(qs, p):
+                totals.update(scores)
+            out[g] = {k: round(v / len(qs), 4) for k, v in totals.items()}
         return out
 
-    def _scifact(self, qs: list[int], p: Params) -> dict[str, float]:
+    def each(self, qs: list[int], p: Params) -> list[dict[str, float]]:
+        """Each query's figures: nDCG@10 and recall@10 (SciFact), r@10 and the line recalls (LoCoMo)."""
+        return [(self._locomo if self.data.name == "locomo" else self._scifact)(q, p) for q in qs]
+
+    def _scifact(self, q: int, p: Params) -> dict[str, float]:
         from bench_retrieval_scifact import evaluate
 
         docs, qids, qrels = self.data.extra["docs"], self.data.extra["qids"], self.data.extra["qrels"]  # type: ignore[index]
-        ranked_docs = {}
-        for q in qs:
-            ranked, scores = self.rank(q, p)
-            per: dict[str, list[float]] = {}
-            for r in ranked[:100]:
-                per.setdefault(docs[r], []).append(scores[r])
-            agg = {doc: s[0] + p.bonus * (s[1] if len(s) > 1 else 0.0) for doc, s in per.items()}
-            ranked_docs[qids[q]] = sorted(agg, key=lambda doc: -agg[doc])
-        ndcg, recall = evaluate(ranked_docs, {qids[q]: qrels[qids[q]] for q in qs})
-        return {"ndcg": round(ndcg, 4), "r10": round(recall, 4)}
+        ranked, scores = self.rank(q, p)
+        per: dict[str, list[float]] = {}
+        for r in ranked[:100]:
+            per.setdefault(docs[r], []).append(scores[r])
+        agg = {doc: s[0] + p.bonus * (s[1] if len(s) > 1 else 0.0) for doc, s in per.items()}
+        ndcg, recall = evaluate({qids[q]: sorted(agg, key=lambda doc: -agg[doc])}, {qids[q]: qrels[qids[q]]})
+        return {"ndcg": ndcg, "r10": recall}
 
-    def _locomo(self, qs: list[int], p: Params) -> dict[str, float]:
+    def _locomo(self, q: int, p: Params) -> dict[str, float]:
         from bench_locomo import recall_of
 
         from server.index.places import Span, merge_places
 
         spans, turns, wanted = self.data.extra["spans"], self.data.extra["turns"], self.data.extra["wanted"]  # type: ignore[index]
-        totals: Counter = Counter()
-        for q in qs:
-            ranked, _scores = self.rank(q, p)
-            places = merge_places([Span(r, *spans[r]) for r in ranked], 40)
-            hits = [{"path": pl.path, "start_line": pl.start_line, "end_line": pl.end_line} for pl in places]
-            totals.update(recall_of(hits, wanted[q], turns))
-        return {k: round(v / len(qs), 4) for k, v in totals.items() if k in ("r@10", "r@50lines", "r@100lines")}
+        ranked, _scores = self.rank(q, p)
+        places = merge_places([Span(r, *spans[r]) for r in ranked], 40)
+        hits = [{"path": pl.path, "start_line": pl.start_line, "end_line": pl.end_line} for pl in places]
+        got = recall_of(hits, wanted[q], turns)
+        return {k: got.get(k, 0.0) for k in ("r@10", "r@50lines", "r@100lines")}
 
 
 def engine_check(weights: tuple[float, ...] = (0.0, 0.25)) -> None:
@@ -307,13 +315,13 @@ def main() -> None:
     which = sys.argv[1] if len(sys.argv) > 1 else "scifact"
     if which == "engine":
         return engine_check()
-    data = prepare_scifact() if which == "scifact" else prepare_locomo()
+    data = prepare_locomo() if which == "locomo" else prepare_scifact(which == "subset")
     ranker = Ranker(data)
-    pool = 100 if which == "scifact" else 40
+    pool = 40 if which == "locomo" else 100
     grid = [Params(pool), Params(pool, vk=1, va=0.25, within=True)]  # the product's defaults before and after
     grid += [Params(pool, vk=k, va=a, within=w) for k in (1, 2, 3, 5) for a in (0.15, 0.25, 0.5, 1.0) for w in (0, 1)]
     grid += [Params(pool, kk=k, kn=n, krep=r) for k in (3, 5, 10) for n in (5, 10) for r in (1, 2)]
-    if which == "scifact":
+    if which != "locomo":
         grid += [Params(pool, bonus=b) for b in (0.05, 0.1, 0.2)]
     for p in grid:
         print(p, json.dumps(ranker.evaluate(p)), flush=True)
