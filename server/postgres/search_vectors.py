@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 LIVE, NEXT = "vector", "vector_next"
 _KEYS = ("table", "provider", "model", "dimensions")
 MAX_EF_SEARCH = 1000  # pgvector's bound
+# The candidates by Hamming distance re-ranked exactly (bench/bench_pgvector.py, bench/results/pgvector.md)
+RESCORE_POOL = 800
+RESCORE_PER_RESULT = 10
 
 
 def meta(db: PgConnection, key: str) -> str | None:
@@ -139,13 +142,21 @@ def vectors_of(db: PgConnection, space: VectorSpace, chunk_ids: list[int]) -> di
     return {int(chunk): np.asarray(vector, dtype=np.float32).tobytes() for chunk, vector in rows}
 
 
+def rescore_pool(k: int) -> int:
+    """How many chunks the index on sign bits proposes for the exact re-ranking when `k` are asked for."""
+    return max(RESCORE_POOL, k * RESCORE_PER_RESULT)
+
+
 def nearest(db: PgConnection, space: VectorSpace, filters: Filters, k: int, literal: str) -> dict[int, float]:
-    """The `k` nearest chunks that pass `filters`: by the HNSW index, exactly inside a tag or category filter."""
-    build = sq.labelled_vector_sql if filters.labelled else sq.vector_sql
+    """The `k` nearest chunks that pass `filters`: a pool by the HNSW index on sign bits re-ranked exactly, and
+    exactly inside a tag or category filter."""
+    if filters.labelled:
+        return scores_of(db, sq.labelled_vector_sql(space.table, filters, k, literal))
+    pool = rescore_pool(k)
     with db:
-        db.execute(f"SET LOCAL hnsw.ef_search = {min(MAX_EF_SEARCH, max(2 * k, 100))}")
-        db.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        return scores_of(db, build(space.table, filters, k, literal))
+        db.execute(f"SET LOCAL hnsw.ef_search = {min(MAX_EF_SEARCH, pool)}")
+        db.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")  # on past ef_search until `pool` pass
+        return scores_of(db, sq.vector_sql(space.table, space.dimensions, filters, k, pool, literal))
 
 
 def scores_of(db: PgConnection, query: Query) -> dict[int, float]:
