@@ -133,27 +133,25 @@ CREATE TABLE embedding_cache(
 CREATE INDEX embedding_cache_used_at ON embedding_cache(used_at);
 """
 
-# The vector tables' HNSW index by cosine distance on the floats gives way to one by Hamming distance on their
-# sign bits, whose candidates the search re-ranks exactly (`search_queries.bits_index`, `vector_sql`): the float
-# index found 0.76 of the true 10 nearest at 1M chunks (bench/results/pgvector.md). Every model's table is changed,
-# the live one and one a rebuild is filling; building the index reads the table (minutes at a million chunks).
-M003_BIT_INDEX = """
+# The vector tables' HNSW index built again with m=32, ef_construction=128 instead of pgvector's defaults (16, 64),
+# which found 0.76 of the true 10 nearest at 1M chunks (bench/results/pgvector.md; `search_queries.hnsw_index`,
+# whose constants may change later: a migration keeps the values it was written with). Every model's table, the
+# live one and one a rebuild is filling; the build reads the whole table (many minutes at a million chunks).
+M003_HNSW_M32 = """
 DO $$
 DECLARE t record;
 BEGIN
-    FOR t IN SELECT c.relname AS name, a.atttypmod AS dimensions FROM pg_class c
-        JOIN pg_namespace n ON n.oid = c.relnamespace
-        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'embedding'
+    FOR t IN SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname ~ '^vectors_[0-9]+$'
     LOOP
         EXECUTE format('DROP INDEX IF EXISTS %I', t.name || '_hnsw');
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I USING hnsw'
-            ' ((binary_quantize(embedding)::bit(%s)) bit_hamming_ops)', t.name || '_bits', t.name, t.dimensions);
+        EXECUTE format('CREATE INDEX %I ON %I USING hnsw (embedding vector_cosine_ops)'
+            ' WITH (m = 32, ef_construction = 128)', t.name || '_hnsw', t.name);
     END LOOP;
 END $$;
 """
 
-MIGRATIONS: tuple[str, ...] = (M001_FILES, M002_SEARCH, M003_BIT_INDEX)
+MIGRATIONS: tuple[str, ...] = (M001_FILES, M002_SEARCH, M003_HNSW_M32)
 
 
 def migrate(db: PgConnection, schema: str, migrations: tuple[str, ...] = MIGRATIONS) -> None:
