@@ -133,7 +133,25 @@ CREATE TABLE embedding_cache(
 CREATE INDEX embedding_cache_used_at ON embedding_cache(used_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (M001_FILES, M002_SEARCH)
+# The vector tables' HNSW index built again with m=32, ef_construction=128 instead of pgvector's defaults (16, 64),
+# which found 0.76 of the true 10 nearest at 1M chunks (bench/results/pgvector.md; `search_queries.hnsw_index`,
+# whose constants may change later: a migration keeps the values it was written with). Every model's table, the
+# live one and one a rebuild is filling; the build reads the whole table (many minutes at a million chunks).
+M003_HNSW_M32 = """
+DO $$
+DECLARE t record;
+BEGIN
+    FOR t IN SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname ~ '^vectors_[0-9]+$'
+    LOOP
+        EXECUTE format('DROP INDEX IF EXISTS %I', t.name || '_hnsw');
+        EXECUTE format('CREATE INDEX %I ON %I USING hnsw (embedding vector_cosine_ops)'
+            ' WITH (m = 32, ef_construction = 128)', t.name || '_hnsw', t.name);
+    END LOOP;
+END $$;
+"""
+
+MIGRATIONS: tuple[str, ...] = (M001_FILES, M002_SEARCH, M003_HNSW_M32)
 
 
 def migrate(db: PgConnection, schema: str, migrations: tuple[str, ...] = MIGRATIONS) -> None:

@@ -1,13 +1,11 @@
 """The search index in PostgreSQL (`server.postgres.search`): hybrid search by meaning and by keyword over a real
-PostgreSQL with pgvector, edits and deletions reaching the index, the HNSW index in use, hostile queries, and work
+PostgreSQL with pgvector, edits and deletions reaching the index, hostile queries, and work
 that runs once across two servers on one database (indexing, the rebuild for a new model)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -20,29 +18,7 @@ from server.postgres.connection import schema_of
 from server.postgres.files import PgFileStore
 from server.postgres.search import PgSearchIndex
 from tests.fakes.embedder import HashingEmbedder
-
-NOW = dt.datetime(2024, 5, 1, 9, 30, tzinfo=dt.UTC)
-
-Opened = tuple[PgSearchIndex, PgFileStore]
-
-
-@pytest.fixture
-def open_index(postgres_url: str, tmp_path: Path) -> Iterator[Callable[..., Opened]]:
-    """Opens index "proj" on the test's database as a server does (search index and file store); all are closed
-    at the end."""
-    opened: list[Opened] = []
-
-    def start(embedder: HashingEmbedder | None = None, name: str = "one") -> Opened:
-        index = PgSearchIndex(postgres_url, "proj", embedder, EngineSettings())
-        store = PgFileStore(postgres_url, "proj", tmp_path / name / "files", clock=lambda: NOW)
-        opened.append((index, store))
-        return index, store
-
-    yield start
-    for index, store in opened:
-        index.close()
-        store.close()
-
+from tests.server.postgres.conftest import Opened
 
 NOTES = {
     "memory/deploy.md": "# Deploying\n\nThe staging cluster is upgraded every Tuesday by the release train.\n",
@@ -115,23 +91,6 @@ def test_a_hostile_query_string_is_harmless(open_index: Callable[..., Opened], q
     index.search(query.replace("\x00", ""), SearchOptions())
     assert paths_of(index, "ramen")[0] == "memory/food.md"
     assert index.status().chunks == {"memory": 3}
-
-
-def test_the_vector_search_uses_the_hnsw_index(open_index: Callable[..., Opened], postgres_url: str) -> None:
-    index, store = open_index(HashingEmbedder())
-    write_all(store, NOTES)
-    index.index()
-    from server.postgres import search_queries as sq
-    from server.postgres.search_vectors import read_space
-
-    with index._reader() as db:
-        space = read_space(db)
-        assert space is not None
-        statement, params = sq.vector_sql(space.table, build_options().filters, 40, sq.vector_literal([1.0] * 64))
-        with db:
-            db.execute("SET LOCAL enable_seqscan = off")  # three rows: without this any plan is a scan
-            plan = "\n".join(str(row[0]) for row in db.execute("EXPLAIN " + statement, params))
-    assert f"Index Scan using {space.table}_hnsw" in plan
 
 
 def test_two_servers_index_a_change_once(open_index: Callable[..., Opened]) -> None:
