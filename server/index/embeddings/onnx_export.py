@@ -8,10 +8,10 @@ transformer optimizer then fuses each layer's attention, GELU and layer norms (f
 weights are saved beside the graph (`NAME.onnx.data`), which onnxruntime memory-maps instead of copying. The sha256
 of the weights it was made from is stored in the graph's metadata, so a runtime refuses an export of other weights.
 
-The int8 model (`MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2-int8`) is then made from that export, by onnxruntime's
-dynamic quantisation as `INT8_RECIPE` says: the weights of the MatMul and Attention nodes it names become int8,
-one scale per output channel (one per tensor lost 0.05 of cosine to the float32 vectors); activations are
-quantised per call. It is deterministic (the same bytes from the same export) and carries the same weights'
+The int8 model (`MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2-int8`, the default) is then made from that export, by
+onnxruntime's dynamic quantisation as `INT8_RECIPE` says: the weights of the MatMul and Attention nodes it names
+become int8, one scale per output channel (one per tensor lost 0.05 of cosine to the float32 vectors); activations
+are quantised per call. It is deterministic (the same bytes from the same export) and carries the same weights'
 sha256, and `precision` = int8.
 """
 
@@ -31,6 +31,7 @@ from typing import Any
 from server.index.model_package import (
     FP32,
     INT8,
+    RETIRED_ONNX_FILES,
     WEIGHTS_SHA256,
     onnx_model_path,
     packaged_model_dir,
@@ -116,7 +117,10 @@ class Recipe:
         return chosen
 
 
-INT8_RECIPE = Recipe()  # the int8 model's (model_package.INT8): a change of it needs a new model id
+# The int8 model's (model_package.INT8; a change of it needs a new model id and file there). The feed-forward output
+# MatMuls of the first three layers stay float32: their inputs (after GELU) have the widest ranges, and quantising
+# them per call cost the most cosine (bench/explore_int8.py, bench/results/int8.md).
+INT8_RECIPE = Recipe(float_nodes=(("ffn_out", 0), ("ffn_out", 1), ("ffn_out", 2)))
 
 
 def node_part(name: str, op_type: str) -> tuple[str, int] | None:
@@ -210,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"quantised {fp32.name} to {int8}", file=sys.stderr)
     else:
         print(f"{int8} is up to date", file=sys.stderr)
+    for retired in RETIRED_ONNX_FILES:  # an earlier recipe's int8 file: no model loads it any more
+        for path in (fp32.with_name(retired), fp32.with_name(retired + DATA_SUFFIX)):
+            path.unlink(missing_ok=True)
     return 0
 
 

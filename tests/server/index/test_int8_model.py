@@ -15,7 +15,14 @@ from server.index.embeddings.onnx_export import DATA_SUFFIX, exported_from, quan
 from server.index.embeddings.onnx_runtime import OnnxEncoder
 from server.index.embeddings.select import EmbeddingSettings
 from server.index.errors import EmbeddingUnavailableError, InvalidArgumentError
-from server.index.model_package import FP32, INT8, WEIGHTS_SHA256, onnx_model_path, packaged_model_dir
+from server.index.model_package import (
+    DEFAULT_LOCAL_MODEL,
+    FP32,
+    INT8,
+    WEIGHTS_SHA256,
+    onnx_model_path,
+    packaged_model_dir,
+)
 from tests.server.index.test_onnx_runtime import small_export
 
 REPO = Path(__file__).resolve().parents[3]
@@ -30,9 +37,9 @@ def int8_embedder() -> LocalEmbedder:
 
 
 @pytest.mark.model
-def test_the_int8_vectors_stay_close_to_the_fp32_vectors_under_their_own_model_id(local_embedder, int8_embedder):
-    assert local_embedder.model == FP32.model_id and int8_embedder.model == INT8.model_id != FP32.model_id
-    reference, quantised = local_embedder.embed(TEXTS), int8_embedder.embed(TEXTS)
+def test_the_int8_vectors_stay_close_to_the_fp32_vectors_under_their_own_model_id(fp32_embedder, int8_embedder):
+    assert fp32_embedder.model == FP32.model_id and int8_embedder.model == INT8.model_id != FP32.model_id
+    reference, quantised = fp32_embedder.embed(TEXTS), int8_embedder.embed(TEXTS)
     cosines = np.sum(reference * quantised, axis=1)
     assert quantised.shape == (200, 384)
     assert np.allclose(np.linalg.norm(quantised, axis=1), 1.0, atol=1e-5)
@@ -75,7 +82,8 @@ def test_a_missing_int8_export_is_a_clear_error_naming_the_fix(tmp_path):
 
 
 def test_the_local_model_setting_is_checked_against_the_runtime():
-    assert EmbeddingSettings.from_env({}).local_model == FP32.name
+    assert EmbeddingSettings.from_env({}).local_model == INT8.name == DEFAULT_LOCAL_MODEL.name
+    assert EmbeddingSettings.from_env({"MEMORY_LOCAL_MODEL": FP32.name}).local_model == FP32.name  # the way back
     chosen = EmbeddingSettings.from_env({"MEMORY_LOCAL_MODEL": " all-MiniLM-L6-v2-int8 "})
     assert chosen.local_model == INT8.name
     assert EmbeddingSettings.from_env({"MEMORY_EMBEDDING_RUNTIME": "torch"}).local_model == FP32.name
