@@ -5,13 +5,14 @@ close to the float32 model's, under a model id of its own."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from server.index.embeddings.local import LocalEmbedder
-from server.index.embeddings.onnx_export import DATA_SUFFIX, exported_from, quantise
+from server.index.embeddings.onnx_export import DATA_SUFFIX, exported_from, main, quantise
 from server.index.embeddings.onnx_runtime import OnnxEncoder
 from server.index.embeddings.select import EmbeddingSettings
 from server.index.errors import EmbeddingUnavailableError, InvalidArgumentError
@@ -19,6 +20,7 @@ from server.index.model_package import (
     DEFAULT_LOCAL_MODEL,
     FP32,
     INT8,
+    RETIRED_ONNX_FILES,
     WEIGHTS_SHA256,
     onnx_model_path,
     packaged_model_dir,
@@ -95,3 +97,18 @@ def test_the_local_model_setting_is_checked_against_the_runtime():
         LocalEmbedder(local=INT8.name, runtime="torch")
     with pytest.raises(EmbeddingUnavailableError, match="unknown local model 'bge-small'"):
         LocalEmbedder(local="bge-small")
+
+
+@pytest.mark.model
+def test_the_install_step_makes_the_int8_file_of_this_recipe_and_removes_a_retired_recipes(tmp_path):
+    fp32 = tmp_path / FP32.onnx_file
+    installed = onnx_model_path(FP32)
+    for suffix in ("", DATA_SUFFIX):  # the float32 export as installed: not exported again
+        shutil.copyfile(installed.parent / (installed.name + suffix), tmp_path / (fp32.name + suffix))
+    for suffix in ("", DATA_SUFFIX):
+        (tmp_path / (RETIRED_ONNX_FILES[0] + suffix)).write_bytes(b"the first recipe's int8 model")
+    assert main([str(fp32)]) == 0
+    assert exported_from(tmp_path / INT8.onnx_file, INT8.precision) == WEIGHTS_SHA256
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        name + suffix for name in (FP32.onnx_file, INT8.onnx_file) for suffix in ("", DATA_SUFFIX)
+    )
