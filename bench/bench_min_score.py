@@ -9,13 +9,15 @@ nothing when memory holds no answer, through the product's CLI.
 For thresholds from 0 to 0.7: the share of answerable questions whose evidence hit survives, and the share of
 off-topic and unanswerable questions that get an empty answer.
 
-    .venv/bin/python bench/bench_min_score.py [--reuse NAME]   (NAME: a bench_locomo run whose indexes to reuse)
+    .venv/bin/python bench/bench_min_score.py [--reuse RUN] [--name NAME]   (RUN: a bench_locomo run whose indexes
+    to reuse; NAME: of the results, `min_score` unless given. MEMORY_LOCAL_MODEL chooses the model, as for the server)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -29,7 +31,8 @@ THRESHOLDS = (0.0, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
 def ask(data_dir: Path, index: str, queries: list[str], scratch: Path) -> list[list[dict]]:
     """The hits of every query, in order (40 each, no threshold)."""
     scratch.write_text("".join(json.dumps({"id": str(n), "query": q}) + "\n" for n, q in enumerate(queries)))
-    out = cli(data_dir, "search", "--index", index, "--queries", str(scratch), "--limit", str(HITS))
+    # min_score 0: every hit, ungated (the default gate would empty the answers whose best hit is under it)
+    out = cli(data_dir, "search", "--index", index, "--queries", str(scratch), "--limit", str(HITS), "--min-score", "0")
     answers = {entry["id"]: entry.get("hits", []) for entry in map(json.loads, out.splitlines())}
     return [answers.get(str(n), []) for n in range(len(queries))]
 
@@ -37,10 +40,14 @@ def ask(data_dir: Path, index: str, queries: list[str], scratch: Path) -> list[l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reuse", help="reuse the indexes of this bench_locomo run (bench/.cache/locomo/NAME)")
+    parser.add_argument("--name", default="min_score", help="name of the result files under bench/results/")
     args = parser.parse_args()
+    # The gate is tested on the best hit's score before vector feedback (which only ever raises it): the score
+    # measured here must be that one, so the CLI searches run without feedback.
+    os.environ["MEMORY_FEEDBACK_WEIGHT"] = "0"
     samples = json.loads((LOCOMO / "locomo-dev.json").read_text())
     conversations = [build(sample) for sample in samples]
-    work = CACHE / "min-score"
+    work = CACHE / args.name.replace("_", "-")
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -95,8 +102,8 @@ def main() -> None:
             + table(["min_score", "answerable: evidence kept", "off-topic: empty", "unanswerable: empty"], rows),
         ]
     )
-    report("min_score", "Choosing the default min_score (LoCoMo dev + SciFact queries)", body)
-    save_json("min_score", {"thresholds": rows, "spread": spread})
+    report(args.name, "Choosing the default min_score (LoCoMo dev + SciFact queries)", body)
+    save_json(args.name, {"thresholds": rows, "spread": spread})
 
 
 if __name__ == "__main__":

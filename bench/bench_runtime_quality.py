@@ -17,6 +17,7 @@ from bench_retrieval_scifact import evaluate, load
 from common import report, save_json, table, timer
 
 from server.index.embeddings.local import RUNTIMES, LocalEmbedder
+from server.index.model_package import FP32
 
 DOCS = 1_000
 K = 10
@@ -31,7 +32,7 @@ def main() -> None:
     texts = [f"{corpus[doc][0]}\n\n{corpus[doc][1]}" for doc in chosen]
     rows, vectors, results = [], {}, {}
     for runtime in RUNTIMES:
-        embedder = LocalEmbedder(runtime=runtime)
+        embedder = LocalEmbedder(runtime=runtime, local=FP32.name)  # the model both runtimes run
         with timer() as t:
             docs = embedder.embed(texts)
         asks = embedder.embed(list(asked.values()), kind="query")

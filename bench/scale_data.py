@@ -109,7 +109,8 @@ def query_vectors() -> tuple[list[str], np.ndarray]:
     path = FOLDER / "queries.npy"
     if not path.exists():
         from server.index.embeddings.local import LocalEmbedder
+        from server.index.model_package import FP32
 
-        FOLDER.mkdir(parents=True, exist_ok=True)
-        np.save(path, LocalEmbedder().embed(queries, kind="query").astype(np.float32))
+        FOLDER.mkdir(parents=True, exist_ok=True)  # float32, as the seed chunks' vectors (bench_retrieval_scifact's)
+        np.save(path, LocalEmbedder(local=FP32.name).embed(queries, kind="query").astype(np.float32))
     return queries, np.load(path)

@@ -88,7 +88,7 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         where = item.nodeid.split("[", 1)[0]
-        if "local_embedder" in getattr(item, "fixturenames", ()):
+        if {"local_embedder", "fp32_embedder"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
         if any(where == entry or where.startswith(entry + "::") for entry in SUBPROCESS):
             item.add_marker(pytest.mark.subprocess)
@@ -155,10 +155,22 @@ def _nothing_written_into_the_checkout() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def local_embedder() -> Iterator[object]:
-    """The real all-MiniLM-L6-v2, loaded once for every test that needs it."""
+    """The real all-MiniLM-L6-v2 as the server runs it by default (int8), loaded once for every test that needs it
+    and shared with the servers the tests start in this process."""
     from server.index.embeddings.local import LocalEmbedder
 
     embedder = LocalEmbedder()
+    embedder.warm_up()
+    yield embedder
+
+
+@pytest.fixture(scope="session")
+def fp32_embedder() -> Iterator[object]:
+    """The float32 all-MiniLM-L6-v2 (MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2), loaded once for the tests that need it."""
+    from server.index.embeddings.local import LocalEmbedder
+    from server.index.model_package import FP32
+
+    embedder = LocalEmbedder(local=FP32.name)
     embedder.warm_up()
     yield embedder
 

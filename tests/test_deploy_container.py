@@ -363,7 +363,7 @@ async def test_the_entrypoint_serves_a_laptop_through_the_proxy_and_a_restart_ke
     assert metric(scraped.text, "memory_index_pending_vectors", index="notes") == 0
     assert metric(scraped.text, "memory_requests_total", route="/mcp", method="POST", status="2xx") >= 3
     assert metric(scraped.text, "memory_channel_requests_total", path="/v1/handshake", status="200") >= 2
-    model = {"provider": "local", "model": "sentence-transformers/all-MiniLM-L6-v2"}
+    model = {"provider": "local", "model": "sentence-transformers/all-MiniLM-L6-v2:int8-mixed"}
     assert metric(scraped.text, "memory_embedding_provider_info", **model) == 1
 
     records = deployment.log_records()  # MEMORY_LOG_FORMAT=json: every line is one JSON object

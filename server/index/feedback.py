@@ -34,6 +34,8 @@ def feedback_similarities(
     if best not in found:
         return out
     ids = [chunk for chunk in found if similarities[chunk] > 0]
+    if not ids:  # the best hit came from the keyword side alone (a min_score under the gate lets it through)
+        return out
     matrix = np.stack([np.frombuffer(found[chunk], dtype=np.float32) for chunk in ids])
     towards = matrix @ np.frombuffer(found[best], dtype=np.float32)
     before = np.array([similarities[chunk] for chunk in ids], dtype=np.float64)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from server.cli.main import main
+from server.index.model_package import DEFAULT_LOCAL_MODEL
 from tests.conftest import EXAMPLE, REPO
 
 
@@ -63,7 +64,7 @@ def test_status_reports_model_counts_and_modes(data_dir, capsys):
     assert main(["--data-dir", str(data_dir), "status", "--index", "demo", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["files"] == {"memory": 5} and status["pending_vectors"] == 0
-    assert status["model"] == "sentence-transformers/all-MiniLM-L6-v2" and status["dimensions"] == 384
+    assert status["model"] == DEFAULT_LOCAL_MODEL.model_id and status["dimensions"] == 384
     assert status["search_modes"] == ["hybrid", "vector", "keyword"]
 
 

@@ -5,9 +5,9 @@ vector identity and switching never rebuilds an index: `onnx` (the default: onnx
 export; no torch in the process, a start in about a second) and `torch` (sentence-transformers, imported only when
 chosen: MEMORY_EMBEDDING_RUNTIME=torch, for platforms without an onnxruntime wheel).
 
-The int8 quantisation of the same weights (MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2-int8, onnx runtime only) is another
-model: its vectors differ a little (mean cosine 0.994 to the float32 ones), so it has its own model id and an index
-built with one is rebuilt in the background for the other.
+The int8 quantisation of the same weights (MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2-int8, the default; onnx runtime
+only) is another model: its vectors differ a little (mean cosine 0.997 to the float32 ones), so it has its own model
+id and an index built with one is rebuilt in the background for the other.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from server.index.model_package import (
     DEFAULT_LOCAL_MODEL,
     WEIGHTS_SHA256,
     LocalModel,
+    default_local_model,
     local_model,
     onnx_model_path,
     packaged_model_dir,
@@ -117,11 +118,11 @@ class LocalEmbedder:
         *,
         verify: bool = True,
         runtime: Runtime = "onnx",
-        local: str = DEFAULT_LOCAL_MODEL.name,
+        local: str | None = None,  # None: the default for the runtime (float32 on torch)
     ) -> None:
         if runtime not in RUNTIMES:
             raise EmbeddingUnavailableError(f"unknown embedding runtime {runtime!r}; choose from {', '.join(RUNTIMES)}")
-        self.local = local_model(local)
+        self.local = local_model(local) if local is not None else default_local_model(runtime)
         if runtime == "torch" and not self.local.torch:
             raise EmbeddingUnavailableError(f"the local model {local} runs on MEMORY_EMBEDDING_RUNTIME=onnx only")
         self.runtime: Runtime = runtime

@@ -8,10 +8,11 @@ transformer optimizer then fuses each layer's attention, GELU and layer norms (f
 weights are saved beside the graph (`NAME.onnx.data`), which onnxruntime memory-maps instead of copying. The sha256
 of the weights it was made from is stored in the graph's metadata, so a runtime refuses an export of other weights.
 
-The int8 model (`MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2-int8`) is then made from that export, by onnxruntime's
-dynamic quantisation: the weights of every MatMul and Attention node become int8, one scale per output channel
-(one per tensor lost 0.05 of cosine to the float32 vectors); activations are quantised per call. It is
-deterministic (the same bytes from the same export) and carries the same weights' sha256, and `precision` = int8.
+The int8 model (`MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2-int8`, the default) is then made from that export, by
+onnxruntime's dynamic quantisation as `INT8_RECIPE` says: the weights of the MatMul and Attention nodes it names
+become int8, one scale per output channel (one per tensor lost 0.05 of cosine to the float32 vectors); activations
+are quantised per call. It is deterministic (the same bytes from the same export) and carries the same weights'
+sha256, and `precision` = int8.
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from server.index.model_package import (
     FP32,
     INT8,
+    RETIRED_ONNX_FILES,
     WEIGHTS_SHA256,
     onnx_model_path,
     packaged_model_dir,
@@ -36,7 +40,9 @@ from server.index.model_package import (
 
 WEIGHTS_KEY = "weights_sha256"
 PRECISION_KEY = "precision"  # absent in the exports made before the int8 model: those are fp32
-QUANTISED_OPS = ("MatMul", "Attention")  # the embedding tables (Gather) stay float32
+PARTS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the embedding tables (Gather) always stay float32
+_LAYER_MATMUL = re.compile(r"/layer\.(\d+)/(attention/output|intermediate|output)/dense/MatMul$")
+_MATMUL_PARTS = {"attention/output": "attn_out", "intermediate": "ffn_in", "output": "ffn_out"}
 OPSET = 17
 INPUTS = ("input_ids", "attention_mask")
 OUTPUT = "last_hidden_state"
@@ -84,13 +90,57 @@ def export(model_dir: Path, target: Path, weights_sha256: str) -> Path:
     return target
 
 
-def quantise(source: Path, target: Path, weights_sha256: str) -> Path:
+@dataclass(frozen=True)
+class Recipe:
+    """How the int8 model is made from the float32 export: which weight-bearing nodes are quantised (by part and
+    layer) and with which scales. The parts of a BERT layer: "qkv" (the fused Attention node's input projections),
+    "attn_out" (attention output projection), "ffn_in" and "ffn_out" (the feed-forward MatMuls)."""
+
+    parts: tuple[str, ...] = PARTS
+    float_layers: tuple[int, ...] = ()  # layers left wholly float32
+    float_nodes: tuple[tuple[str, int], ...] = ()  # (part, layer) pairs left float32
+    per_channel: bool = True
+    reduce_range: bool = False  # 7-bit weights, for CPUs whose u8 x s8 products saturate (no VNNI)
+
+    def nodes(self, graph: Any) -> list[str]:
+        """The names of `graph`'s nodes this recipe quantises."""
+        chosen = []
+        for node in graph.node:
+            where = node_part(node.name, node.op_type)
+            if (
+                where is not None
+                and where[0] in self.parts
+                and where[1] not in self.float_layers
+                and where not in self.float_nodes
+            ):
+                chosen.append(node.name)
+        return chosen
+
+
+# The int8 model's (model_package.INT8; a change of it needs a new model id and file there). The feed-forward output
+# MatMuls of the first three layers stay float32: their inputs (after GELU) have the widest ranges, and quantising
+# them per call cost the most cosine (bench/explore_int8.py, bench/results/int8.md).
+INT8_RECIPE = Recipe(float_nodes=(("ffn_out", 0), ("ffn_out", 1), ("ffn_out", 2)))
+
+
+def node_part(name: str, op_type: str) -> tuple[str, int] | None:
+    """(part, layer) of a weight-bearing node of the fused export, None for any other node."""
+    if op_type == "Attention":  # Attention_3: layer 3's
+        return "qkv", int(name.rsplit("_", 1)[-1])
+    found = _LAYER_MATMUL.search(name) if op_type == "MatMul" else None
+    if found is None:
+        return None
+    return _MATMUL_PARTS[found.group(2)], int(found.group(1))
+
+
+def quantise(source: Path, target: Path, weights_sha256: str, recipe: Recipe | None = None) -> Path:
     """Write the int8 quantisation of the float32 export at `source` to `target` (atomically) and return it."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    recipe = recipe or INT8_RECIPE
     graph = onnx.load(str(source), load_external_data=False)
-    nodes = [node.name for node in graph.graph.node if node.op_type in QUANTISED_OPS]
+    nodes = recipe.nodes(graph.graph)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".quantise-") as scratch:
         plain = Path(scratch) / "quantised.onnx"
@@ -98,7 +148,8 @@ def quantise(source: Path, target: Path, weights_sha256: str) -> Path:
             str(source),
             str(plain),
             weight_type=QuantType.QInt8,
-            per_channel=True,
+            per_channel=recipe.per_channel,
+            reduce_range=recipe.reduce_range,
             nodes_to_quantize=nodes,
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # for tensors whose type it cannot infer
         )
@@ -163,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"quantised {fp32.name} to {int8}", file=sys.stderr)
     else:
         print(f"{int8} is up to date", file=sys.stderr)
+    for retired in RETIRED_ONNX_FILES:  # an earlier recipe's int8 file: no model loads it any more
+        for path in (fp32.with_name(retired), fp32.with_name(retired + DATA_SUFFIX)):
+            path.unlink(missing_ok=True)
     return 0
 
 

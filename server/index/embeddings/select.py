@@ -20,7 +20,7 @@ from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import FAILOVER_AFTER, ProviderChain
 from server.index.embeddings.remote import HttpEmbedder, HttpOptions, OpenAIEmbedder, VoyageEmbedder
 from server.index.errors import EmbeddingError, InvalidArgumentError
-from server.index.model_package import DEFAULT_LOCAL_MODEL, FP32, LOCAL_MODELS
+from server.index.model_package import DEFAULT_LOCAL_MODEL, LOCAL_MODELS, default_local_model
 from server.index.rerank import GuardedReranker, VoyageReranker
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def _local_model(env: Mapping[str, str], runtime: str) -> str:
     """MEMORY_LOCAL_MODEL, checked; unset, the default, or the float32 model where the runtime is torch."""
     name = env.get("MEMORY_LOCAL_MODEL", "").strip()
     if not name:
-        return DEFAULT_LOCAL_MODEL.name if runtime == "onnx" or DEFAULT_LOCAL_MODEL.torch else FP32.name
+        return default_local_model(runtime).name
     if name not in LOCAL_MODELS:
         raise InvalidArgumentError(f"MEMORY_LOCAL_MODEL must be one of {', '.join(LOCAL_MODELS)}")
     if runtime == "torch" and not LOCAL_MODELS[name].torch:

@@ -426,11 +426,11 @@ def test_switching_model_rebuilds_vectors_in_the_background_while_keywords_answe
         index.close()
 
 
-def test_switching_between_the_fp32_and_int8_local_models_rebuilds_vectors_each_way(tmp_path, folder, local_embedder):
-    first = MemoryIndex.open(tmp_path / "data", "local", local_embedder, create=True)
+def test_switching_between_the_fp32_and_int8_local_models_rebuilds_vectors_each_way(tmp_path, folder, fp32_embedder):
+    first = MemoryIndex.open(tmp_path / "data", "local", fp32_embedder, create=True)  # built before int8 was default
     first.index(folder)
     first.close()
-    for embedder in (LocalEmbedder(local=INT8.name), local_embedder):
+    for embedder in (LocalEmbedder(), fp32_embedder):  # the new default, then back (MEMORY_LOCAL_MODEL)
         index = MemoryIndex.open(tmp_path / "data", "local", embedder)
         try:
             assert index.needs_rebuild and index.vector_state()[0] == "rebuilding"

@@ -42,6 +42,12 @@ def test_the_similarities_are_those_of_the_query_moved_towards_the_best_chunk():
     assert moved[best] > similarities[best]
 
 
+def test_feedback_changes_nothing_when_no_candidate_has_a_positive_cosine_to_the_query():
+    similarities = {1: 0.0, 2: -0.2}
+    vectors = {1: _unit(np.array([1.0, 0.0])).tobytes(), 2: _unit(np.array([0.0, 1.0])).tobytes()}
+    assert feedback_similarities(similarities, 1, lambda ids: {c: vectors[c] for c in ids}, 0.25) == similarities
+
+
 def test_feedback_moves_only_chunks_the_query_found_with_a_vector_and_nothing_without_a_weight_or_a_best_vector():
     similarities = {1: 0.8, 2: 0.5, 3: 0.2, 4: 0.0, 5: -0.1}
     vectors = {

@@ -5,17 +5,26 @@ close to the float32 model's, under a model id of its own."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from server.index.embeddings.local import LocalEmbedder
-from server.index.embeddings.onnx_export import DATA_SUFFIX, exported_from, quantise
+from server.index.embeddings.onnx_export import DATA_SUFFIX, exported_from, main, quantise
 from server.index.embeddings.onnx_runtime import OnnxEncoder
 from server.index.embeddings.select import EmbeddingSettings
 from server.index.errors import EmbeddingUnavailableError, InvalidArgumentError
-from server.index.model_package import FP32, INT8, WEIGHTS_SHA256, onnx_model_path, packaged_model_dir
+from server.index.model_package import (
+    DEFAULT_LOCAL_MODEL,
+    FP32,
+    INT8,
+    RETIRED_ONNX_FILES,
+    WEIGHTS_SHA256,
+    onnx_model_path,
+    packaged_model_dir,
+)
 from tests.server.index.test_onnx_runtime import small_export
 
 REPO = Path(__file__).resolve().parents[3]
@@ -30,9 +39,9 @@ def int8_embedder() -> LocalEmbedder:
 
 
 @pytest.mark.model
-def test_the_int8_vectors_stay_close_to_the_fp32_vectors_under_their_own_model_id(local_embedder, int8_embedder):
-    assert local_embedder.model == FP32.model_id and int8_embedder.model == INT8.model_id != FP32.model_id
-    reference, quantised = local_embedder.embed(TEXTS), int8_embedder.embed(TEXTS)
+def test_the_int8_vectors_stay_close_to_the_fp32_vectors_under_their_own_model_id(fp32_embedder, int8_embedder):
+    assert fp32_embedder.model == FP32.model_id and int8_embedder.model == INT8.model_id != FP32.model_id
+    reference, quantised = fp32_embedder.embed(TEXTS), int8_embedder.embed(TEXTS)
     cosines = np.sum(reference * quantised, axis=1)
     assert quantised.shape == (200, 384)
     assert np.allclose(np.linalg.norm(quantised, axis=1), 1.0, atol=1e-5)
@@ -75,7 +84,8 @@ def test_a_missing_int8_export_is_a_clear_error_naming_the_fix(tmp_path):
 
 
 def test_the_local_model_setting_is_checked_against_the_runtime():
-    assert EmbeddingSettings.from_env({}).local_model == FP32.name
+    assert EmbeddingSettings.from_env({}).local_model == INT8.name == DEFAULT_LOCAL_MODEL.name
+    assert EmbeddingSettings.from_env({"MEMORY_LOCAL_MODEL": FP32.name}).local_model == FP32.name  # the way back
     chosen = EmbeddingSettings.from_env({"MEMORY_LOCAL_MODEL": " all-MiniLM-L6-v2-int8 "})
     assert chosen.local_model == INT8.name
     assert EmbeddingSettings.from_env({"MEMORY_EMBEDDING_RUNTIME": "torch"}).local_model == FP32.name
@@ -87,3 +97,18 @@ def test_the_local_model_setting_is_checked_against_the_runtime():
         LocalEmbedder(local=INT8.name, runtime="torch")
     with pytest.raises(EmbeddingUnavailableError, match="unknown local model 'bge-small'"):
         LocalEmbedder(local="bge-small")
+
+
+@pytest.mark.model
+def test_the_install_step_makes_the_int8_file_of_this_recipe_and_removes_a_retired_recipes(tmp_path):
+    fp32 = tmp_path / FP32.onnx_file
+    installed = onnx_model_path(FP32)
+    for suffix in ("", DATA_SUFFIX):  # the float32 export as installed: not exported again
+        shutil.copyfile(installed.parent / (installed.name + suffix), tmp_path / (fp32.name + suffix))
+    for suffix in ("", DATA_SUFFIX):
+        (tmp_path / (RETIRED_ONNX_FILES[0] + suffix)).write_bytes(b"the first recipe's int8 model")
+    assert main([str(fp32)]) == 0
+    assert exported_from(tmp_path / INT8.onnx_file, INT8.precision) == WEIGHTS_SHA256
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        name + suffix for name in (FP32.onnx_file, INT8.onnx_file) for suffix in ("", DATA_SUFFIX)
+    )

@@ -26,9 +26,9 @@ TEXTS = json.loads((REPO / "tests" / "data" / "embedding_texts.json").read_text(
 
 
 @pytest.mark.model
-def test_the_onnx_runtime_gives_sentence_transformers_vectors_for_varied_and_truncated_texts(local_embedder):
-    assert local_embedder.runtime == "onnx"
-    light = local_embedder.embed(TEXTS)
+def test_the_onnx_runtime_gives_sentence_transformers_vectors_for_varied_and_truncated_texts(fp32_embedder):
+    assert fp32_embedder.runtime == "onnx"
+    light = fp32_embedder.embed(TEXTS)
     torch_vectors = LocalEmbedder(runtime="torch").embed(TEXTS)
     cosines = np.sum(light * torch_vectors, axis=1)
     assert light.shape == torch_vectors.shape == (200, 384)
@@ -37,9 +37,9 @@ def test_the_onnx_runtime_gives_sentence_transformers_vectors_for_varied_and_tru
 
 
 @pytest.mark.model
-def test_a_text_embeds_the_same_alone_and_in_a_batch_of_longer_ones(local_embedder):
-    alone = local_embedder.embed(["the staging database is rebuilt every Sunday"])
-    batched = local_embedder.embed([TEXTS[95], "the staging database is rebuilt every Sunday", TEXTS[3]])
+def test_a_text_embeds_the_same_alone_and_in_a_batch_of_longer_ones(fp32_embedder):
+    alone = fp32_embedder.embed(["the staging database is rebuilt every Sunday"])
+    batched = fp32_embedder.embed([TEXTS[95], "the staging database is rebuilt every Sunday", TEXTS[3]])
     assert float(alone[0] @ batched[1]) >= 0.99999
 
 
