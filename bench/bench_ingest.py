@@ -15,9 +15,9 @@ Both models run with the runtime's default tuning (`OnnxTuning()`: one model cal
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -74,7 +74,18 @@ def stored_vectors(index: MemoryIndex) -> dict[str, np.ndarray]:
     return {str(h): np.frombuffer(bytes(v), dtype=np.float32) for h, v in rows}  # type: ignore[arg-type]
 
 
+def rounds() -> int:
+    """ROUNDS, or the count the command line gives."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rounds", nargs="?", type=int, default=ROUNDS, help=f"rounds of every model (default {ROUNDS})")
+    count = int(parser.parse_args().rounds)
+    if count < 1:
+        parser.error("rounds must be at least 1")
+    return count
+
+
 def main() -> None:
+    count = rounds()  # before the models load: a bad count fails at once
     folder, data = CACHE / "ingest-md", CACHE / "ingest-data"
     chosen, relevant = write_subset(folder)
     docs = len(chosen)
@@ -92,7 +103,7 @@ def main() -> None:
     vectors: dict[str, dict[str, np.ndarray]] = {}
     raw_vectors: dict[str, np.ndarray] = {}
     loads = [os.getloadavg()[0]]
-    for round_number in range(int(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS):
+    for round_number in range(count):
         for name, encoder in encoders.items():
             seconds, cpu, embedded, index = run_index(encoder, MODELS[name], folder, data)
             runs[name].setdefault("index_s", []).append(seconds)
