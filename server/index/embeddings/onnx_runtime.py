@@ -37,9 +37,8 @@ MAX_BATCH = 32  # texts in one call of the model
 MAX_BATCH_TOKENS = 512
 MAX_THREADS = 4  # the server shares its machine; more threads gain little on a model this small
 # An int8 model quantises its activations per call, with one scale over the call's whole tensor: a text batched with
-# others came out up to 0.012 of cosine away from the same text alone. One text per call keeps every text's vector
-# its own (the same in a rebuild, on another server, in the cache) for about 5 % of speed (524 SciFact chunks:
-# 9.0 s against 8.55 s batched; bench/results/int8.md).
+# others came out at a cosine down to 0.991 from the same text alone. One text per call keeps every text's vector its
+# own (the same in a rebuild, on another server, in the cache), at no measured cost (bench/bench_int8_batching.py).
 BATCH_OF_QUANTISED = 1
 
 

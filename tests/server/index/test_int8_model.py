@@ -117,7 +117,8 @@ def test_the_install_step_makes_the_int8_file_of_this_recipe_and_removes_a_retir
 @pytest.mark.model
 def test_an_int8_vector_is_the_same_whatever_it_is_embedded_with(int8_embedder):
     # Activations are quantised with one scale per model call: batched, a text's vector moved with its batch-mates
-    # (cosine down to 0.988), so a rebuild, another server or the cache could each hold another vector for it.
+    # (cosine down to 0.991, bench_int8_batching.py), so a rebuild, another server or the cache could each hold
+    # another vector for it.
     texts = TEXTS[:24]
     together = int8_embedder.embed(texts)
     alone = np.stack([int8_embedder.embed([text])[0] for text in texts])
