@@ -28,7 +28,7 @@ from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, remove_
 from server.index.relabel import start_relabel
 from server.index.search import SearchOptions, search
 from server.index.status import IndexStatus, index_status
-from server.index.store import LET_GO, Store, is_corruption, is_missing_table, quarantine
+from server.index.store import LET_GO, Store, for_the_guard, is_corruption, is_missing_table, quarantine
 from server.index.tuning import check_model_limit
 from server.index.vectors import (
     VectorSpace,
@@ -149,7 +149,7 @@ class MemoryIndex:
                     return operation()
                 except Exception as again:
                     exc = again
-            if self.store is store and not (is_corruption(exc) or is_missing_table(exc) or isinstance(exc, LET_GO)):
+            if self.store is store and not for_the_guard(exc):
                 raise
             self._replace_damaged(store, exc)
             return operation()

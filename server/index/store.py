@@ -72,6 +72,12 @@ def is_missing_table(exc: BaseException) -> bool:
     return isinstance(exc, apsw.SQLError) and str(exc).startswith("no such table: ")
 
 
+def for_the_guard(exc: BaseException) -> bool:
+    """What the engine's guard (`MemoryIndex._guard`) deals with rather than its caller: damage, a table gone, or a
+    connection another thread closed to set a damaged database aside (LET_GO)."""
+    return is_corruption(exc) or is_missing_table(exc) or isinstance(exc, LET_GO)
+
+
 def is_disk_full(exc: BaseException) -> bool:
     """The disk or the quota is full, as the OS or SQLite says it."""
     return isinstance(exc, apsw.FullError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))

@@ -16,7 +16,7 @@ from server.index.cache_rules import CACHE_KEEP_DAYS, Model, cap_sql, claim_prun
 from server.index.embeddings.base import Embedder, Vectors
 from server.index.errors import EmbeddingError
 from server.index.queries import create_vector_table_sql
-from server.index.store import LET_GO, Store, is_corruption, is_missing_table
+from server.index.store import Store, for_the_guard
 from server.index.transaction import writing
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def tidy_cache(store: Store, max_entries: int) -> None:
         prune_cache(store, space)
         cap_cache(store, max_entries, space)
     except apsw.Error as exc:
-        if is_corruption(exc) or is_missing_table(exc) or isinstance(exc, LET_GO):
+        if for_the_guard(exc):
             raise  # the engine's guard sets a damaged database aside
         log.warning("embedding cache not tidied (%s: %s); the next indexing run tries again", type(exc).__name__, exc)
 

@@ -14,7 +14,7 @@ import pytest
 import server.index.search as search_module
 import server.index.vectors as vectors_module
 from server.index.engine import MemoryIndex
-from server.index.store import is_corruption, is_missing_table
+from server.index.store import for_the_guard, is_corruption, is_missing_table
 from tests.conftest import EXAMPLE
 from tests.fakes.embedder import HashingEmbedder
 
@@ -140,3 +140,11 @@ def test_a_missing_table_is_told_apart_from_other_errors():
     assert is_missing_table(apsw.SQLError("no such table: vectors_3"))
     assert not is_missing_table(apsw.SQLError("SQL logic error"))
     assert not is_missing_table(apsw.BusyError("database is locked"))
+
+
+def test_the_guard_takes_damage_a_table_gone_and_a_connection_let_go_and_nothing_else():
+    assert for_the_guard(apsw.CorruptError("database disk image is malformed"))
+    assert for_the_guard(apsw.SQLError("no such table: vectors_3"))
+    assert for_the_guard(apsw.ConnectionClosedError("closed")) and for_the_guard(apsw.InterruptError("interrupted"))
+    assert not for_the_guard(apsw.FullError("database or disk is full"))
+    assert not for_the_guard(apsw.ConstraintError("NOT NULL constraint failed: meta.value"))
