@@ -108,10 +108,14 @@ class Store:
             raise apsw.ConnectionClosedError(f"the index database {self.path.name} was closed")
         db: apsw.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = self._open()
-            self._local.db = db
+            # Opened under the lock close() takes, so none opens while close() and the quarantine that follows it
+            # move the files: one opened then met the files half moved ("disk I/O error") or an old WAL at the path.
             with self._lock:
+                if self.closed:
+                    raise apsw.ConnectionClosedError(f"the index database {self.path.name} was closed")
+                db = self._open()
                 self._connections.append(db)
+            self._local.db = db
         return db
 
     def _open(self) -> apsw.Connection:
@@ -134,7 +138,7 @@ class Store:
         self.closed = True
         for hook in self.on_close:
             hook()
-        with self._lock:
+        with self._lock:  # after any connection being opened now, which is then closed with the rest
             connections, self._connections = self._connections, []
         for db in connections:
             try:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import threading
+
 import apsw
 import pytest
 
@@ -115,3 +117,29 @@ def test_a_closed_store_opens_no_new_connection(tmp_path):
     store.close()
     with pytest.raises(apsw.ConnectionClosedError):
         store.connection()
+
+
+def test_a_connection_being_opened_as_the_store_closes_is_closed_with_the_rest(tmp_path, monkeypatch):
+    # A search thread opened its connection while another closed the store and moved its files aside: it met them
+    # half moved and failed "disk I/O error" (CI, tests/server/index/test_damage_threads.py), or kept a connection
+    # close() never saw.
+    store = Store(tmp_path / "i.sqlite3")
+    opening, closing = threading.Event(), threading.Event()
+    real_open = Store._open
+
+    def open_slowly(self: Store) -> apsw.Connection:
+        opening.set()
+        assert closing.wait(timeout=10)
+        return real_open(self)
+
+    monkeypatch.setattr(Store, "_open", open_slowly)
+    store.on_close.append(closing.set)
+    opened: list[apsw.Connection] = []
+    opener = threading.Thread(target=lambda: opened.append(store.connection()))
+    opener.start()
+    assert opening.wait(timeout=10)
+    store.close()
+    opener.join(timeout=10)
+    (db,) = opened
+    with pytest.raises(apsw.ConnectionClosedError):
+        db.execute("SELECT 1")
