@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the memory-server image, also on a machine that reaches package registries but no container registry.
 
-    scripts/container/build-image.py [--tag memory-server:latest] [--base IMAGE]
+    scripts/container/build-image.py [--tag memory-server:latest] [--base IMAGE] [--print-base]
 
 - The base image is python:3.11-slim-bookworm; when it is neither present nor pullable, an equivalent Debian
   bookworm base is built from Debian's packages (scripts/container/base-image.sh, cached between runs).
@@ -163,11 +163,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tag", default="memory-server:latest")
     parser.add_argument("--base", help=f"base image (default {DEFAULT_BASE}, env MEMORY_BASE_IMAGE)")
+    parser.add_argument("--print-base", action="store_true", help="make sure the base image exists, print its name")
     args = parser.parse_args()
     if shutil.which("docker") is None:
         raise SystemExit("build-image: docker is not installed")
     explicit = args.base or os.environ.get("MEMORY_BASE_IMAGE")
     base = ensure_base(explicit or DEFAULT_BASE, fallback_allowed=not explicit)
+    if args.print_base:  # for images built on the same base (the container tier's stand-ins)
+        print(base)
+        return 0
     command = builder()
     started = time.monotonic()
     with build_secrets() as (secrets, build_args):

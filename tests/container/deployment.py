@@ -95,6 +95,8 @@ class Deployment:
         grants: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
         override: str | None = None,
+        compose_file: str = "compose.yaml",
+        carried: Sequence[str] = (),
     ) -> None:
         self.folder, self.image = folder, image
         self.grants = dict(grants or {})  # caller name -> the index it may write
@@ -102,10 +104,12 @@ class Deployment:
         self.port = free_port()
         folder.mkdir(parents=True)
         (folder / "keys").mkdir()
-        shutil.copyfile(REPO / "compose.yaml", folder / "compose.yaml")
+        for name in (compose_file, *carried):  # the repository's files the compose file names, at the same place
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / name, folder / name)
         settings = {"MEMORY_IMAGE": image, "MEMORY_PORT": str(self.port), **(env or {})}
         (folder / ".env").write_text("".join(f"{name}={value}\n" for name, value in settings.items()))
-        self.files = ["compose.yaml"]
+        self.files = [compose_file]
         if override is not None:
             (folder / "compose.override.yaml").write_text(override)
             self.files.append("compose.override.yaml")
@@ -120,6 +124,15 @@ class Deployment:
             timeout=timeout,
             check=check,
         )
+
+    def compose_bytes(self, *args: str) -> bytes:
+        """A compose command's stdout as bytes (a dump), failing with its stderr."""
+        files = [option for name in self.files for option in ("--file", name)]
+        argv = [*compose_command(), "--project-name", self.project, *files, *args]
+        done = subprocess.run(argv, cwd=self.folder, capture_output=True, timeout=COMMAND_TIMEOUT, check=False)
+        if done.returncode != 0:
+            raise DockerError(f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr.decode()[-4000:]}")
+        return done.stdout
 
     def admin(self, *args: str) -> str:
         """`memory-admin ...` exactly as the guide defines it."""
@@ -159,26 +172,27 @@ class Deployment:
     def down(self, *, volumes: bool = False) -> None:
         self.compose("down", *(["--volumes"] if volumes else []), "--timeout", "30")
 
-    def container(self) -> str:
-        ids = self.compose("ps", "--quiet", SERVICE).split()
-        assert len(ids) == 1, f"expected one {SERVICE} container, compose shows {ids}"
+    def container(self, service: str = SERVICE) -> str:
+        ids = self.compose("ps", "--quiet", service).split()
+        assert len(ids) == 1, f"expected one {service} container, compose shows {ids}"
         return ids[0]
 
-    def inspect(self, template: str) -> str:
-        return run(["docker", "inspect", "--format", template, self.container()]).strip()
+    def inspect(self, template: str, service: str = SERVICE) -> str:
+        return run(["docker", "inspect", "--format", template, self.container(service)]).strip()
 
-    def health(self) -> str:
-        return self.inspect("{{if .State.Health}}{{.State.Health.Status}}{{end}}")
+    def health(self, service: str = SERVICE) -> str:
+        return self.inspect("{{if .State.Health}}{{.State.Health.Status}}{{end}}", service)
 
-    async def wait_healthy(self, within: float) -> float:
+    async def wait_healthy(self, within: float, service: str = SERVICE) -> float:
         """Seconds until the engine reports the container healthy; fails after `within` with its logs."""
         started = time.monotonic()
         try:
             with anyio.fail_after(within):
-                while self.health() != "healthy":
+                while self.health(service) != "healthy":
                     await anyio.sleep(0.5)
         except TimeoutError:
-            raise AssertionError(f"not healthy after {within:g} s; logs:\n{self.logs()[-3000:]}") from None
+            logs = self.logs(service)[-3000:]
+            raise AssertionError(f"{service} not healthy after {within:g} s; logs:\n{logs}") from None
         return time.monotonic() - started
 
     async def wait_answering(self, within: float) -> float:
@@ -203,11 +217,11 @@ class Deployment:
             raise AssertionError(f"{text!r} not in the logs after {within:g} s:\n{self.logs()[-3000:]}") from None
         return logs
 
-    def logs(self) -> str:
-        return run(["docker", "logs", self.container()], with_stderr=True)
+    def logs(self, service: str = SERVICE) -> str:
+        return run(["docker", "logs", self.container(service)], with_stderr=True)
 
-    def exec(self, *command: str, check: bool = True) -> str:
-        return run(["docker", "exec", self.container(), *command], check=check, with_stderr=True)
+    def exec(self, *command: str, check: bool = True, service: str = SERVICE) -> str:
+        return run(["docker", "exec", self.container(service), *command], check=check, with_stderr=True)
 
     def rss_mib(self) -> float:
         """Resident memory of the server (the container's process 1), in MiB."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client
 
 from tests.container.conftest import record
 from tests.container.deployment import Deployment, run
@@ -93,21 +94,28 @@ async def test_the_container_is_healthy_within_30_seconds_of_up_with_keys_set_up
 async def test_laptop_a_writes_and_laptop_b_finds_it_and_an_edit_on_a_reaches_bs_file(stack):
     alice, bob = stack.alice, stack.bob
     async with alice.running() as a, bob.running() as b:
-        written = await a.call_tool(
-            "memory_write", {"content": "The staging database is rebuilt every Sunday at 03:00.", "topic": "ops"}
-        )
-        path = structured(written)["path"]
-        assert path in await search_paths(b, "when is the staging database rebuilt")
-
-        alice.write("memory/deploy.md", "# Deploy\n\nWe deploy with blue-green switches behind HAProxy.\n")
-        await eventually(lambda: bob.read("memory/deploy.md") == alice.read("memory/deploy.md"), "bob's copy")
-        assert "memory/deploy.md" in await search_paths(b, "how do we deploy blue-green")
+        await written_on_a_found_on_b(alice, a, bob, b)
 
         status = structured(await a.call_tool("memory_status", {}))
         no_canary(str(status), "a tool result")
 
         samples = await sample_rss_while(stack.deployment, lambda: index_notes(alice, b))
         record("resident memory while indexing", f"max {max(samples):.0f} MiB over {len(samples)} samples")
+
+
+async def written_on_a_found_on_b(alice: Laptop, a: Client, bob: Laptop, b: Client, *, searches: int = 1) -> None:
+    """Laptop A writes through the tool and edits a file in its folder; B's search finds the first (`searches`
+    times) and the second reaches B's folder."""
+    written = await a.call_tool(
+        "memory_write", {"content": "The staging database is rebuilt every Sunday at 03:00.", "topic": "ops"}
+    )
+    path = structured(written)["path"]
+    assert path in await search_paths(b, "when is the staging database rebuilt")
+
+    alice.write("memory/deploy.md", "# Deploy\n\nWe deploy with blue-green switches behind HAProxy.\n")
+    await eventually(lambda: bob.read("memory/deploy.md") == alice.read("memory/deploy.md"), "bob's copy")
+    for _ in range(searches):
+        assert "memory/deploy.md" in await search_paths(b, "how do we deploy blue-green")
 
 
 async def index_notes(laptop: Laptop, searcher: object) -> None:
