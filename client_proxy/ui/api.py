@@ -8,7 +8,7 @@ the page's as a conflict copy. Nobody's text is ever overwritten and the page's 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import anyio.to_thread
@@ -20,6 +20,8 @@ LIST_PAGE: Final = 200
 MAX_SEARCH_RESULTS: Final = 50
 CONFLICT_MARK: Final = ".conflict-"  # conflict copies: <stem>.conflict-<caller>-<time>.md (docs/sync-protocol.md)
 MAX_PAGES: Final = 100  # of a file read in pieces (each about 40,000 characters)
+CHANGES: Final = frozenset({"save", "delete", "restore"})  # the POST routes, each a method of BrowserApi
+MAX_HISTORY: Final = 100  # deleted files listed to find the one just deleted (the server's page bound)
 
 Params = Mapping[str, str]
 
@@ -89,11 +91,9 @@ class BrowserApi:
         answer["source"] = "sessions" if path.startswith("sessions/") else "memory"
         return answer
 
-    async def save(self, body: Any) -> dict[str, Any]:
+    async def save(self, body: dict[str, Any]) -> dict[str, Any]:
         """Push the page's text with the hash it was read at: applied, merged, conflict (kept as a copy) or
-        rejected, with the server's text after it."""
-        if not isinstance(body, dict):
-            raise BadRequestError("expected a JSON object")
+        rejected, with the server's text after it. A new file's base is null."""
         path, base, content = body.get("path"), body.get("base"), body.get("content")
         if not isinstance(path, str) or not path or not isinstance(content, str):
             raise BadRequestError("a save needs a path and the text")
@@ -101,6 +101,37 @@ class BrowserApi:
             raise BadRequestError("base must be the hash the text was read at, or null for a new file")
         result = await self._remote.push(path, base, content)
         return result.as_json()
+
+    async def post(self, route: str, body: Any) -> dict[str, Any]:
+        """The calls that change memory: save, delete, restore (LookupError for any other)."""
+        if route not in CHANGES:
+            raise LookupError(route)
+        if not isinstance(body, dict):
+            raise BadRequestError("expected a JSON object")
+        handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] = getattr(self, route)
+        return await handler(body)
+
+    async def delete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Delete the version the page showed (its hash; the server refuses once the file changed), on every laptop.
+        The answer carries the version that brings it back (`restore`): a deletion is a version like any other."""
+        path, shown = body.get("path"), body.get("hash")
+        if not isinstance(path, str) or not path or not isinstance(shown, str) or not shown:
+            raise BadRequestError("a delete needs the path and the hash of the version shown")
+        result = await self._remote.tool("delete", path=path, expected_hash=shown)
+        if result.get("deleted"):
+            listed = await self._remote.tool("history", path=result["path"], deleted=True, limit=MAX_HISTORY)
+            found = [entry for entry in listed.get("versions", []) if entry.get("path") == result["path"]]
+            result["restore_version"] = found[0].get("restore_version") if found else None
+        return result
+
+    async def restore(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Bring back a version of a file (a deleted file's `restore_version`) as a new version."""
+        path, version = body.get("path"), body.get("version")
+        if not isinstance(path, str) or not path or isinstance(version, bool) or not isinstance(version, int):
+            raise BadRequestError("a restore needs the path and the version to bring back")
+        if version < 1:
+            raise BadRequestError("version must be 1 or more")
+        return await self._remote.tool("restore", path=path, version=version)
 
     async def status(self, params: Params) -> dict[str, Any]:
         server = await self._remote.tool("status")

@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlsplit
 from anyio.from_thread import BlockingPortal
 
 from client_proxy.remote.mcp_session import RemoteCallError, RemoteToolError
-from client_proxy.ui.api import BadRequestError, BrowserApi
+from client_proxy.ui.api import CHANGES, BadRequestError, BrowserApi
 from client_proxy.ui.guard import LOOPBACK, SECURITY_HEADERS, Guard, Refused
 
 log = logging.getLogger(__name__)
@@ -90,11 +90,11 @@ class Handler(BaseHTTPRequestHandler):
         api, portal = self.server.api, self.server.portal
         try:
             if unsafe:
-                if route != "save":
+                if route not in CHANGES:
                     return self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such call"})
                 if not (self.headers.get("content-type") or "").startswith("application/json"):
                     return self._send_json(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, {"error": "send JSON"})
-                result = portal.call(api.save, self._body())
+                result = portal.call(api.post, route, self._body())
             else:
                 result = portal.call(partial(api.get, route, params))
         except LookupError:

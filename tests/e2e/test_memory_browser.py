@@ -153,3 +153,38 @@ async def test_the_main_views_render_readably_in_light_and_dark(crew, tmp_path, 
             await page.goto(f"{ui.origin}/#/index")
             await expect(page.locator(".cards")).to_contain_text("hybrid", timeout=WAIT_MS)
             await screenshot(page, tmp_path, f"index-{scheme}")
+
+
+async def test_a_note_made_in_the_page_reaches_the_other_laptop(crew, tmp_path):
+    server, bob = crew.server, crew.laptops["bob"]
+    note = "# Runbook\n\nRestart the ingest worker before paging anyone.\n"
+    with bob.bare(), memory_ui(crew.laptops["alice"]) as ui:
+        async with signed_in(ui, tmp_path / "chrome") as page:
+            await page.keyboard.press("n")
+            await page.locator("#new-path").fill("memory/notes/runbook.md")
+            await page.locator("#editor").fill(note)
+            await screenshot(page, tmp_path, "new-note-light")
+            await page.keyboard.press("Control+s")
+            await expect(page.locator(".banner.ok")).to_contain_text("Saved.", timeout=WAIT_MS)
+            await expect(page.locator(".file-head h1")).to_have_text("memory/notes/runbook.md")
+            await expect(page.locator("#L3 .text")).to_have_text("Restart the ingest worker before paging anyone.")
+            await expect(page.locator(".tree")).to_contain_text("runbook.md", timeout=WAIT_MS)
+        assert server.text(TEAM, "memory/notes/runbook.md") == note
+        await eventually(lambda: bob.read("memory/notes/runbook.md") == note, "the page's note in bob's folder")
+
+
+async def test_a_file_deleted_in_the_page_leaves_every_laptop_and_undo_brings_it_back(crew, tmp_path):
+    server, bob = crew.server, crew.laptops["bob"]
+    async with plan_in_page(crew, tmp_path / "chrome") as (page, _):
+        await page.locator("#delete").click(timeout=WAIT_MS)
+        await expect(page.locator("#confirm-delete")).to_contain_text("Delete memory/plan.md on every laptop?")
+        await screenshot(page, tmp_path, "delete-light")
+        assert server.text(TEAM, "memory/plan.md") == PLAN  # asking deletes nothing
+        await page.locator("#confirm").click()
+        await expect(page.locator("#deleted")).to_contain_text("Deleted on every laptop.", timeout=WAIT_MS)
+        await expect(page.locator("main")).to_contain_text("This file does not exist")
+        await eventually(lambda: bob.read("memory/plan.md") is None, "the deletion in bob's folder")
+        await page.locator("#undo").click()
+        await expect(page.locator("#restored")).to_contain_text("Restored.", timeout=WAIT_MS)
+        await expect(page.locator("#L3 .text")).to_have_text(PLAN.splitlines()[2])
+        await eventually(lambda: bob.read("memory/plan.md") == PLAN, "the undone deletion in bob's folder")

@@ -92,3 +92,31 @@ def test_a_save_needs_json_from_the_page_itself(ui):
     assert status == 200 and json.loads(answer)["status"] == "applied"
     bad = request(ui, "POST", "/api/save", {**page, "Content-Type": "application/json"}, b"{not json")
     assert bad[0] == 422 and b"not JSON" in bad[2]
+
+
+def test_a_delete_takes_the_hash_shown_and_its_undo_brings_the_file_back(ui):
+    page = {"Cookie": sign_in(ui), "Origin": ui.origin, "Content-Type": "application/json"}
+
+    def post(route: str, document: object) -> tuple[int, dict]:
+        status, _, answer = request(ui, "POST", f"/api/{route}", page, json.dumps(document).encode())
+        return status, json.loads(answer)
+
+    saved = post("save", {"path": "memory/x.md", "base": None, "content": "first\n"})[1]
+    for bad in ({"path": "memory/x.md"}, {"hash": saved["hash"]}, {"path": "memory/x.md", "hash": 7}, ["memory/x.md"]):
+        status, answer = post("delete", bad)
+        assert status == 422, (bad, answer)
+    stale = "0" * 64  # another version than the one shown: refused, the file kept
+    status, answer = post("delete", {"path": "memory/x.md", "hash": stale})
+    assert status == 422 and "memory/x.md" in json.dumps(answer)
+    assert json.loads(request(ui, "GET", "/api/file?path=memory/x.md", page)[2])["exists"]
+
+    status, deleted = post("delete", {"path": "memory/x.md", "hash": saved["hash"]})
+    assert status == 200 and deleted["deleted"] and deleted["restore_version"] >= 1
+    assert not json.loads(request(ui, "GET", "/api/file?path=memory/x.md", page)[2])["exists"]
+    for bad in ({"path": "memory/x.md", "version": 0}, {"path": "memory/x.md", "version": True}, {"version": 1}):
+        assert post("restore", bad)[0] == 422, bad
+    status, restored = post("restore", {"path": "memory/x.md", "version": deleted["restore_version"]})
+    assert status == 200 and restored["changed"]
+    back = json.loads(request(ui, "GET", "/api/file?path=memory/x.md", page)[2])
+    assert back["exists"] and back["content"] == "first\n"
+    assert request(ui, "POST", "/api/drop", page, b"{}")[0] == 404  # only the calls that change memory on purpose

@@ -2,7 +2,7 @@
 // server only ever reaches the page as text nodes (never as HTML).
 "use strict";
 
-const state = { info: null, files: null, by: "folder", file: null, editing: false, hits: [] };
+const state = { info: null, files: null, by: "folder", file: null, editing: false, hits: [], flash: null };
 const main = () => document.getElementById("main");
 
 function el(tag, props, ...children) {
@@ -20,6 +20,9 @@ function el(tag, props, ...children) {
   }
   return node;
 }
+
+const JSON_POST = { method: "POST", headers: { "content-type": "application/json" } };
+const post = (route, body) => api(`/api/${route}`, { ...JSON_POST, body: JSON.stringify(body) });
 
 async function api(path, options) {
   const response = await fetch(path, { credentials: "same-origin", ...options });
@@ -71,6 +74,7 @@ function route() {
   }
   state.editing = false;
   if (view === "file") return viewFile(params.path, params.l);
+  if (view === "new") return viewNew();
   if (view === "sync") return viewSync();
   if (view === "index") return viewIndex();
   document.getElementById("q").value = params.q || "";
@@ -177,7 +181,9 @@ async function viewFile(path, lines) {
     if (superseded(mine)) return;
     state.file = file;
     renderTree();
-    renderFile(lines);
+    const flash = state.flash;  // a banner from the view that led here (a new note saved)
+    state.flash = null;
+    renderFile(lines, flash);
   } catch (error) { show(failure(error)); }
 }
 
@@ -195,10 +201,11 @@ function renderFile(lines, banner) {
   const meta = el("div", { class: "muted" }, file.exists ? `${file.total_lines} lines · ` : "not on the server · ", whoWhen(file),
     file.hash ? el("span", { class: "mono", title: file.hash, text: ` · ${file.hash.slice(0, 10)}` }) : null);
   const actions = el("div", { class: "actions" },
-    editable ? el("button", { class: "primary", id: "edit", type: "button", onclick: startEdit, text: "Edit" }) : null);
+    editable && file.exists ? el("button", { class: "plain", id: "delete", type: "button", onclick: askDelete, text: "Delete" }) : null,
+    editable ? el("button", { class: "primary", id: "edit", type: "button", onclick: startEdit, text: file.exists ? "Edit" : "Create" }) : null);
   show(el("article", { class: "file" },
     el("header", { class: "file-head" }, el("div", {}, el("h1", { class: "path", text: file.path }), meta), actions),
-    banner || null,
+    el("div", { id: "banner" }, banner || null),
     file.exists ? el("div", { class: "code", role: "region", "aria-label": `${file.path} with line numbers` }, rows)
       : el("p", { class: "empty", text: "This file does not exist (or was deleted)." })));
   if (first) document.getElementById(`L${first}`)?.scrollIntoView({ block: "center" });
@@ -221,20 +228,22 @@ function startEdit() {
   editor.focus();
 }
 
-function stopEdit() { state.editing = false; renderFile(); }
+function stopEdit() {
+  state.editing = false;
+  if (state.file) renderFile();
+  else location.hash = "#/";  // a new note given up
+}
+
+const notSaved = (why) => el("div", { class: "banner bad", role: "alert" },
+  el("strong", { text: "Not saved" }), el("p", { text: why }), el("p", { text: "Your text is still in the editor." }));
 
 async function saveEdit(editor, button) {
   const file = state.file;
   button.disabled = true;
   try {
-    const result = await api("/api/save", {
-      method: "POST", headers: { "content-type": "application/json" },
-      body: JSON.stringify({ path: file.path, base: file.hash, content: editor.value }),
-    });
+    const result = await post("save", { path: file.path, base: file.exists ? file.hash : null, content: editor.value });
     if (result.status === "rejected") {
-      document.getElementById("banner").replaceChildren(el("div", { class: "banner bad", role: "alert" },
-        el("strong", { text: "Not saved" }), el("p", { text: result.message || "the server refused the text" }),
-        el("p", { text: "Your text is still in the editor." })));
+      document.getElementById("banner").replaceChildren(notSaved(result.message || "the server refused the text"));
       return;
     }
     state.editing = false;
@@ -242,9 +251,97 @@ async function saveEdit(editor, button) {
     loadFiles(true).catch(() => null);
     renderFile(null, saveBanner(result));
   } catch (error) {
-    document.getElementById("banner").replaceChildren(el("div", { class: "banner bad", role: "alert" },
-      el("strong", { text: "Not saved" }), el("p", { text: `${error.message}. Your text is still in the editor.` })));
+    document.getElementById("banner").replaceChildren(notSaved(`${error.message}.`));
   } finally { button.disabled = false; }
+}
+
+// ---- a new note, a deletion and its undo ----------------------------------------------------------------------
+function viewNew() {
+  state.file = null;
+  state.editing = true;
+  const path = el("input", { id: "new-path", class: "mono", type: "text", spellcheck: "false", autocomplete: "off",
+    value: "memory/notes/", "aria-label": "Path of the new note" });
+  const editor = el("textarea", { class: "editor", id: "editor", spellcheck: "false", "aria-label": "Text of the new note" });
+  const save = el("button", { class: "primary", id: "save", type: "button", onclick: () => saveNew(path, editor, save), text: "Save" });
+  const cancel = el("button", { class: "plain", type: "button", onclick: stopEdit, text: "Cancel" });
+  show(el("article", { class: "file" },
+    el("header", { class: "file-head" },
+      el("div", {}, el("h1", { text: "New note" }),
+        el("div", { class: "muted", text: "A path under memory/ ending in .md (or MEMORY.md). Saving sends it to every laptop." })),
+      el("div", { class: "actions" }, cancel, save)),
+    el("label", { class: "field" }, el("span", { text: "Path" }), path),
+    el("div", { id: "banner" }), editor));
+  path.focus();
+  path.setSelectionRange(path.value.length, path.value.length);
+}
+
+async function saveNew(path, editor, button) {
+  const target = path.value.trim();
+  button.disabled = true;
+  try {
+    // base null: a new file. If one exists there meanwhile, the server keeps it and saves this text as a copy.
+    const result = await post("save", { path: target, base: null, content: editor.value });
+    if (result.status === "rejected") {
+      document.getElementById("banner").replaceChildren(notSaved(result.message || "the server refused the note"));
+      return;
+    }
+    state.editing = false;
+    state.flash = saveBanner(result);
+    loadFiles(true).catch(() => null);
+    location.hash = `#/file?${query({ path: result.path || target })}`;
+  } catch (error) {
+    document.getElementById("banner").replaceChildren(notSaved(`${error.message}.`));
+  } finally { button.disabled = false; }
+}
+
+function askDelete() {
+  const file = state.file;
+  if (!file || !file.exists) return;
+  document.getElementById("banner").replaceChildren(el("div", { class: "banner warn", role: "alert", id: "confirm-delete" },
+    el("strong", { text: `Delete ${file.path} on every laptop?` }),
+    el("p", { text: "Its versions stay in the history: Undo brings it back right after, memory-proxy restore any time later." }),
+    el("div", { class: "actions" },
+      el("button", { class: "plain", type: "button", onclick: () => renderFile(), text: "Keep it" }),
+      el("button", { class: "danger", id: "confirm", type: "button", onclick: (event) => deleteFile(event.target), text: "Delete" }))));
+  document.getElementById("confirm").focus();
+}
+
+async function deleteFile(button) {
+  const file = state.file;
+  button.disabled = true;
+  try {
+    // The hash shown: the server refuses if someone changed the file since, rather than delete unseen text.
+    const result = await post("delete", { path: file.path, hash: file.hash });
+    state.file = await api(`/api/file?${query({ path: file.path })}`);
+    loadFiles(true).catch(() => null);
+    renderFile(null, deletedBanner(result));
+  } catch (error) {
+    document.getElementById("banner").replaceChildren(el("div", { class: "banner bad", role: "alert" },
+      el("strong", { text: "Not deleted" }), el("p", { text: `${error.message}. Open the file again to see its text now.` })));
+  }
+}
+
+function deletedBanner(result) {
+  if (!result.deleted) return el("div", { class: "banner warn", role: "status" }, el("strong", { text: "It was already deleted." }));
+  const undo = result.restore_version ? el("button", { class: "plain", id: "undo", type: "button",
+    onclick: (event) => restoreFile(result.path, result.restore_version, event.target), text: "Undo" }) : null;
+  return el("div", { class: "banner ok", role: "status", id: "deleted" }, el("strong", { text: "Deleted on every laptop." }),
+    el("p", {}, "Its versions stay in the history. ", undo));
+}
+
+async function restoreFile(path, version, button) {
+  button.disabled = true;
+  try {
+    const result = await post("restore", { path, version });
+    state.file = await api(`/api/file?${query({ path })}`);
+    loadFiles(true).catch(() => null);
+    renderFile(null, el("div", { class: "banner ok", role: "status", id: "restored" },
+      el("strong", { text: "Restored." }), el("p", { text: `Version ${result.version}; other laptops get it at their next sync.` })));
+  } catch (error) {
+    button.disabled = false;
+    document.getElementById("banner").replaceChildren(el("div", { class: "banner bad", role: "alert" },
+      el("strong", { text: "Not restored" }), el("p", { text: error.message })));
+  }
 }
 
 function saveBanner(result) {
@@ -364,6 +461,9 @@ function onKey(event) {
   } else if (event.key === "e" && state.file && location.hash.startsWith("#/file")) {
     event.preventDefault();
     startEdit();
+  } else if (event.key === "n") {
+    event.preventDefault();
+    location.hash = "#/new";
   } else if (event.key === "j" || event.key === "ArrowDown") {
     if (event.key === "j" || document.activeElement?.matches(".hit-link, .tree a")) { event.preventDefault(); moveFocus(1); }
   } else if (event.key === "k" || event.key === "ArrowUp") {
