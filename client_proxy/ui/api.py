@@ -21,7 +21,7 @@ MAX_SEARCH_RESULTS: Final = 50
 CONFLICT_MARK: Final = ".conflict-"  # conflict copies: <stem>.conflict-<caller>-<time>.md (docs/sync-protocol.md)
 MAX_PAGES: Final = 100  # of a file read in pieces (each about 40,000 characters)
 CHANGES: Final = frozenset({"save", "delete", "restore"})  # the POST routes, each a method of BrowserApi
-MAX_HISTORY: Final = 100  # deleted files listed to find the one just deleted (the server's page bound)
+MAX_HISTORY: Final = 100  # versions or deleted files a page of history holds (the server's bound)
 
 Params = Mapping[str, str]
 
@@ -38,7 +38,7 @@ class BrowserApi:
 
     async def get(self, route: str, params: Params) -> dict[str, Any]:
         handlers = {"info": self.info, "search": self.search, "files": self.files, "file": self.file}
-        handlers["status"] = self.status
+        handlers.update(status=self.status, history=self.history)
         handler = handlers.get(route)
         if handler is None:
             raise LookupError(route)
@@ -76,20 +76,29 @@ class BrowserApi:
         path = params.get("path", "")
         if not path:
             raise BadRequestError("which file?")
-        first = await self._remote.tool("get", path=path)
+        version = _int(params, "v", 0, 0, 2**62) or None  # a past version (read only), from the history
+        first = await self._remote.tool("get", path=path, version=version)
         pieces, piece = [first["content"]], first
         for _ in range(MAX_PAGES):
             if not piece.get("truncated") or not piece.get("next_start_line"):
                 break
-            piece = await self._remote.tool("get", path=path, start_line=piece["next_start_line"])
+            piece = await self._remote.tool("get", path=path, version=version, start_line=piece["next_start_line"])
             pieces.append(piece["content"])
         text = "\n".join(pieces)
         exact = _exact_text(text, first.get("hash"))
         keys = ("path", "exists", "total_lines", "hash", "updated_by", "updated_at")
         answer = {key: first.get(key) for key in keys}
-        answer.update(content=text if exact is None else exact, editable=exact is not None or not first["exists"])
+        editable = version is None and (exact is not None or not first["exists"])
+        answer.update(content=text if exact is None else exact, editable=editable, version=version)
         answer["source"] = "sessions" if path.startswith("sessions/") else "memory"
         return answer
+
+    async def history(self, params: Params) -> dict[str, Any]:
+        """A file's versions, newest first (`path`); without one, the files deleted now, each with the version
+        that brings it back. `before` pages on."""
+        before = _int(params, "before", 0, 0, 2**62) or None
+        path = params.get("path") or None
+        return await self._remote.tool("history", path=path, deleted=path is None, before=before, limit=MAX_HISTORY)
 
     async def save(self, body: dict[str, Any]) -> dict[str, Any]:
         """Push the page's text with the hash it was read at: applied, merged, conflict (kept as a copy) or

@@ -188,3 +188,38 @@ async def test_a_file_deleted_in_the_page_leaves_every_laptop_and_undo_brings_it
         await expect(page.locator("#restored")).to_contain_text("Restored.", timeout=WAIT_MS)
         await expect(page.locator("#L3 .text")).to_have_text(PLAN.splitlines()[2])
         await eventually(lambda: bob.read("memory/plan.md") == PLAN, "the undone deletion in bob's folder")
+
+
+async def test_an_older_version_read_from_the_history_is_restored_on_every_laptop(crew, tmp_path):
+    server, bob = crew.server, crew.laptops["bob"]
+    newer = PLAN.replace("ship it", "ship it on Friday")
+    async with plan_in_page(crew, tmp_path / "chrome") as (page, _):
+        await bob_writes(bob, server, "memory/plan.md", newer)
+        await page.locator("#history").click(timeout=WAIT_MS)
+        versions = page.locator("li.version")
+        await expect(versions).to_have_count(2, timeout=WAIT_MS)
+        await expect(versions.first).to_contain_text("by bob")
+        await screenshot(page, tmp_path, "history-light")
+        await versions.nth(1).locator("a").click()  # the older one: newest first
+        await expect(page.locator("#past")).to_contain_text("read only", timeout=WAIT_MS)
+        await expect(page.locator("#L4 .text")).to_have_text("- step two: ship it")
+        await expect(page.locator("#edit")).to_have_count(0)  # a past version is not edited in place
+        await page.locator("#restore").click()
+        await expect(page.locator("#restored")).to_contain_text("Restored.", timeout=WAIT_MS)
+        await expect(page.locator("#L4 .text")).to_have_text("- step two: ship it")
+        await eventually(lambda: bob.read("memory/plan.md") == PLAN, "the restored version in bob's folder")
+
+
+async def test_a_file_deleted_on_another_laptop_is_listed_and_restored_from_the_page(crew, tmp_path):
+    server, bob = crew.server, crew.laptops["bob"]
+    async with plan_in_page(crew, tmp_path / "chrome") as (page, ui):
+        bob.path("memory/plan.md").unlink()
+        await eventually(lambda: server.text(TEAM, "memory/plan.md") is None, "bob's deletion on the server")
+        await page.goto(f"{ui.origin}/#/history")
+        listed = page.locator("li.version")
+        await expect(listed).to_have_count(1, timeout=WAIT_MS)
+        await expect(listed).to_contain_text("deleted by bob")
+        await listed.get_by_role("button", name="Restore").click()
+        await expect(page.locator("#restored")).to_contain_text("Restored.", timeout=WAIT_MS)
+        await expect(page.locator(".file-head h1")).to_have_text("memory/plan.md")
+        await eventually(lambda: bob.read("memory/plan.md") == PLAN, "the restored file in bob's folder")

@@ -120,3 +120,10 @@ def test_a_delete_takes_the_hash_shown_and_its_undo_brings_the_file_back(ui):
     back = json.loads(request(ui, "GET", "/api/file?path=memory/x.md", page)[2])
     assert back["exists"] and back["content"] == "first\n"
     assert request(ui, "POST", "/api/drop", page, b"{}")[0] == 404  # only the calls that change memory on purpose
+
+    versions = json.loads(request(ui, "GET", "/api/history?path=memory/x.md", page)[2])["versions"]
+    assert [v["change"] for v in versions] == ["restore", "delete", "push"]
+    first = json.loads(request(ui, "GET", f"/api/file?path=memory/x.md&v={versions[-1]['version']}", page)[2])
+    assert first["content"] == "first\n" and first["editable"] is False  # a past version is read, not edited
+    assert request(ui, "GET", "/api/file?path=memory/x.md&v=first", page)[0] == 422
+    assert json.loads(request(ui, "GET", "/api/history", page)[2])["versions"] == []  # nothing is deleted now

@@ -68,13 +68,15 @@ function route() {
   const [path, search] = hash.split("?");
   const params = Object.fromEntries(new URLSearchParams(search || ""));
   const view = path.replace(/^\//, "") || "search";
+  const lit = view === "history" && params.path ? "file" : view;  // one file's history is not the deleted files
   for (const link of document.querySelectorAll(".views a")) {
-    link.toggleAttribute("aria-current", link.dataset.view === view || (view === "file" && false));
-    if (link.dataset.view === view) link.setAttribute("aria-current", "page");
+    link.toggleAttribute("aria-current", link.dataset.view === lit);
+    if (link.dataset.view === lit) link.setAttribute("aria-current", "page");
   }
   state.editing = false;
-  if (view === "file") return viewFile(params.path, params.l);
+  if (view === "file") return viewFile(params.path, params.l, params.v);
   if (view === "new") return viewNew();
+  if (view === "history") return params.path ? viewHistory(params.path, params.before) : viewDeleted(params.before);
   if (view === "sync") return viewSync();
   if (view === "index") return viewIndex();
   document.getElementById("q").value = params.q || "";
@@ -173,11 +175,11 @@ function renderTree() {
   tree.replaceChildren(files.length ? render(root) : el("p", { class: "muted", text: filter ? "No file matches." : "No files." }));
 }
 
-async function viewFile(path, lines) {
+async function viewFile(path, lines, version) {
   show(el("p", { class: "summary", text: `Opening ${path}…` }));
   try {
     const mine = navigation;
-    const file = await api(`/api/file?${query({ path })}`);
+    const file = await api(`/api/file?${query({ path, v: version })}`);
     if (superseded(mine)) return;
     state.file = file;
     renderTree();
@@ -198,14 +200,21 @@ function renderFile(lines, banner) {
       el("span", { class: "text", text: text }));
   }) : [];
   const editable = file.editable && file.source === "memory";
+  const past = file.version ? el("div", { class: "banner warn", role: "status", id: "past" },
+    el("strong", { text: `Version ${file.version}, read only` }),
+    el("p", {}, "Restoring makes it the current text again, as a new version (itself undoable). ",
+      el("a", { href: `#/file?${query({ path: file.path })}`, text: "Current version" })),
+    el("div", { class: "actions" }, el("button", { class: "primary", id: "restore", type: "button",
+      onclick: (event) => restoreFile(file.path, file.version, event.target), text: "Restore this version" }))) : null;
   const meta = el("div", { class: "muted" }, file.exists ? `${file.total_lines} lines · ` : "not on the server · ", whoWhen(file),
     file.hash ? el("span", { class: "mono", title: file.hash, text: ` · ${file.hash.slice(0, 10)}` }) : null);
   const actions = el("div", { class: "actions" },
+    file.source === "memory" ? el("a", { class: "button plain", id: "history", href: `#/history?${query({ path: file.path })}`, text: "History" }) : null,
     editable && file.exists ? el("button", { class: "plain", id: "delete", type: "button", onclick: askDelete, text: "Delete" }) : null,
     editable ? el("button", { class: "primary", id: "edit", type: "button", onclick: startEdit, text: file.exists ? "Edit" : "Create" }) : null);
   show(el("article", { class: "file" },
     el("header", { class: "file-head" }, el("div", {}, el("h1", { class: "path", text: file.path }), meta), actions),
-    el("div", { id: "banner" }, banner || null),
+    el("div", { id: "banner" }, banner || past),
     file.exists ? el("div", { class: "code", role: "region", "aria-label": `${file.path} with line numbers` }, rows)
       : el("p", { class: "empty", text: "This file does not exist (or was deleted)." })));
   if (first) document.getElementById(`L${first}`)?.scrollIntoView({ block: "center" });
@@ -333,15 +342,59 @@ async function restoreFile(path, version, button) {
   button.disabled = true;
   try {
     const result = await post("restore", { path, version });
-    state.file = await api(`/api/file?${query({ path })}`);
+    state.flash = el("div", { class: "banner ok", role: "status", id: "restored" }, el("strong", { text: "Restored." }),
+      el("p", { text: `As version ${result.version}; other laptops get it at their next sync.` }));
     loadFiles(true).catch(() => null);
-    renderFile(null, el("div", { class: "banner ok", role: "status", id: "restored" },
-      el("strong", { text: "Restored." }), el("p", { text: `Version ${result.version}; other laptops get it at their next sync.` })));
+    const current = `#/file?${query({ path })}`;
+    if (location.hash === current) viewFile(path);  // Undo right after a delete: already on this address
+    else location.hash = current;
   } catch (error) {
     button.disabled = false;
-    document.getElementById("banner").replaceChildren(el("div", { class: "banner bad", role: "alert" },
-      el("strong", { text: "Not restored" }), el("p", { text: error.message })));
+    const where = document.getElementById("banner") || main();
+    where.prepend(el("div", { class: "banner bad", role: "alert" }, el("strong", { text: "Not restored" }), el("p", { text: error.message })));
   }
+}
+
+// ---- history: a file's versions, and the files deleted now ----------------------------------------------------
+const CHANGES = { write: "written", push: "edited", merge: "merged", conflict: "conflict copy", delete: "deleted",
+  restore: "restored", disk: "edited on the server", "before-history": "as the history began" };
+const older = (params, next) => (next ? el("p", {}, el("a", { href: `#/history?${query({ ...params, before: next })}`, text: "Older…" })) : null);
+
+async function viewHistory(path, before) {
+  show(el("p", { class: "summary", text: `Loading the history of ${path}…` }));
+  try {
+    const mine = navigation;
+    const listed = await api(`/api/history?${query({ path, before })}`);
+    if (superseded(mine)) return;
+    const rows = listed.versions.map((v) => el("li", { class: "version" },
+      v.hash ? el("a", { class: "mono", href: `#/file?${query({ path, v: v.version })}`, text: `version ${v.version}` })
+        : el("span", { class: "mono", text: `version ${v.version}` }),
+      "  ", el("span", { class: "pill", text: CHANGES[v.change] || v.change }), "  ",
+      el("span", { class: "muted" }, whoWhen(v), v.hash ? ` · ${bytes(v.size)}` : "")));
+    show(el("h1", { text: "History" }),
+      el("p", {}, el("a", { class: "mono", href: `#/file?${query({ path })}`, text: path }),
+        el("span", { class: "muted", text: " · newest first; open a version to read it or bring it back." })),
+      rows.length ? el("ul", { class: "plain", "aria-label": `Versions of ${path}` }, rows) : el("p", { class: "empty", text: "No versions." }),
+      older({ path }, listed.next_before));
+  } catch (error) { show(failure(error)); }
+}
+
+async function viewDeleted(before) {
+  show(el("p", { class: "summary", text: "Loading deleted files…" }));
+  try {
+    const mine = navigation;
+    const listed = await api(`/api/history?${query({ before })}`);
+    if (superseded(mine)) return;
+    const rows = listed.versions.map((v) => el("li", { class: "version" },
+      el("a", { class: "mono", href: `#/history?${query({ path: v.path })}`, text: v.path }), "  ",
+      el("span", { class: "muted" }, "deleted ", whoWhen(v)), "  ",
+      v.restore_version ? el("button", { class: "plain", type: "button", "data-path": v.path,
+        onclick: (event) => restoreFile(v.path, v.restore_version, event.target), text: "Restore" }) : null));
+    show(el("h1", { text: "Deleted files" }),
+      el("p", { class: "muted", text: "Every deletion keeps the file's versions: restore brings the last one back on every laptop." }),
+      rows.length ? el("ul", { class: "plain", "aria-label": "Deleted files" }, rows) : el("p", { class: "empty", text: "Nothing is deleted." }),
+      older({}, listed.next_before));
+  } catch (error) { show(failure(error)); }
 }
 
 function saveBanner(result) {
