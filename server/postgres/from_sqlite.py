@@ -5,8 +5,9 @@ would), then every live file's bytes go into `files.content` beside its state. W
 holds goes along unchanged, so laptops carry on where they were: the revision counter, tombstones, the version
 history with its stored versions (merge bases), idempotency records and each caller's last sync. The search index
 (`index.sqlite3`) is not copied: it stays in the data folder as each replica's local cache, rebuilt from the files
-when missing. An index is copied in one transaction, into an empty schema only; nothing is written to the SQLite
-side but the mirror's own record of disk changes.
+when missing. An index is copied in one transaction, into an empty schema only, streamed row by row (its size is
+not bounded by the memory of the machine running the copy); nothing is written to the SQLite side but the
+mirror's own record of disk changes.
 """
 
 from __future__ import annotations
@@ -51,13 +52,10 @@ class Carried:
 
 @dataclass(frozen=True)
 class SqliteIndex:
-    """One index as read from the SQLite side: the files' states and bytes, and the other tables' rows."""
+    """One index of the SQLite side, checked: its disk changes recorded and every live file readable text."""
 
     name: str
-    revision: int
-    states: list[tuple[object, ...]]  # STATE_COLUMNS, tombstones too
-    contents: dict[str, bytes]  # path -> bytes of each live file
-    tables: dict[str, list[tuple[object, ...]]]
+    directory: Path
 
 
 def sqlite_indexes(data_dir: Path) -> list[str]:
@@ -69,21 +67,19 @@ def sqlite_indexes(data_dir: Path) -> list[str]:
 
 
 def read_sqlite_index(data_dir: Path, name: str) -> SqliteIndex:
-    """Index `name` of the SQLite deployment at `data_dir`, its disk changes recorded first. InvalidArgumentError
-    when a live file cannot be read (the database holds only readable text): nothing is left behind."""
+    """Index `name` of the SQLite deployment at `data_dir`, its disk changes recorded first and every live file
+    read once (and let go: the copy reads each again, so an index of any size takes one file's memory).
+    InvalidArgumentError when a live file cannot be read (the database holds only readable text)."""
     directory = data_dir / "indexes" / name
     mirror = Mirror(directory)
     try:
-        live = mirror.reconcile_all()
-        contents, unreadable = {}, dict(mirror.unreadable)
-        for state in live:
+        unreadable = dict(mirror.unreadable)
+        for state in mirror.reconcile_all():
             try:
-                held = mirror.read(state.path)
+                mirror.read(state.path)
             except MemoryServerError as exc:
                 unreadable[state.path] = str(exc)
-                continue
-            if held is not None:
-                contents[state.path] = encoded(held.text)
+        unreadable.update(mirror.unreadable)
     finally:
         mirror.close()
     if unreadable:
@@ -92,18 +88,7 @@ def read_sqlite_index(data_dir: Path, name: str) -> SqliteIndex:
             f"index {name!r} holds {len(unreadable)} file(s) that cannot be read as text ({listed}); fix or remove "
             "them in the data folder and migrate again"
         )
-    with _read_only(directory / STATE_FILE) as db:
-        revision = int(db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchall()[0][0])  # type: ignore[arg-type]
-        states = [tuple(row) for row in db.execute(f"SELECT {STATE_COLUMNS} FROM files ORDER BY revision")]
-        tables = {
-            table: [tuple(row) for row in db.execute(f"SELECT {columns} FROM {table}")]
-            for table, columns in CARRIED_TABLES.items()
-        }
-    for row in states:
-        path, digest = str(row[0]), row[1]
-        if digest is not None and sha256_hex(contents.get(path, b"")) != digest:
-            raise EngineError(f"index {name!r} changed while it was read ({path}); stop the server and migrate again")
-    return SqliteIndex(name, revision, states, contents, tables)
+    return SqliteIndex(name, directory)
 
 
 def target_content(url: str, name: str) -> tuple[int, int] | None:
@@ -127,35 +112,62 @@ def target_content(url: str, name: str) -> tuple[int, int] | None:
 
 
 def write_index(url: str, source: SqliteIndex) -> Carried:
-    """Copy `source` into its schema at `url` in one transaction; InvalidArgumentError when the schema holds
-    anything already (checked under the index's revision lock, so a server writing meanwhile is noticed)."""
-    schema = schema_of(source.name)
-    db = PgConnection(url, schema)
+    """Copy `source` into its schema at `url` in one transaction, row by row from one snapshot of its state (no
+    more than a file and a batch of rows in memory at once); InvalidArgumentError when the schema holds anything
+    already (checked under the index's revision lock, so a server writing meanwhile is noticed), EngineError when
+    a file changed since that snapshot (nothing is kept of the copy)."""
+    db = PgConnection(url, schema_of(source.name))
+    mirror = Mirror(source.directory)
     try:
-        migrate(db, schema)
-        with db:
-            revision = int(db.execute(*q.lock_revision()).fetchall()[0][0])
+        migrate(db, schema_of(source.name))
+        with _read_only(source.directory / STATE_FILE) as state, db:
+            state.execute("BEGIN")  # one snapshot of the SQLite state for every read below
+            revision = int(state.execute("SELECT value FROM meta WHERE key = 'revision'").fetchall()[0][0])  # type: ignore[arg-type]
+            held = int(db.execute(*q.lock_revision()).fetchall()[0][0])
             files = int(db.execute("SELECT count(*) FROM files WHERE hash IS NOT NULL").fetchall()[0][0])
-            if revision or files:
-                raise InvalidArgumentError(not_empty(source.name, revision, files))
-            for path, digest, size, lines, rev, by, at in source.states:
-                data = source.contents.get(str(path)) if digest is not None else None
+            if held or files:
+                raise InvalidArgumentError(not_empty(source.name, held, files))
+            live = tombstones = 0
+            for path, digest, size, lines, rev, by, at in state.execute(
+                f"SELECT {STATE_COLUMNS} FROM files ORDER BY revision"
+            ):
+                data = None if digest is None else _content(mirror, source.name, str(path), str(digest))
+                live, tombstones = live + (data is not None), tombstones + (data is None)
                 db.execute(
                     "INSERT INTO files(path, hash, size, lines, revision, updated_by, updated_at, content)"
                     " VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
                     (path, digest, size, lines, rev, by, at, data),
                 )
-            for table, rows in source.tables.items():
-                columns = CARRIED_TABLES[table]
-                marks = ", ".join("?" for _ in columns.split(","))
-                for row in rows:
-                    db.execute(f"INSERT INTO {table}({columns}) VALUES({marks})", row)
-            db.execute("UPDATE meta SET revision = ? WHERE id = 1", (source.revision,))
+            counts = {table: _carry(state, db, table) for table in CARRIED_TABLES}
+            db.execute("UPDATE meta SET revision = ? WHERE id = 1", (revision,))
+            state.execute("COMMIT")
     finally:
+        mirror.close()
         db.close()
-    tombstones = sum(1 for state in source.states if state[1] is None)
-    counts = {table: len(rows) for table, rows in source.tables.items()}
-    return Carried(source.name, source.revision, len(source.states) - tombstones, tombstones, counts)
+    return Carried(source.name, revision, live, tombstones, counts)
+
+
+def _content(mirror: Mirror, name: str, path: str, digest: str) -> bytes:
+    """A live file's bytes, as the snapshot's state says they are (EngineError when they changed since)."""
+    try:
+        held = mirror.read(path)
+    except MemoryServerError:
+        held = None
+    data = encoded(held.text) if held is not None else b""
+    if held is None or sha256_hex(data) != digest:
+        raise EngineError(f"index {name!r} changed while it was read ({path}); stop the server and migrate again")
+    return data
+
+
+def _carry(state: apsw.Connection, db: PgConnection, table: str) -> int:
+    """One of CARRIED_TABLES copied across in its own rows; how many."""
+    columns = CARRIED_TABLES[table]
+    marks = ", ".join("?" for _ in columns.split(","))
+    count = 0
+    for row in state.execute(f"SELECT {columns} FROM {table}"):
+        db.execute(f"INSERT INTO {table}({columns}) VALUES({marks})", tuple(row))
+        count += 1
+    return count
 
 
 def not_empty(name: str, revision: int, files: int) -> str:

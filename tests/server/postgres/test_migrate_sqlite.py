@@ -5,6 +5,7 @@ a target already in use, refused with nothing changed."""
 from __future__ import annotations
 
 import datetime as dt
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,3 +138,27 @@ def test_a_bad_request_says_what_is_wrong(
     monkeypatch.delenv("MEMORY_CONFIG", raising=False)
     assert migrate(data_dir, *args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_index_is_copied_a_file_at_a_time_not_held_in_memory_whole(
+    database: str, opened: dict[str, PgFileStore], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "big"
+    mirror = Mirror(data / "indexes" / "team", clock=lambda: NOW)
+    body = "".join(f"line {n} of a long note about the deploy pipeline\n" for n in range(4000))  # ~200 kB
+    for number in range(40):
+        mirror.write(f"memory/notes/note-{number:02}.md", f"# Note {number}\n\n{body}", caller="alice")
+    mirror.close()
+    total = 40 * len(body)
+
+    tracemalloc.start()
+    try:
+        assert migrate(data) == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "team: revision 40, 40 files" in capsys.readouterr().out
+    assert peak < total / 4, f"the copy held {peak / 1e6:.1f} MB at once for {total / 1e6:.1f} MB of files"
+    team = opened["team"] = PgFileStore(database, "team", tmp_path / "replica" / "files")
+    copied = team.read("memory/notes/note-39.md")
+    assert copied is not None and copied.text == f"# Note 39\n\n{body}"
