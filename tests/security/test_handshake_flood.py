@@ -11,7 +11,7 @@ import anyio
 import httpx2
 import pytest
 
-from channel.admission import FAILURE_RATE
+from channel.admission import FAILURE_RATE, SUMMARY_EVERY
 from channel.constants import HANDSHAKE_PATH, HELLO_LEN, KIND_HELLO, VERSION
 from channel.keys import PrivateKey
 from channel.ratelimit import Rate
@@ -50,13 +50,18 @@ async def test_garbage_from_a_devices_address_does_not_lock_that_device_or_its_n
         async with server.client(ALICE) as client:
             assert (await client.post("/count")).status_code == 200  # alice has worked from 127.0.0.1
         with caplog.at_level(logging.WARNING, logger="channel.server"):
+            started = time.monotonic()
             refused = await flood(server.url, FLOOD)
+            lasted = time.monotonic() - started
         assert set(refused) <= {403, 429}
         for device in (ALICE, BOB):  # bob never connected before: the address, not the key, is known
             async with server.client(device) as client:
                 assert (await client.post("/count")).status_code == 200
     refusals = [r for r in caplog.records if "handshake refused" in r.getMessage()]
-    assert len(refusals) <= FAILURE_RATE.burst + 50  # the log is not flooded with one line per garbage message
+    # The log is not flooded with one line per garbage message: one per failure the budget allows (its burst, and
+    # what it refilled while the flood lasted, which a loaded machine makes longer), then a summary now and then.
+    logged = FAILURE_RATE.burst + FAILURE_RATE.per_second * lasted + lasted / SUMMARY_EVERY + 2
+    assert len(refusals) <= logged, (len(refusals), lasted)
 
 
 async def test_a_flood_from_a_new_address_is_refused_before_the_cryptography_once_the_budget_is_spent():
