@@ -25,6 +25,21 @@ from syncproto.wire import sha256_hex
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_SECONDS = 10
+# A database that stops answering mid-connection (a network partition, a host gone without a reset) is given up
+# on, not waited for through the kernel's retransmissions (15 minutes and more, measured: a statement hung past
+# 45 s behind a dropped port, and failed after 5.5 s with a 5 s user timeout): data unacknowledged for
+# TCP_USER_TIMEOUT_MS fails, and an idle connection (a LISTEN, one waiting on a long statement) is probed after
+# KEEPALIVE_IDLE_SECONDS. Over a Unix socket libpq ignores them.
+TCP_USER_TIMEOUT_MS = 15_000
+KEEPALIVE_IDLE_SECONDS = 30
+CONNECT_OPTIONS: dict[str, Any] = {  # psycopg.connect keywords
+    "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+    "keepalives": 1,
+    "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+}
 
 
 MAX_IDENTIFIER = 63  # bytes of a PostgreSQL name; longer ones are cut, so two long index names could meet
@@ -70,7 +85,7 @@ class PgConnection:
 
     def _connect(self) -> psycopg.Connection[Any]:
         with translated("connecting"):
-            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+            conn = psycopg.connect(self._url, autocommit=True, **CONNECT_OPTIONS)
             if self._schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
                 # public: where pgvector's type and operators are (`migrations.M002_SEARCH`)
                 conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self._schema)))

@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from server.mirror.queries import Query
-from server.postgres.connection import CONNECT_TIMEOUT_SECONDS
+from server.postgres.connection import CONNECT_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class ChangeListener:
             self._stop.wait(RETRY_SECONDS)
 
     def _listen(self) -> None:
-        conn = self._conn = psycopg.connect(self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+        conn = self._conn = psycopg.connect(self._url, autocommit=True, **CONNECT_OPTIONS)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         self._connections += 1
         self.listening.set()

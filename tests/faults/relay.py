@@ -22,11 +22,13 @@ CHUNK = 4096
 
 
 class Relay:
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
+    def __init__(self, upstream_port: int = 0, *, upstream_socket: str | None = None) -> None:
+        """To 127.0.0.1:`upstream_port`, or to the Unix socket at `upstream_socket` (a test's PostgreSQL)."""
+        self.upstream_port, self.upstream_socket = upstream_port, upstream_socket
         self.cuts = 0  # connections cut so far
         self._budget: tuple[int, int] | None = None  # bytes a connection may still carry once cutting: (low, high)
         self._rng = random.Random(0)
+        self._open: set[asyncio.Event] = set()  # one per connection being relayed: set to end it
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self.port = free_port()
@@ -47,8 +49,18 @@ class Relay:
         self._budget = None
 
     def close(self) -> None:
+        """Stop listening, and end the connections still open (their sockets closed, not left to the collector)."""
+        asyncio.run_coroutine_threadsafe(self._end_all(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+    async def _end_all(self) -> None:
+        for done in list(self._open):
+            done.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                while self._open:
+                    await asyncio.sleep(0.01)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -62,12 +74,16 @@ class Relay:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+            if self.upstream_socket is not None:
+                up_reader, up_writer = await asyncio.open_unix_connection(self.upstream_socket)
+            else:
+                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         except OSError:
             writer.close()
             return
         left = [-1]  # bytes this connection may still carry once cutting began (-1: not counting yet)
         done = asyncio.Event()
+        self._open.add(done)
         pumps = [
             asyncio.ensure_future(self._pump(reader, up_writer, left, done)),
             asyncio.ensure_future(self._pump(up_reader, writer, left, done)),
@@ -75,9 +91,12 @@ class Relay:
         await done.wait()
         for pump in pumps:
             pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
         for end in (writer, up_writer):
             with contextlib.suppress(Exception):  # already gone
                 end.transport.abort()
+        await asyncio.sleep(0)  # the aborts close their sockets on the next turn of the loop
+        self._open.discard(done)
 
     async def _pump(
         self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, left: list[int], done: asyncio.Event

@@ -1,0 +1,79 @@
+"""A database cut off by the network mid-connection (packets dropped, no reset): a statement fails within the
+TCP user timeout instead of waiting through the kernel's retransmissions (measured: past 45 s without it), and the
+connection is made again once the network is back. The partition is real: iptables drops the packets of a TCP
+relay's port in front of the test's PostgreSQL (root and a working iptables are needed, as on the CI machines)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from server.errors import EngineError
+from server.postgres.connection import CONNECT_OPTIONS, PgConnection
+from tests.faults.relay import Relay
+
+USER_TIMEOUT_MS = 2_000  # the product's 15 s, shortened for the test
+
+
+def iptables_usable() -> bool:
+    if shutil.which("iptables") is None:
+        return False
+    return subprocess.run(["iptables", "-S", "INPUT"], capture_output=True, check=False).returncode == 0
+
+
+pytestmark = pytest.mark.skipif(not iptables_usable(), reason="needs root and a working iptables")
+
+
+class Partition:
+    """Every packet to and from `port` on the loopback dropped, until `heal`."""
+
+    def __init__(self, port: int) -> None:
+        self.rules = [["-p", "tcp", "-i", "lo", f"--{side}", str(port), "-j", "DROP"] for side in ("dport", "sport")]
+        self.active = False
+
+    def cut(self) -> None:
+        for rule in self.rules:
+            subprocess.run(["iptables", "-I", "INPUT", *rule], check=True)
+        self.active = True
+
+    def heal(self) -> None:
+        if self.active:
+            for rule in self.rules:
+                subprocess.run(["iptables", "-D", "INPUT", *rule], check=False)
+            self.active = False
+
+
+@pytest.fixture
+def over_tcp(postgres_url: str) -> Iterator[tuple[str, Partition]]:
+    """The test database reached over TCP through a relay, and the partition of that relay's port."""
+    parts = urlsplit(postgres_url)
+    folder = parse_qs(parts.query)["host"][0]
+    relay = Relay(upstream_socket=f"{folder}/.s.PGSQL.5432")
+    partition = Partition(relay.port)
+    try:
+        yield f"postgresql://{parts.username or 'postgres'}@127.0.0.1:{relay.port}{parts.path}", partition
+    finally:
+        partition.heal()
+        relay.close()
+
+
+def test_a_statement_behind_a_partition_fails_within_the_user_timeout_and_the_next_reconnects(over_tcp, monkeypatch):
+    url, partition = over_tcp
+    monkeypatch.setitem(CONNECT_OPTIONS, "tcp_user_timeout", USER_TIMEOUT_MS)
+    db = PgConnection(url)
+    try:
+        assert db.execute("SELECT 1").fetchall() == [(1,)]
+        partition.cut()
+        started = time.monotonic()
+        with pytest.raises(EngineError):
+            db.execute("SELECT 2")
+        assert time.monotonic() - started < USER_TIMEOUT_MS / 1000 + 5
+        partition.heal()
+        assert db.execute("SELECT 3").fetchall() == [(3,)]  # a new connection, the network back
+    finally:
+        db.close()
