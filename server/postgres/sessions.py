@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 RECHECK_SECONDS = 1.0  # a cached session is looked up again after this long (ended elsewhere: noticed by then)
 TOUCH_SECONDS = 5.0  # an open stream writes `last_used` at most this often (idle expiry is minutes)
 SEND_BLOCK = 1 << 16  # response nonces leased at a time
+OUTAGE_FIRST_SECONDS, OUTAGE_MAX_SECONDS = 1.0, 30.0  # calls refused at once after the database is lost
 SKEW_NS = int(2 * CLOCK_WINDOW * 1e9)  # a recorded timestamp this far ahead is from before the clock check
 
 _COMMIT = """
@@ -67,13 +68,30 @@ RETURNING latest
 """
 
 
-@contextlib.contextmanager
-def _available() -> Iterator[None]:
-    """The database's failures as the channel's StoreUnavailable (a 503 for the peer; the cause is logged)."""
-    try:
-        yield
-    except EngineError as exc:
-        raise StoreUnavailable() from exc
+class _Outage:
+    """The database out of reach: every call runs on the server's event loop, so while its connection is lost
+    calls are refused at once (503s) rather than each waiting up to the connect timeout; one call tries again after
+    a backoff that doubles from OUTAGE_FIRST_SECONDS to OUTAGE_MAX_SECONDS, and the first that answers ends it."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._until = 0.0
+        self._backoff = OUTAGE_FIRST_SECONDS
+
+    @contextlib.contextmanager
+    def guard(self, db: PgConnection) -> Iterator[None]:
+        """The database's failures as the channel's StoreUnavailable (a 503 for the peer; the cause is logged)."""
+        if self._clock() < self._until:
+            raise StoreUnavailable()
+        try:
+            yield
+        except EngineError as exc:
+            if db.backend_pid() is None:  # the connection is gone, not one statement refused
+                self._until = self._clock() + self._backoff
+                log.warning("postgres: the channel's database is out of reach; refusing for %.0f s", self._backoff)
+                self._backoff = min(2 * self._backoff, OUTAGE_MAX_SECONDS)
+            raise StoreUnavailable() from exc
+        self._backoff = OUTAGE_FIRST_SECONDS
 
 
 class _Refused(Exception):
@@ -112,6 +130,7 @@ class PgSessionStore:
         # log is flushed in order, so a replay record can be lost in a crash of the database only if nothing the
         # request changed survived it either. Every other write (files, callers) keeps waiting for the disk.
         self._db: PgConnection = open_channel_db(url, {"synchronous_commit": "off"})
+        self._outage = _Outage(clock)
         self._cache: dict[bytes, _Cached] = {}
         self._lock = threading.Lock()  # the cache, for the metrics collector's thread
 
@@ -119,7 +138,7 @@ class PgSessionStore:
         self._db.close()
 
     def _run(self, statement: str, bindings: tuple[object, ...]) -> Cursor[Any]:
-        with _available():
+        with self._outage.guard(self._db):
             return self._db.execute(statement, bindings)
 
     def __len__(self) -> int:
@@ -138,7 +157,7 @@ class PgSessionStore:
         now = self._clock()
         sealed = self._sealer.seal(session.id, session.receive_key, session.send_key, self._random(24))
         try:
-            with _available(), self._db as db:
+            with self._outage.guard(self._db), self._db as db:
                 db.execute("SELECT pg_advisory_xact_lock(hashtext('channel.sessions'))")
                 if db.execute(_RAISE_TIMESTAMP, (session.static_key, timestamp, SKEW_NS)).fetchone() is None:
                     raise _Refused()

@@ -1,6 +1,7 @@
 """A database cut off by the network mid-connection (packets dropped, no reset): a statement fails within the
-TCP user timeout instead of waiting through the kernel's retransmissions (measured: past 45 s without it), and the
-connection is made again once the network is back. The partition is real: iptables drops the packets of a TCP
+TCP user timeout instead of waiting through the kernel's retransmissions (measured: past 45 s without it), the
+channel's store then refuses at once until the database answers again, and connections are made again once the
+network is back. The partition is real: iptables drops the packets of a TCP
 relay's port in front of the test's PostgreSQL (root and a working iptables are needed, as on the CI machines)."""
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from channel.errors import StoreUnavailable
+from channel.keys import PrivateKey
 from server.errors import EngineError
 from server.postgres.connection import CONNECT_OPTIONS, PgConnection
+from server.postgres.sessions import OUTAGE_MAX_SECONDS, PgSessionStore
 from tests.faults.relay import Relay
 
 USER_TIMEOUT_MS = 2_000  # the product's 15 s, shortened for the test
@@ -77,3 +81,30 @@ def test_a_statement_behind_a_partition_fails_within_the_user_timeout_and_the_ne
         assert db.execute("SELECT 3").fetchall() == [(3,)]  # a new connection, the network back
     finally:
         db.close()
+
+
+def test_the_channel_store_refuses_at_once_while_its_database_is_cut_off_then_serves_again(over_tcp, monkeypatch):
+    # Its calls run on the server's event loop: each one waiting for a connection that cannot come would stall
+    # every request of the replica (up to the connect timeout each).
+    url, partition = over_tcp
+    monkeypatch.setitem(CONNECT_OPTIONS, "tcp_user_timeout", USER_TIMEOUT_MS)
+    monkeypatch.setitem(CONNECT_OPTIONS, "connect_timeout", 2)
+    now = [time.time()]
+    store = PgSessionStore(url, PrivateKey.generate("server"), lambda: now[0])
+    key = bytes(32)
+    try:
+        assert store.timestamp_is_fresh(key, 1)
+        partition.cut()
+        with pytest.raises(StoreUnavailable):  # this one waits out the user timeout: how the loss is found
+            store.timestamp_is_fresh(key, 1)
+        started = time.monotonic()
+        for _ in range(10):
+            with pytest.raises(StoreUnavailable):
+                store.timestamp_is_fresh(key, 1)
+        assert time.monotonic() - started < 1.0, "refused at once, not each after a connection attempt"
+        partition.heal()
+        now[0] += OUTAGE_MAX_SECONDS  # the backoff passed: the next call connects again
+        assert store.timestamp_is_fresh(key, 1)
+        assert store.timestamp_is_fresh(key, 2)
+    finally:
+        store.close()
