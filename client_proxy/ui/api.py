@@ -45,8 +45,15 @@ class BrowserApi:
         return await handler(params)
 
     async def info(self, params: Params) -> dict[str, Any]:
+        """Where the page looks, and this device's access to the index ("r" or "rw"; None when the server could
+        not say: the page then offers changes, and the server refuses any this device may not make)."""
         target = self._remote.target
-        return {"server": target.server_url, "index": target.index, "device": target.device, "project": self._project}
+        try:
+            access = (await self._remote.tool("status")).get("access")
+        except ProxyError:
+            access = None
+        where = {"server": target.server_url, "index": target.index, "device": target.device, "project": self._project}
+        return {**where, "access": access}
 
     async def search(self, params: Params) -> dict[str, Any]:
         query = params.get("q", "").strip()

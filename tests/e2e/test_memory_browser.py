@@ -17,7 +17,7 @@ from tests.ui_support import RunningUi, Team, chromium, memory_ui, screenshot, s
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 
 TEAM = "team"
-CALLERS = {"alice": {TEAM: "rw"}, "bob": {TEAM: "rw"}}
+CALLERS = {"alice": {TEAM: "rw"}, "bob": {TEAM: "rw"}, "carol": {TEAM: "r"}}
 WAIT_MS = 15_000  # the longest the page may take to show something
 DEPLOY = "# Deploys\n\nWe deploy with blue-green switches behind HAProxy.\nThe staging host is called kestrel.\n"
 STANDUP = "# 2026-11-24\n\n## 09:12 — standup\n\nFixed the flaky sync test.\n"
@@ -223,3 +223,21 @@ async def test_a_file_deleted_on_another_laptop_is_listed_and_restored_from_the_
         await expect(page.locator("#restored")).to_contain_text("Restored.", timeout=WAIT_MS)
         await expect(page.locator(".file-head h1")).to_have_text("memory/plan.md")
         await eventually(lambda: bob.read("memory/plan.md") == PLAN, "the restored file in bob's folder")
+
+
+async def test_a_read_only_device_is_offered_no_change(crew, tmp_path):
+    server, bob = crew.server, crew.laptops["bob"]
+    with bob.bare(), memory_ui(crew.laptops["carol"]) as ui:
+        await bob_writes(bob, server, "memory/plan.md", PLAN)
+        async with signed_in(ui, tmp_path / "chrome") as page:
+            await expect(page.locator("#where")).to_contain_text("read only", timeout=WAIT_MS)
+            await page.goto(f"{ui.origin}/#/file?path=memory/plan.md")
+            await expect(page.locator("#L3 .text")).to_have_text(PLAN.splitlines()[2], timeout=WAIT_MS)
+            await expect(page.locator("#history")).to_be_visible()
+            for change in ("#edit", "#delete"):
+                await expect(page.locator(change)).to_have_count(0)
+            await expect(page.locator("#new-note")).to_be_hidden()
+            await page.keyboard.press("n")
+            await page.keyboard.press("e")
+            await expect(page.locator("#editor")).to_have_count(0)
+            assert page.url.endswith("#/file?path=memory/plan.md")

@@ -4,6 +4,7 @@
 
 const state = { info: null, files: null, by: "folder", file: null, editing: false, hits: [], flash: null };
 const main = () => document.getElementById("main");
+const readOnly = () => state.info?.access === "r";  // this device may only read the index: no change is offered
 
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
@@ -199,7 +200,7 @@ function renderFile(lines, banner) {
       el("a", { class: "ln", href: `#/file?${query({ path: file.path, l: n })}`, tabindex: "-1", text: n }),
       el("span", { class: "text", text: text }));
   }) : [];
-  const editable = file.editable && file.source === "memory";
+  const editable = file.editable && file.source === "memory" && !readOnly();
   const past = file.version ? el("div", { class: "banner warn", role: "status", id: "past" },
     el("strong", { text: `Version ${file.version}, read only` }),
     el("p", {}, "Restoring makes it the current text again, as a new version (itself undoable). ",
@@ -222,7 +223,7 @@ function renderFile(lines, banner) {
 
 function startEdit() {
   const file = state.file;
-  if (!file || !file.editable) return;
+  if (!file || !file.editable || file.source !== "memory" || readOnly()) return;
   state.editing = true;
   const editor = el("textarea", { class: "editor", id: "editor", spellcheck: "false", "aria-label": `Edit ${file.path}` });
   editor.value = file.content;
@@ -267,6 +268,7 @@ async function saveEdit(editor, button) {
 // ---- a new note, a deletion and its undo ----------------------------------------------------------------------
 function viewNew() {
   state.file = null;
+  if (readOnly()) return show(el("p", { class: "empty", text: `This device may only read index ${state.info.index}.` }));
   state.editing = true;
   const path = el("input", { id: "new-path", class: "mono", type: "text", spellcheck: "false", autocomplete: "off",
     value: "memory/notes/", "aria-label": "Path of the new note" });
@@ -514,7 +516,7 @@ function onKey(event) {
   } else if (event.key === "e" && state.file && location.hash.startsWith("#/file")) {
     event.preventDefault();
     startEdit();
-  } else if (event.key === "n") {
+  } else if (event.key === "n" && !readOnly()) {
     event.preventDefault();
     location.hash = "#/new";
   } else if (event.key === "j" || event.key === "ArrowDown") {
@@ -550,7 +552,10 @@ function start() {
   window.addEventListener("hashchange", route);
   api("/api/info").then((info) => {
     state.info = info;
-    document.getElementById("where").textContent = `${info.device} → ${info.server} · index ${info.index}`;
+    document.getElementById("where").textContent = `${info.device} → ${info.server} · index ${info.index}`
+      + (readOnly() ? " · read only" : "");
+    document.getElementById("new-note").hidden = readOnly();
+    if (readOnly() && !state.editing) route();  // a view drawn before this answer offered changes
     document.title = `Memory · ${info.index}`;
   }).catch((error) => { document.getElementById("where").textContent = error.message; });
   loadFiles().catch((error) => document.getElementById("tree").replaceChildren(el("p", { class: "muted", text: error.message })));
