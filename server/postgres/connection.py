@@ -26,10 +26,10 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_SECONDS = 10
 # A database that stops answering mid-connection (a network partition, a host gone without a reset) is given up
-# on, not waited for through the kernel's retransmissions (15 minutes and more, measured: a statement hung past
-# 45 s behind a dropped port, and failed after 5.5 s with a 5 s user timeout): data unacknowledged for
-# TCP_USER_TIMEOUT_MS fails, and an idle connection (a LISTEN, one waiting on a long statement) is probed after
-# KEEPALIVE_IDLE_SECONDS. Over a Unix socket libpq ignores them.
+# on, not waited for through the kernel's retransmissions (a quarter of an hour; a statement behind a dropped port
+# had not returned after 45 s when stopped): data unacknowledged for TCP_USER_TIMEOUT_MS fails the statement
+# (tests/server/postgres/test_partition.py), and an idle connection (a LISTEN, one waiting on a long statement) is
+# probed after KEEPALIVE_IDLE_SECONDS. Over a Unix socket libpq ignores them.
 TCP_USER_TIMEOUT_MS = 15_000
 KEEPALIVE_IDLE_SECONDS = 30
 CONNECT_OPTIONS: dict[str, Any] = {  # psycopg.connect keywords

@@ -113,7 +113,7 @@ def target_content(url: str, name: str) -> tuple[int, int] | None:
 
 def write_index(url: str, source: SqliteIndex) -> Carried:
     """Copy `source` into its schema at `url` in one transaction, row by row from one snapshot of its state (no
-    more than a file and a batch of rows in memory at once); InvalidArgumentError when the schema holds anything
+    more than one file or row in memory at once); InvalidArgumentError when the schema holds anything
     already (checked under the index's revision lock, so a server writing meanwhile is noticed), EngineError when
     a file changed since that snapshot (nothing is kept of the copy)."""
     db = PgConnection(url, schema_of(source.name))
