@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import random
 import threading
+from typing import Any
 
 from tests.ports import free_port
 
@@ -28,7 +29,7 @@ class Relay:
         self.cuts = 0  # connections cut so far
         self._budget: tuple[int, int] | None = None  # bytes a connection may still carry once cutting: (low, high)
         self._rng = random.Random(0)
-        self._open: set[asyncio.Event] = set()  # one per connection being relayed: set to end it
+        self._open: dict[asyncio.Event, asyncio.Task[Any]] = {}  # per connection relayed: set it to end it
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self.port = free_port()
@@ -55,12 +56,10 @@ class Relay:
         self._thread.join(10)
 
     async def _end_all(self) -> None:
-        for done in list(self._open):
+        for done in self._open:
             done.set()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(5):
-                while self._open:
-                    await asyncio.sleep(0.01)
+        if self._open:
+            await asyncio.wait(list(self._open.values()), timeout=5)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -83,7 +82,9 @@ class Relay:
             return
         left = [-1]  # bytes this connection may still carry once cutting began (-1: not counting yet)
         done = asyncio.Event()
-        self._open.add(done)
+        task = asyncio.current_task()
+        assert task is not None, "start_server runs each connection in a task"
+        self._open[done] = task
         pumps = [
             asyncio.ensure_future(self._pump(reader, up_writer, left, done)),
             asyncio.ensure_future(self._pump(up_reader, writer, left, done)),
@@ -96,7 +97,7 @@ class Relay:
             with contextlib.suppress(Exception):  # already gone
                 end.transport.abort()
         await asyncio.sleep(0)  # the aborts close their sockets on the next turn of the loop
-        self._open.discard(done)
+        del self._open[done]
 
     async def _pump(
         self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, left: list[int], done: asyncio.Event
