@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast test-container test-browser test-faults test-scale lint bench clean
+.PHONY: run test test-fast test-container test-browser test-faults test-scale test-cpus lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,11 @@ test-faults: $(VENV)/.installed-dev
 # laptops through it. Numbers in build/test-scale.json.
 test-scale: $(VENV)/.installed-dev
 	scripts/test-scale.sh
+
+# The int8 model on an emulated x86 CPU without VNNI (QEMU user mode; Debian's qemu-user installed when missing, as
+# root: scripts/test-cpus.sh): its vectors must be those recorded on a CPU with VNNI.
+test-cpus: $(VENV)/.installed-dev
+	scripts/test-cpus.sh
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py

@@ -59,6 +59,9 @@ RECIPES = {
     **{f"float-ffn-out-{n}": Recipe(float_nodes=(("ffn_out", n),)) for n in range(6)},
     "float-ffn-out-01": Recipe(float_nodes=(("ffn_out", 0), ("ffn_out", 1))),
     "float-ffn-out-012": Recipe(float_nodes=(("ffn_out", 0), ("ffn_out", 1), ("ffn_out", 2))),
+    "float-ffn-out-012-reduce-range": Recipe(
+        float_nodes=(("ffn_out", 0), ("ffn_out", 1), ("ffn_out", 2)), reduce_range=True
+    ),
 }
 
 

@@ -39,6 +39,7 @@ from mcp.client.stdio import stdio_client
 
 from channel.keys import PublicKey
 from server.cli import main
+from server.index.model_package import INT8
 from tests.conftest import REPO
 from tests.fakes.provider_api import FakeProviderAPI
 from tests.fakes.provider_api import serve as serve_provider
@@ -363,7 +364,7 @@ async def test_the_entrypoint_serves_a_laptop_through_the_proxy_and_a_restart_ke
     assert metric(scraped.text, "memory_index_pending_vectors", index="notes") == 0
     assert metric(scraped.text, "memory_requests_total", route="/mcp", method="POST", status="2xx") >= 3
     assert metric(scraped.text, "memory_channel_requests_total", path="/v1/handshake", status="200") >= 2
-    model = {"provider": "local", "model": "sentence-transformers/all-MiniLM-L6-v2:int8-mixed"}
+    model = {"provider": "local", "model": INT8.model_id}
     assert metric(scraped.text, "memory_embedding_provider_info", **model) == 1
 
     records = deployment.log_records()  # MEMORY_LOG_FORMAT=json: every line is one JSON object

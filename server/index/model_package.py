@@ -35,15 +35,16 @@ class LocalModel:
 FP32 = LocalModel("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", ONNX_FILE, precision="fp32", torch=True)
 # The int8 model's vector identity and file name change with its recipe (onnx_export.INT8_RECIPE), so neither an
 # index nor the install step ever takes one recipe's vectors for another's. ":int8" / "all-MiniLM-L6-v2-int8.onnx"
-# were the first recipe's (every MatMul int8), retired: onnx_export removes that file.
+# were the first recipe's (every MatMul int8), ":int8-mixed" / "all-MiniLM-L6-v2-int8-mixed.onnx" the second's
+# (8-bit weights, whose vectors moved on CPUs without VNNI); both retired: onnx_export removes their files.
 INT8 = LocalModel(
     "all-MiniLM-L6-v2-int8",
-    "sentence-transformers/all-MiniLM-L6-v2:int8-mixed",
-    "all-MiniLM-L6-v2-int8-mixed.onnx",
+    "sentence-transformers/all-MiniLM-L6-v2:int8-mixed-7bit",
+    "all-MiniLM-L6-v2-int8-mixed-7bit.onnx",
     precision="int8",
     torch=False,
 )
-RETIRED_ONNX_FILES = ("all-MiniLM-L6-v2-int8.onnx",)
+RETIRED_ONNX_FILES = ("all-MiniLM-L6-v2-int8.onnx", "all-MiniLM-L6-v2-int8-mixed.onnx")
 LOCAL_MODELS = {model.name: model for model in (FP32, INT8)}
 # int8 by default: 1.7x the float32 model's embedding speed within the loss allowed (bench/results/int8.md); the
 # torch runtime runs float32 only, so it keeps FP32 (embeddings.select).

@@ -22,7 +22,7 @@ MAX_HALF_LIFE_DAYS = 36500  # a century: any longer is no boost at all
 # The int8 model's (bench/results/min_score_int8.md against min_score_fp32.md): the same gate.
 CALIBRATED_MIN_SCORE = {
     ("local", "sentence-transformers/all-MiniLM-L6-v2"): 0.35,
-    ("local", "sentence-transformers/all-MiniLM-L6-v2:int8-mixed"): 0.35,
+    ("local", "sentence-transformers/all-MiniLM-L6-v2:int8-mixed-7bit"): 0.35,
 }
 HEADING_BUDGET = 40  # tokens of heading context at most, a quarter of a small chunk's budget
 

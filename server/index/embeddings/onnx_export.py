@@ -10,9 +10,9 @@ of the weights it was made from is stored in the graph's metadata, so a runtime 
 
 The int8 model (`MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2-int8`, the default) is then made from that export, by
 onnxruntime's dynamic quantisation as `INT8_RECIPE` says: the weights of the MatMul and Attention nodes it names
-become int8, one scale per output channel (one per tensor lost 0.05 of cosine to the float32 vectors); activations
-are quantised per call. It is deterministic (the same bytes from the same export) and carries the same weights'
-sha256, and `precision` = int8.
+become int8, one scale per output channel (one per tensor lost 0.05 of cosine to the float32 vectors) and within
+7 bits, so that every x86 CPU computes the same products; activations are quantised per call. It is deterministic
+(the same bytes from the same export) and carries the same weights' sha256, and `precision` = int8.
 """
 
 from __future__ import annotations
@@ -119,8 +119,13 @@ class Recipe:
 
 # The int8 model's (model_package.INT8; a change of it needs a new model id and file there). The feed-forward output
 # MatMuls of the first three layers stay float32: their inputs (after GELU) have the widest ranges, and quantising
-# them per call cost the most cosine (bench/explore_int8.py, bench/results/int8.md).
-INT8_RECIPE = Recipe(float_nodes=(("ffn_out", 0), ("ffn_out", 1), ("ffn_out", 2)))
+# them per call cost the most cosine (bench/explore_int8.py, bench/results/int8.md). Weights are 7-bit (|w| <= 64,
+# `MAX_INT8_WEIGHT`) so that a CPU without VNNI computes what one with it does: there onnxruntime sums two u8 x s8
+# products into an int16 (VPMADDUBSW), which 8-bit weights overflow; its saturation moved vectors to a cosine of
+# 0.987 from the same text's on a VNNI CPU, and 7-bit weights keep them at 0.998 or more (bench/results/int8.md).
+INT8_RECIPE = Recipe(float_nodes=(("ffn_out", 0), ("ffn_out", 1), ("ffn_out", 2)), reduce_range=True)
+# The largest int8 weight whose products with two u8 activations still fit an int16: 2 x 255 x 64 = 32640 <= 32767.
+MAX_INT8_WEIGHT = 64
 
 
 def node_part(name: str, op_type: str) -> tuple[str, int] | None:
@@ -154,8 +159,21 @@ def quantise(source: Path, target: Path, weights_sha256: str, recipe: Recipe | N
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # for tensors whose type it cannot infer
         )
         quantised = onnx.load(str(plain))
+        if recipe.reduce_range:
+            widest = widest_int8_weight(quantised)
+            if widest > MAX_INT8_WEIGHT:  # a quantiser that no longer keeps 7 bits: refuse, never install it
+                raise RuntimeError(f"the int8 model has a weight of magnitude {widest}, over {MAX_INT8_WEIGHT}")
         save(quantised, target, Path(scratch), {WEIGHTS_KEY: weights_sha256, PRECISION_KEY: INT8.precision})
     return target
+
+
+def widest_int8_weight(model: Any) -> int:
+    """The largest magnitude of any int8 weight of `model` (an onnx ModelProto), 0 when it has none."""
+    import onnx
+    from onnx import numpy_helper
+
+    weights = [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+    return max((int(abs(numpy_helper.to_array(t).astype("int16")).max()) for t in weights), default=0)
 
 
 def save(model: Any, target: Path, scratch: Path, props: dict[str, str]) -> None:

@@ -100,13 +100,14 @@ def test_the_local_model_setting_is_checked_against_the_runtime():
 
 
 @pytest.mark.model
-def test_the_install_step_makes_the_int8_file_of_this_recipe_and_removes_a_retired_recipes(tmp_path):
+def test_the_install_step_makes_the_int8_file_of_this_recipe_and_removes_the_retired_recipes(tmp_path):
     fp32 = tmp_path / FP32.onnx_file
     installed = onnx_model_path(FP32)
     for suffix in ("", DATA_SUFFIX):  # the float32 export as installed: not exported again
         shutil.copyfile(installed.parent / (installed.name + suffix), tmp_path / (fp32.name + suffix))
-    for suffix in ("", DATA_SUFFIX):
-        (tmp_path / (RETIRED_ONNX_FILES[0] + suffix)).write_bytes(b"the first recipe's int8 model")
+    for retired in RETIRED_ONNX_FILES:
+        for suffix in ("", DATA_SUFFIX):
+            (tmp_path / (retired + suffix)).write_bytes(b"an earlier recipe's int8 model")
     assert main([str(fp32)]) == 0
     assert exported_from(tmp_path / INT8.onnx_file, INT8.precision) == WEIGHTS_SHA256
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
