@@ -56,10 +56,11 @@ def check_entry_points(distribution: str = DISTRIBUTION) -> str:
 
 
 def check_model() -> str:
-    """The local model as the server would run it (MEMORY_LOCAL_MODEL, MEMORY_EMBEDDING_RUNTIME), embedding one
-    sentence."""
+    """The local model as the server would run it (MEMORY_LOCAL_MODEL, MEMORY_EMBEDDING_RUNTIME), embedding the
+    reference sentences: this machine must give the vectors recorded for the model (embeddings.reference)."""
     import os
 
+    from server.index.embeddings import reference
     from server.index.embeddings.local import LocalEmbedder
     from server.index.embeddings.select import EmbeddingSettings
 
@@ -67,13 +68,11 @@ def check_model() -> str:
     embedder = LocalEmbedder(  # verifies the weights' sha256
         runtime="torch" if settings.runtime == "torch" else "onnx", local=settings.local_model
     )
-    vectors = embedder.embed(["the staging database is rebuilt every Sunday"])
-    if vectors.shape != (1, embedder.dimensions):
-        raise RuntimeError(f"the model embedded a sentence as {vectors.shape}, expected (1, {embedder.dimensions})")
+    least = reference.check(embedder)
     loaded = embedder.loaded()
     return (
-        f"{embedder.model} weights verified, {embedder.dimensions} dimensions, "
-        f"runtime {loaded.runtime} ({loaded.detail})"
+        f"{embedder.model} weights verified, {embedder.dimensions} dimensions, runtime {loaded.runtime} "
+        f"({loaded.detail}), its reference vectors reproduced (cosine {least:.4f} at least)"
     )
 
 

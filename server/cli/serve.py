@@ -9,6 +9,7 @@ config file alone. With `MEMORY_METRICS_PORT`, Prometheus metrics are also serve
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shlex
 import socket
@@ -29,7 +30,8 @@ from server.cli.http_guard import (
     FdLimitError,
     check_fd_limit,
 )
-from server.errors import InvalidArgumentError
+from server.errors import EmbeddingError, EmbeddingUnavailableError, InvalidArgumentError
+from server.index.embeddings import reference
 from server.index.tuning import check_model_limit
 from server.settings import Settings, is_loopback
 
@@ -37,10 +39,13 @@ if TYPE_CHECKING:
     import uvicorn
 
     from channel.store import SessionStore
+    from server.index.embeddings.base import Embedder
     from server.index.embeddings.chain import ProviderChain
     from server.indexes.storage import Backend
     from server.postgres.callers import SharedCallers
 
+
+log = logging.getLogger(__name__)
 
 GRACEFUL_SHUTDOWN = 10  # seconds uvicorn waits for requests in flight (open SSE streams are cut after it)
 
@@ -100,6 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if first is not None and first.provider == "local":  # the others load on first use, if they ever are
         print(f"loading the embedding model {first.model} ...", file=_stdout(), flush=True)
         first.warm_up()
+        check_local_model(first)
     settings = settings.with_reranker(os.environ)  # Voyage's reranker, when its key is configured
     backend = storage_backend(settings, data_dir, providers)
     service = MemoryService(data_dir, providers, settings.engine, redact_writes=settings.redact_writes, backend=backend)
@@ -137,6 +143,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
             scraper.close()
         listener.close()
     return 0
+
+
+def check_local_model(embedder: Embedder) -> None:
+    """Warn when this machine does not give the local model's reference vectors (embeddings.reference): other
+    servers and the embedding cache hold vectors of the model as recorded. It still serves; they are near."""
+    try:
+        reference.check(embedder)
+    except EmbeddingUnavailableError as exc:
+        log.warning("%s; its vectors will not quite match those other machines made", exc)
+    except EmbeddingError as exc:  # a model failing now fails its first real call too, and is reported there
+        log.warning("the local model did not embed its reference sentences: %s", exc)
 
 
 def uvicorn_config(

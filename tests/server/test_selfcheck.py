@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 
 from server.cli import selfcheck
@@ -34,3 +35,17 @@ def test_a_package_missing_from_the_installation_fails_the_imports_check_by_name
 
 def test_the_entrypoint_module_of_every_console_script_is_loaded():
     assert "memory-server -> server.cli:main" in selfcheck.check_entry_points()
+
+
+@pytest.mark.model
+def test_a_model_that_no_longer_gives_its_reference_vectors_fails_the_model_check(local_embedder, monkeypatch):
+    from server.index.embeddings import reference
+
+    found = reference.recorded(local_embedder.model)
+    assert "its reference vectors reproduced (cosine " in selfcheck.check_model()
+    moved = np.roll(found, 1, axis=0)  # each sentence given another's vector, as a model computing wrongly would
+    monkeypatch.setattr(reference, "recorded", lambda model_id, path=None: moved)
+    out = io.StringIO()
+    assert selfcheck.run(out) == 1
+    assert f"FAIL model: EmbeddingUnavailableError: {local_embedder.model} embeds its reference" in out.getvalue()
+    assert "this machine computes another model" in out.getvalue()

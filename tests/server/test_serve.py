@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import re
@@ -15,11 +16,12 @@ from pathlib import Path
 from types import MappingProxyType
 
 import httpx2
+import numpy as np
 import pytest
 
 from server.cli.main import main
-from server.cli.serve import bind, is_loopback
-from server.index.errors import InvalidArgumentError
+from server.cli.serve import bind, check_local_model, is_loopback
+from server.index.errors import EmbeddingError, InvalidArgumentError
 from server.settings import Settings
 from tests.conftest import REPO
 
@@ -136,3 +138,33 @@ def test_a_port_in_use_is_a_clear_error():
             bind("127.0.0.1", taken.getsockname()[1])
     finally:
         taken.close()
+
+
+@pytest.mark.model
+def test_a_machine_that_computes_the_local_model_otherwise_is_warned_of_at_start(local_embedder, monkeypatch, caplog):
+    from server.index.embeddings import reference
+
+    with caplog.at_level(logging.WARNING, logger="server.cli.serve"):
+        check_local_model(local_embedder)
+    assert caplog.records == []  # this machine gives the recorded vectors
+    moved = np.roll(reference.recorded(local_embedder.model), 1, axis=0)
+    monkeypatch.setattr(reference, "recorded", lambda model_id, path=None: moved)
+    with caplog.at_level(logging.WARNING, logger="server.cli.serve"):
+        check_local_model(local_embedder)  # warns, and raises nothing: the server still starts
+    (record,) = caplog.records
+    assert record.getMessage().startswith(f"{local_embedder.model} embeds its reference sentences at a cosine of ")
+    assert record.getMessage().endswith("its vectors will not quite match those other machines made")
+
+
+def test_a_local_model_failing_its_reference_sentences_at_start_is_warned_of_not_fatal(caplog):
+    class Failing:
+        model = "sentence-transformers/all-MiniLM-L6-v2"
+
+        def embed(self, texts, *, kind="document"):
+            raise EmbeddingError("the model failed: RuntimeError")
+
+    with caplog.at_level(logging.WARNING, logger="server.cli.serve"):
+        check_local_model(Failing())
+    (record,) = caplog.records
+    said = "the local model did not embed its reference sentences: the model failed: RuntimeError"
+    assert record.getMessage() == said

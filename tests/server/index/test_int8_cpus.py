@@ -1,11 +1,10 @@
-"""The int8 model gives the same vectors on every x86 CPU. On one without VNNI (AVX-512 VNNI or AVX-VNNI: most x86
+"""Every local model gives the same vectors on every x86 CPU. On one without VNNI (AVX-512 VNNI or AVX-VNNI: most x86
 CPUs before 2021, AMD's before Zen 4) onnxruntime sums two u8 x s8 products into an int16, which 8-bit weights
-overflow; the model's 7-bit weights (`onnx_export.INT8_RECIPE`) keep every sum in range.
+overflow; the int8 model's 7-bit weights (`onnx_export.INT8_RECIPE`) keep every sum in range.
 
-The vectors of `tests/data/int8_vectors.json` were computed on a CPU with AVX-512 VNNI. This CPU's must match them
-(in `make test`), and so must those of an emulated CPU with AVX2 and neither VNNI: QEMU's user-mode `-cpu max`
-(`make test-cpus`, which installs Debian's qemu-user when missing). Record them again after a change of the int8
-recipe, on a CPU with VNNI: `.venv/bin/python -m tests.server.index.test_int8_cpus`.
+The reference vectors (`embeddings.reference`, recorded on a CPU with AVX-512 VNNI) must come back on the CPU running
+`make test`, and on an emulated CPU with AVX2 and neither VNNI: QEMU's user-mode `-cpu max` (`make test-cpus`, which
+installs Debian's qemu-user when missing).
 """
 
 from __future__ import annotations
@@ -19,46 +18,30 @@ import numpy as np
 import onnx
 import pytest
 
-from server.index.embeddings import onnx_export
-from server.index.embeddings.local import LocalEmbedder
+from server.index.embeddings import onnx_export, reference
 from server.index.embeddings.onnx_export import MAX_INT8_WEIGHT, widest_int8_weight
-from server.index.model_package import FP32, INT8, WEIGHTS_SHA256, onnx_model_path
+from server.index.model_package import FP32, INT8, LOCAL_MODELS, WEIGHTS_SHA256, onnx_model_path
 from tests.conftest import REPO
 
-RECORDED = REPO / "tests" / "data" / "int8_vectors.json"
-TEXTS = json.loads((REPO / "tests" / "data" / "embedding_texts.json").read_text(encoding="utf-8"))["texts"]
-COUNT = 8  # texts embedded: each takes seconds under emulation
-# Cosine of a vector to the recorded one. The integer products are exact on every CPU; the float operators between
-# them (layer norms, GELU, softmax) round differently with other vector widths, and a value that lands on the other
-# side of an activation's quantisation step moves the rest a little: measured 0.9983 at least over 40 texts under
-# QEMU (0.9874 with the 8-bit weights before).
-LEAST_COSINE = 0.997
 EMULATED_CPU = ["qemu-x86_64", "-cpu", "max"]  # QEMU 7.2's TCG: AVX2, FMA, no AVX-512 and no VNNI
 
-# Run by the emulated CPU: its features as numpy detects them, then the vectors, as JSON on stdout.
+# Run by the emulated CPU: its features as numpy detects them, then every local model's vectors of the reference
+# sentences, as JSON on stdout.
 CHILD = """
 import json, sys
-import numpy as np
 try:
     from numpy._core._multiarray_umath import __cpu_features__ as features
 except ImportError:
     from numpy.core._multiarray_umath import __cpu_features__ as features
 from server.index.embeddings.local import LocalEmbedder
-texts = json.loads(sys.stdin.read())
-vectors = LocalEmbedder(local=sys.argv[1]).embed(texts)
-json.dump({"features": {k: bool(v) for k, v in features.items()}, "vectors": vectors.tolist()}, sys.stdout)
+from server.index.embeddings.reference import SENTENCES
+from server.index.model_package import LOCAL_MODELS
+vectors = {}
+for name in LOCAL_MODELS:
+    embedder = LocalEmbedder(local=name)
+    vectors[embedder.model] = embedder.embed(list(SENTENCES)).tolist()
+json.dump({"features": {k: bool(v) for k, v in features.items()}, "vectors": vectors}, sys.stdout)
 """
-
-
-def recorded() -> np.ndarray:
-    data = json.loads(RECORDED.read_text(encoding="utf-8"))
-    assert data["model"] == INT8.model_id, "the int8 recipe changed: record the vectors again (see the docstring)"
-    assert data["texts"] == TEXTS[:COUNT]
-    return np.array(data["vectors"], dtype=np.float32)
-
-
-def cosines(vectors: np.ndarray) -> np.ndarray:
-    return np.sum(vectors * recorded(), axis=1)  # type: ignore[no-any-return]
 
 
 def test_every_int8_weight_fits_seven_bits_so_no_cpu_overflows_its_sums():
@@ -76,19 +59,36 @@ def test_an_int8_model_with_a_weight_over_seven_bits_is_refused_not_installed(tm
     assert list(tmp_path.iterdir()) == []
 
 
-def test_this_cpu_gives_the_recorded_int8_vectors(local_embedder):
-    assert local_embedder.model == INT8.model_id
-    found = cosines(local_embedder.embed(TEXTS[:COUNT]))
-    assert found.min() >= LEAST_COSINE, TEXTS[int(found.argmin())][:80]
+def test_this_cpu_gives_every_local_models_reference_vectors(local_embedder, fp32_embedder):
+    assert {local_embedder.model, fp32_embedder.model} == {model.model_id for model in LOCAL_MODELS.values()}
+    for embedder in (local_embedder, fp32_embedder):
+        assert reference.check(embedder) >= reference.LEAST_COSINE
+
+
+def test_the_reference_vectors_are_unit_vectors_of_every_local_model_and_no_other():
+    for model in LOCAL_MODELS.values():
+        vectors = reference.recorded(model.model_id)
+        assert vectors.shape == (len(reference.SENTENCES), 384)
+        assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    stored = json.loads(reference.REFERENCE_FILE.read_text(encoding="utf-8"))["vectors"]
+    assert set(stored) == {model.model_id for model in LOCAL_MODELS.values()}  # no retired model's
+
+
+def test_vnni_is_read_from_the_cpu_flags_linux_reports(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n", encoding="utf-8")
+    assert reference.has_vnni(cpuinfo)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n", encoding="utf-8")
+    assert not reference.has_vnni(cpuinfo)
+    assert not reference.has_vnni(tmp_path / "absent")
 
 
 @pytest.mark.cpus
-def test_a_cpu_without_vnni_gives_the_recorded_int8_vectors():
+def test_a_cpu_without_vnni_gives_every_local_models_reference_vectors():
     if shutil.which(EMULATED_CPU[0]) is None:
         pytest.fail("qemu-x86_64 is not installed: `make test-cpus` installs Debian's qemu-user")
     done = subprocess.run(
-        [*EMULATED_CPU, sys.executable, "-c", CHILD, INT8.name],
-        input=json.dumps(TEXTS[:COUNT]),
+        [*EMULATED_CPU, sys.executable, "-c", CHILD],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -99,25 +99,7 @@ def test_a_cpu_without_vnni_gives_the_recorded_int8_vectors():
     answer = json.loads(done.stdout)
     features = answer["features"]
     assert features["AVX2"] and not features["AVX512F"] and not features["AVX512VNNI"], features
-    found = cosines(np.array(answer["vectors"], dtype=np.float32))
-    assert found.min() >= LEAST_COSINE, TEXTS[int(found.argmin())][:80]
-
-
-def record() -> None:
-    """Write tests/data/int8_vectors.json from this CPU's vectors (it must have VNNI)."""
-    from numpy._core._multiarray_umath import __cpu_features__ as features
-
-    if not features["AVX512VNNI"]:
-        raise SystemExit("record on a CPU with AVX-512 VNNI: the vectors are the reference every other CPU meets")
-    vectors = LocalEmbedder(local=INT8.name).embed(TEXTS[:COUNT])
-    head = {
-        "about": "the int8 model's vectors on a CPU with AVX-512 VNNI (tests/server/index/test_int8_cpus.py)",
-        "model": INT8.model_id,
-        "texts": TEXTS[:COUNT],
-    }
-    rows = ",\n  ".join(json.dumps([round(float(x), 7) for x in row]) for row in vectors)  # a vector a line
-    RECORDED.write_text(json.dumps(head, indent=1)[:-2] + f',\n "vectors": [\n  {rows}\n ]\n}}\n', encoding="utf-8")
-
-
-if __name__ == "__main__":
-    record()
+    assert set(answer["vectors"]) == {model.model_id for model in LOCAL_MODELS.values()}
+    for model_id, vectors in answer["vectors"].items():
+        least = reference.agreement(np.array(vectors, dtype=np.float32), model_id)
+        assert least >= reference.LEAST_COSINE, f"{model_id}: {least:.4f}"
