@@ -63,8 +63,8 @@ test-faults: $(VENV)/.installed-dev
 test-scale: $(VENV)/.installed-dev
 	scripts/test-scale.sh
 
-# The int8 model on an emulated x86 CPU without VNNI (QEMU user mode; Debian's qemu-user installed when missing, as
-# root: scripts/test-cpus.sh): its vectors must be those recorded on a CPU with VNNI.
+# The local models on emulated x86 CPUs without VNNI, AVX2 and SSE4.2 alone (QEMU user mode; Debian's qemu-user
+# installed when missing, as root: scripts/test-cpus.sh): their vectors must be those recorded on a CPU with VNNI.
 test-cpus: $(VENV)/.installed-dev
 	scripts/test-cpus.sh
 

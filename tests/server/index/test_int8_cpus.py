@@ -3,8 +3,8 @@ CPUs before 2021, AMD's before Zen 4) onnxruntime sums two u8 x s8 products into
 overflow; the int8 model's 7-bit weights (`onnx_export.INT8_RECIPE`) keep every sum in range.
 
 The reference vectors (`embeddings.reference`, recorded on a CPU with AVX-512 VNNI) must come back on the CPU running
-`make test`, and on an emulated CPU with AVX2 and neither VNNI: QEMU's user-mode `-cpu max` (`make test-cpus`, which
-installs Debian's qemu-user when missing).
+`make test`, and on emulated CPUs without VNNI, one with AVX2 and one with SSE4.2 alone: QEMU's user mode (`make
+test-cpus`, which installs Debian's qemu-user when missing).
 """
 
 from __future__ import annotations
@@ -23,7 +23,14 @@ from server.index.embeddings.onnx_export import MAX_INT8_WEIGHT, widest_int8_wei
 from server.index.model_package import FP32, INT8, LOCAL_MODELS, WEIGHTS_SHA256, onnx_model_path
 from tests.conftest import REPO
 
-EMULATED_CPU = ["qemu-x86_64", "-cpu", "max"]  # QEMU 7.2's TCG: AVX2, FMA, no AVX-512 and no VNNI
+QEMU = "qemu-x86_64"
+# The CPUs QEMU 7.2's TCG emulates, and what each must (True) and must not (False) have as numpy detects it: "max" has
+# AVX2 and FMA, no AVX-512 and no VNNI (onnxruntime's saturating u8 x s8 kernel); Nehalem has SSE4.2 and no AVX (its
+# SSE kernel widens to int16 products, and numpy needs SSE4.2 at least).
+EMULATED_CPUS = {
+    "max": {"AVX2": True, "AVX512F": False, "AVX512VNNI": False},
+    "Nehalem-v1": {"SSE42": True, "AVX": False, "AVX2": False},
+}
 
 # Run by the emulated CPU: its features as numpy detects them, then every local model's vectors of the reference
 # sentences, as JSON on stdout.
@@ -84,11 +91,12 @@ def test_vnni_is_read_from_the_cpu_flags_linux_reports(tmp_path):
 
 
 @pytest.mark.cpus
-def test_a_cpu_without_vnni_gives_every_local_models_reference_vectors():
-    if shutil.which(EMULATED_CPU[0]) is None:
-        pytest.fail("qemu-x86_64 is not installed: `make test-cpus` installs Debian's qemu-user")
+@pytest.mark.parametrize("cpu", EMULATED_CPUS)
+def test_a_cpu_without_vnni_gives_every_local_models_reference_vectors(cpu):
+    if shutil.which(QEMU) is None:
+        pytest.fail(f"{QEMU} is not installed: `make test-cpus` installs Debian's qemu-user")
     done = subprocess.run(
-        [*EMULATED_CPU, sys.executable, "-c", CHILD],
+        [QEMU, "-cpu", cpu, sys.executable, "-c", CHILD],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -97,8 +105,8 @@ def test_a_cpu_without_vnni_gives_every_local_models_reference_vectors():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout)
-    features = answer["features"]
-    assert features["AVX2"] and not features["AVX512F"] and not features["AVX512VNNI"], features
+    features = {name: answer["features"][name] for name in EMULATED_CPUS[cpu]}
+    assert features == EMULATED_CPUS[cpu]
     assert set(answer["vectors"]) == {model.model_id for model in LOCAL_MODELS.values()}
     for model_id, vectors in answer["vectors"].items():
         least = reference.agreement(np.array(vectors, dtype=np.float32), model_id)
