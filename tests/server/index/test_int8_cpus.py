@@ -1,6 +1,7 @@
-"""Every local model gives the same vectors on every x86 CPU. On one without VNNI (AVX-512 VNNI or AVX-VNNI: most x86
-CPUs before 2021, AMD's before Zen 4) onnxruntime sums two u8 x s8 products into an int16, which 8-bit weights
-overflow; the int8 model's 7-bit weights (`onnx_export.INT8_RECIPE`) keep every sum in range.
+"""Every local model gives the same vectors on every x86 CPU. On one without VNNI (AVX-512 VNNI or AVX-VNNI: Intel's
+laptops and desktops before Ice Lake, its Xeons before Cascade Lake, AMD's before Zen 4) onnxruntime's AVX2 kernel
+sums two u8 x s8 products into an int16, which 8-bit weights overflow; the int8 model's 7-bit weights
+(`onnx_export.INT8_RECIPE`) keep every sum in range.
 
 The reference vectors (`embeddings.reference`, recorded on a CPU with AVX-512 VNNI) must come back on the CPU running
 `make test`, and on emulated CPUs without VNNI, one with AVX2 and one with SSE4.2 alone: QEMU's user mode (`make
