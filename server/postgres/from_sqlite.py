@@ -73,7 +73,7 @@ def read_sqlite_index(data_dir: Path, name: str) -> SqliteIndex:
     directory = data_dir / "indexes" / name
     mirror = Mirror(directory)
     try:
-        unreadable = dict(mirror.unreadable)
+        unreadable: dict[str, str] = {}
         for state in mirror.reconcile_all():
             try:
                 mirror.read(state.path)
@@ -116,10 +116,11 @@ def write_index(url: str, source: SqliteIndex) -> Carried:
     more than one file or row in memory at once); InvalidArgumentError when the schema holds anything
     already (checked under the index's revision lock, so a server writing meanwhile is noticed), EngineError when
     a file changed since that snapshot (nothing is kept of the copy)."""
-    db = PgConnection(url, schema_of(source.name))
+    schema = schema_of(source.name)
+    db = PgConnection(url, schema)
     mirror = Mirror(source.directory)
     try:
-        migrate(db, schema_of(source.name))
+        migrate(db, schema)
         with _read_only(source.directory / STATE_FILE) as state, db:
             state.execute("BEGIN")  # one snapshot of the SQLite state for every read below
             revision = int(state.execute("SELECT value FROM meta WHERE key = 'revision'").fetchall()[0][0])  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ def test_a_model_that_no_longer_gives_its_reference_vectors_fails_the_model_chec
     found = reference.recorded(local_embedder.model)
     assert "its reference vectors reproduced (cosine " in selfcheck.check_model()
     moved = np.roll(found, 1, axis=0)  # each sentence given another's vector, as a model computing wrongly would
-    monkeypatch.setattr(reference, "recorded", lambda model_id, path=None: moved)
+    monkeypatch.setattr(reference, "recorded", lambda model_id: moved)
     out = io.StringIO()
     assert selfcheck.run(out) == 1
     assert f"FAIL model: EmbeddingUnavailableError: {local_embedder.model} embeds its reference" in out.getvalue()

@@ -148,7 +148,7 @@ def test_a_machine_that_computes_the_local_model_otherwise_is_warned_of_at_start
         check_local_model(local_embedder)
     assert caplog.records == []  # this machine gives the recorded vectors
     moved = np.roll(reference.recorded(local_embedder.model), 1, axis=0)
-    monkeypatch.setattr(reference, "recorded", lambda model_id, path=None: moved)
+    monkeypatch.setattr(reference, "recorded", lambda model_id: moved)
     with caplog.at_level(logging.WARNING, logger="server.cli.serve"):
         check_local_model(local_embedder)  # warns, and raises nothing: the server still starts
     (record,) = caplog.records

@@ -38,13 +38,13 @@ SENTENCES = (
 )
 
 
-def recorded(model_id: str, path: Path = REFERENCE_FILE) -> Vectors:
+def recorded(model_id: str) -> Vectors:
     """The vectors recorded for `model_id`, one per sentence of SENTENCES."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(REFERENCE_FILE.read_text(encoding="utf-8"))
     if tuple(data["sentences"]) != SENTENCES:
-        raise EmbeddingUnavailableError(f"{path.name} was recorded for other sentences: record it again")
+        raise EmbeddingUnavailableError(f"{REFERENCE_FILE.name} was recorded for other sentences: record it again")
     if model_id not in data["vectors"]:
-        raise EmbeddingUnavailableError(f"no reference vectors for {model_id} in {path.name}: record them")
+        raise EmbeddingUnavailableError(f"no reference vectors for {model_id} in {REFERENCE_FILE.name}: record them")
     return np.array(data["vectors"][model_id], dtype=np.float32)
 
 
@@ -65,8 +65,8 @@ def check(embedder: Embedder) -> float:
     return least
 
 
-def record(embedders: Sequence[Embedder], path: Path = REFERENCE_FILE) -> None:
-    """Write every embedder's vectors of SENTENCES to `path`, a vector a line."""
+def record(embedders: Sequence[Embedder]) -> None:
+    """Write every embedder's vectors of SENTENCES to REFERENCE_FILE, a vector a line."""
     rows = {
         embedder.model: [json.dumps([round(float(x), 7) for x in row]) for row in embedder.embed(list(SENTENCES))]
         for embedder in embedders
@@ -76,7 +76,7 @@ def record(embedders: Sequence[Embedder], path: Path = REFERENCE_FILE) -> None:
     )
     about = "each local model's vectors of the sentences, on a CPU with VNNI (server/index/embeddings/reference.py)"
     head = json.dumps({"about": about, "sentences": SENTENCES}, indent=1)[:-2]
-    path.write_text(f'{head},\n "vectors": {{\n{models}\n }}\n}}\n', encoding="utf-8")
+    REFERENCE_FILE.write_text(f'{head},\n "vectors": {{\n{models}\n }}\n}}\n', encoding="utf-8")
 
 
 def has_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
