@@ -10,7 +10,8 @@ bench/.cache/scifact-data, which `bench_retrieval_scifact.py` built), in one pro
 - SciFact full corpus nDCG@10 by vector (exact, a document scored by its best chunk) and hybrid (the engine's own
   search on an index of the recipe's vectors, queries embedded by the recipe, default settings).
 
-    .venv/bin/python bench/explore_int8.py [--quick N] [RECIPE ...]   (no RECIPE: all of them)
+    .venv/bin/python bench/explore_int8.py [--quick N [--baseline RECIPE]] [--rounds N] [RECIPE ...]
+    (no RECIPE: all of them; --baseline: the speed ratio is that recipe's time / this one's, not float32's)
 """
 
 from __future__ import annotations
@@ -128,10 +129,10 @@ def encoder_for(name: str, recipe: Recipe) -> OnnxEncoder:
     return OnnxEncoder(LocalEmbedder().model_dir, target, WEIGHTS_SHA256, OnnxTuning(), INT8.precision)
 
 
-def speed(fp32: OnnxEncoder, encoder: OnnxEncoder, texts: list[str]) -> tuple[float, float]:
-    """(wall, CPU) time ratio fp32 / recipe over `texts`, alternating, best of ROUNDS each."""
+def speed(fp32: OnnxEncoder, encoder: OnnxEncoder, texts: list[str], rounds: int = ROUNDS) -> tuple[float, float]:
+    """(wall, CPU) time ratio fp32 (or another baseline) / recipe over `texts`, alternating, best of `rounds` each."""
     best: dict[str, list[float]] = {"fp32": [1e9, 1e9], "recipe": [1e9, 1e9]}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for key, model in (("fp32", fp32), ("recipe", encoder)):
             wall, cpu = time.perf_counter(), time.process_time()
             model.encode(texts)
@@ -158,6 +159,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="*", help=f"of {', '.join(RECIPES)}")
     parser.add_argument("--quick", type=int, help="only cosines and speed, over this many subset chunks")
+    parser.add_argument("--baseline", choices=RECIPES, help="with --quick: time against this recipe, not float32")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"speed rounds of each model (default {ROUNDS})")
     args = parser.parse_args()
     unknown = set(args.recipes) - set(RECIPES)
     if unknown:
@@ -171,6 +174,7 @@ def main() -> None:
         subset = random.Random(1).sample(subset, args.quick)
     model_dir = LocalEmbedder().model_dir
     fp32 = OnnxEncoder(model_dir, onnx_model_path(FP32), WEIGHTS_SHA256, OnnxTuning(), FP32.precision)
+    timed_against = encoder_for(args.baseline, RECIPES[args.baseline]) if args.quick and args.baseline else fp32
     ids = list(queries)
     sample = [texts[n] for n in random.Random(2).sample(subset, min(SPEED_SAMPLE, len(subset)))]
     rows = []
@@ -186,7 +190,7 @@ def main() -> None:
         encoder = encoder_for(name, RECIPES[name])
         cosines = np.sum(encoder.encode([texts[n] for n in subset]) * fp32_vectors[subset], axis=1)
         row: list[object] = [name, float(cosines.mean()), float(cosines.min())]
-        row += speed(fp32, encoder, [texts[n] for n in subset] if args.quick else sample)
+        row += speed(timed_against, encoder, [texts[n] for n in subset] if args.quick else sample, args.rounds)
         if not args.quick:
             vectors = encoder.encode(texts)
             row.append(vector_ndcg(docs, vectors, encoder.encode([queries[q] for q in ids]), qrels, ids))
