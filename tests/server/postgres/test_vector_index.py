@@ -1,6 +1,7 @@
 """The vector side of the PostgreSQL search (`server.postgres.search_vectors.nearest`): the HNSW index by cosine
-distance with m=32, ef_construction=128 in use, filters applied as it scans; the same index on the table a model
-change builds; and an index made with pgvector's default HNSW index rebuilt in place when a server opens it."""
+distance with m=32, ef_construction=256 in use, filters applied as it scans; the same index on the table a model
+change builds; and an index an older schema made (pgvector's defaults, or ef_construction 128) rebuilt in place
+when a server opens it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from contextlib import closing
 
 import numpy as np
 import psycopg
+import pytest
 
 from server.index.search import build_options
 from server.index.vectors import VectorSpace
@@ -78,7 +80,7 @@ def test_the_vector_search_uses_the_hnsw_index_with_m_32(open_index: Callable[..
             plan = "\n".join(str(row[0]) for row in db.execute("EXPLAIN " + statement, params))
     assert f"Index Scan using {space.table}_hnsw" in plan
     [definition] = indexes_of(postgres_url, space.table).values()
-    assert "vector_cosine_ops" in definition and "m='32'" in definition and "ef_construction='128'" in definition
+    assert "vector_cosine_ops" in definition and "m='32'" in definition and "ef_construction='256'" in definition
 
 
 def test_a_model_change_builds_the_same_index_on_the_new_table(
@@ -94,25 +96,32 @@ def test_a_model_change_builds_the_same_index_on_the_new_table(
         space = read_space(db)
     assert space is not None and space.dimensions == 32
     [definition] = indexes_of(postgres_url, space.table).values()
-    assert "vector_cosine_ops" in definition and "m='32'" in definition and "ef_construction='128'" in definition
+    assert "vector_cosine_ops" in definition and "m='32'" in definition and "ef_construction='256'" in definition
     assert paths_of(second, "ramen", mode="vector")[0] == "memory/food.md"
 
 
-def test_an_index_made_with_the_default_hnsw_index_is_upgraded_in_place(
-    open_index: Callable[..., Opened], postgres_url: str
+@pytest.mark.parametrize(
+    ("version", "options"),
+    [(2, ""), (3, " WITH (m = 32, ef_construction = 128)")],
+    ids=["pgvector-defaults", "ef-construction-128"],
+)
+def test_an_index_an_older_schema_made_is_built_again_in_place(
+    open_index: Callable[..., Opened], postgres_url: str, version: int, options: str
 ) -> None:
     _, space = indexed(open_index, HashingEmbedder())
-    # back to what schema version 2 made: the HNSW index with pgvector's defaults
+    # back to what that schema version made: version 2 pgvector's default HNSW index, version 3 m=32 and 128
     schema = schema_of("proj")
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute(f'SET search_path TO "{schema}", public')
         admin.execute(f"DROP INDEX {space.table}_hnsw")
-        admin.execute(f"CREATE INDEX {space.table}_hnsw ON {space.table} USING hnsw (embedding vector_cosine_ops)")
-        admin.execute("UPDATE schema_version SET version = 2")
-    assert "m=" not in indexes_of(postgres_url, space.table)[f"{space.table}_hnsw"]
+        admin.execute(
+            f"CREATE INDEX {space.table}_hnsw ON {space.table} USING hnsw (embedding vector_cosine_ops){options}"
+        )
+        admin.execute(f"UPDATE schema_version SET version = {version}")
+    assert "ef_construction='256'" not in indexes_of(postgres_url, space.table)[f"{space.table}_hnsw"]
     upgraded, _ = open_index(HashingEmbedder(), "two")
     [(name, definition)] = indexes_of(postgres_url, space.table).items()
-    assert name == f"{space.table}_hnsw" and "m='32'" in definition and "ef_construction='128'" in definition
+    assert name == f"{space.table}_hnsw" and "m='32'" in definition and "ef_construction='256'" in definition
     with psycopg.connect(postgres_url) as db:
         assert db.execute(f'SELECT version FROM "{schema}".schema_version').fetchall() == [(len(MIGRATIONS),)]
     assert paths_of(upgraded, "ramen", mode="vector")[0] == "memory/food.md"
