@@ -4,8 +4,10 @@ measured. Each weight pair's BM25 lists are read again from the benchmarks' inde
 replayed with them (explore_prf.py: fusion over 40 / 100 candidates a side, vector feedback from the best chunk at
 0.25, place merging on LoCoMo, documents by best chunk on SciFact), keyword-only and hybrid, tuned on one half
 and reported on the other (LoCoMo conv-26/30/41 against conv-42/43, SciFact odd against even query ids).
+`--neighbours` replays instead a chunk's keyword score raised by w times its better neighbour's (same file), so a
+chunk next to the words can be found by them, hybrid only.
 
-    .venv/bin/python bench/explore_fields.py [locomo] [scifact] [subset]
+    .venv/bin/python bench/explore_fields.py [locomo] [scifact] [subset] [--neighbours]
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 
 import apsw
 import numpy as np
-from explore_multivec import bootstrap
+from explore_multivec import bootstrap, chunks_of
 from explore_prf import Data, Params, Ranker, prepare_locomo, prepare_scifact
 
 from server.index.fts import match_expression
@@ -44,6 +46,21 @@ def bm25_lists(data: Data, weights: tuple[float, float]) -> list[dict[int, float
     return out
 
 
+def smoothed(data: Data, w: float) -> list[dict[int, float]]:
+    """Each BM25 list with a chunk's score (as a positive number) plus w times its better neighbour's."""
+    chunks = chunks_of(data)
+    out = []
+    for listed in data.bm25:
+        own = {r: -v for r, v in listed.items()}
+        rows = set(own) | {n for r in own for n in (chunks.prev[r], chunks.next[r]) if n >= 0}
+        scores = {}
+        for r in rows:
+            near = [own.get(n, 0.0) for n in (chunks.prev[r], chunks.next[r]) if n >= 0]
+            scores[r] = -(own.get(r, 0.0) + w * max(near, default=0.0))
+        out.append({r: v for r, v in scores.items() if v < 0})
+    return out
+
+
 class KeywordRanker(Ranker):
     """The replay with the vector side silent: the fusion's keyword part alone."""
 
@@ -51,16 +68,21 @@ class KeywordRanker(Ranker):
         return np.zeros(len(self.data.matrix), dtype=np.float32)
 
 
-def run(which: str) -> None:
+def run(which: str, neighbours: bool = False) -> None:
     data = prepare_locomo() if which == "locomo" else prepare_scifact(which == "subset")
     metrics = ("r@10", "r@50lines", "r@100lines") if which == "locomo" else ("ndcg",)
     groups = {g: [q for q in range(len(data.texts)) if data.group[q] == g] for g in ("tune", "held")}
     pool = 40 if which == "locomo" else 100
     modes = {"hybrid": (Ranker, Params(pool, vk=1, va=0.25, within=True)), "keyword": (KeywordRanker, Params(pool))}
+    if neighbours:
+        variants = {f"neighbours {w}": (lambda w=w: smoothed(data, w)) for w in (0.0, 0.1, 0.2, 0.35, 0.5)}
+        modes = {"hybrid": modes["hybrid"]}
+    else:
+        variants = {f"text {a}, heading {b}": (lambda a=a, b=b: bm25_lists(data, (a, b))) for a, b in WEIGHTS}
     for mode, (kind, params) in modes.items():
         base: np.ndarray | None = None
-        for weights in WEIGHTS:
-            ranker = kind(dataclasses.replace(data, bm25=bm25_lists(data, weights)))
+        for label, lists in variants.items():  # the product's first: the baseline
+            ranker = kind(dataclasses.replace(data, bm25=lists()))
             scores = {g: ranker.each(qs, params) for g, qs in groups.items()}
             cells = []
             for metric in metrics:
@@ -70,17 +92,17 @@ def run(which: str) -> None:
                     f" / {np.mean([s[metric] for s in scores['held']]):.3f} / {np.mean([s[metric] for s in every]):.3f}"
                 )
             held = np.asarray([s[metrics[-1]] for s in scores["held"]])
-            if weights == PRODUCT:
+            if base is None:
                 base = held
             low, high = bootstrap(held - base) if base is not None else (0.0, 0.0)
             delta = f"held {metrics[-1]} delta {low:+.3f}..{high:+.3f}"
-            label = f"text {weights[0]}, heading {weights[1]}"
             print(f"| {which} | {mode} | {label} | " + " | ".join(cells) + f" | {delta} |", flush=True)
 
 
 def main() -> None:
-    for which in sys.argv[1:] or ["locomo", "scifact"]:
-        run(which)
+    sets = [a for a in sys.argv[1:] if not a.startswith("--")]
+    for which in sets or ["locomo", "scifact"]:
+        run(which, "--neighbours" in sys.argv)
 
 
 if __name__ == "__main__":
