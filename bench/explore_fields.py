@@ -17,8 +17,8 @@ import sys
 
 import apsw
 import numpy as np
-from explore_multivec import bootstrap, chunks_of
-from explore_prf import Data, Params, Ranker, prepare_locomo, prepare_scifact
+from explore_multivec import chunks_of
+from explore_prf import Data, Params, Ranker, prepare_locomo, prepare_scifact, product_params, replay_row
 
 from server.index.fts import match_expression
 
@@ -70,10 +70,8 @@ class KeywordRanker(Ranker):
 
 def run(which: str, neighbours: bool = False) -> None:
     data = prepare_locomo() if which == "locomo" else prepare_scifact(which == "subset")
-    metrics = ("r@10", "r@50lines", "r@100lines") if which == "locomo" else ("ndcg",)
-    groups = {g: [q for q in range(len(data.texts)) if data.group[q] == g] for g in ("tune", "held")}
-    pool = 40 if which == "locomo" else 100
-    modes = {"hybrid": (Ranker, Params(pool, vk=1, va=0.25, within=True)), "keyword": (KeywordRanker, Params(pool))}
+    product = product_params(data)
+    modes = {"hybrid": (Ranker, product), "keyword": (KeywordRanker, Params(product.pool))}
     if neighbours:
         variants = {f"neighbours {w}": (lambda w=w: smoothed(data, w)) for w in (0.0, 0.1, 0.2, 0.35, 0.5)}
         modes = {"hybrid": modes["hybrid"]}
@@ -82,21 +80,9 @@ def run(which: str, neighbours: bool = False) -> None:
     for mode, (kind, params) in modes.items():
         base: np.ndarray | None = None
         for label, lists in variants.items():  # the product's first: the baseline
-            ranker = kind(dataclasses.replace(data, bm25=lists()))
-            scores = {g: ranker.each(qs, params) for g, qs in groups.items()}
-            cells = []
-            for metric in metrics:
-                every = scores["tune"] + scores["held"]
-                cells.append(
-                    f"{metric} {np.mean([s[metric] for s in scores['tune']]):.3f}"
-                    f" / {np.mean([s[metric] for s in scores['held']]):.3f} / {np.mean([s[metric] for s in every]):.3f}"
-                )
-            held = np.asarray([s[metrics[-1]] for s in scores["held"]])
-            if base is None:
-                base = held
-            low, high = bootstrap(held - base) if base is not None else (0.0, 0.0)
-            delta = f"held {metrics[-1]} delta {low:+.3f}..{high:+.3f}"
-            print(f"| {which} | {mode} | {label} | " + " | ".join(cells) + f" | {delta} |", flush=True)
+            cells, held = replay_row(kind(dataclasses.replace(data, bm25=lists())), params, base)
+            base = held if base is None else base
+            print(f"| {which} | {mode} | {label} | {cells} |", flush=True)
 
 
 def main() -> None:

@@ -17,21 +17,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from common import CACHE
-from explore_multivec import bootstrap, chunks_of
-from explore_prf import Data, Params, Ranker, fuse, prepare_locomo, prepare_scifact
+from explore_multivec import chunks_of
+from explore_prf import Params, Ranker, prepare_locomo, prepare_scifact, product_params, replay_row
 
 from server.index.embeddings.local import LocalEmbedder
 
 WORK = CACHE / "model"
 BATCH = 64
-PRODUCT_WEIGHT = 0.7  # the fusion's vector weight in the product (the held-out deltas are against it)
+PRODUCT_WEIGHT = Params().vw  # the fusion's vector weight in the product (the held-out deltas are against it)
 
 
 def embed_cached(label: str, encode, texts: Sequence[str]) -> tuple[np.ndarray, float]:  # type: ignore[no-untyped-def]
@@ -54,55 +53,25 @@ def embed_cached(label: str, encode, texts: Sequence[str]) -> tuple[np.ndarray, 
     return vectors, seconds
 
 
-class WeightedRanker(Ranker):
-    """The replay with the fusion's vector weight as a parameter."""
-
-    def __init__(self, data: Data, weight: float) -> None:
-        super().__init__(data)
-        self.weight = weight
-
-    def rank(self, q: int, p: Params) -> tuple[list[int], dict[int, float]]:
-        import explore_prf
-
-        original = explore_prf.fuse
-        explore_prf.fuse = lambda *a, **k: fuse(*a, **{**k, "vw": self.weight})  # type: ignore[assignment]
-        try:
-            return super().rank(q, p)
-        finally:
-            explore_prf.fuse = original
-
-
 def run(which: str, models: dict[str, object], weights: Sequence[float]) -> None:
+    """Each model (the default first) at each fusion weight (the product's first): the default at the product's
+    weight is the baseline of every held-out difference."""
     data = prepare_locomo() if which == "locomo" else prepare_scifact(which == "subset")
     chunks = chunks_of(data)
     texts = [chunks.embed_text(r, chunks.text[r]) for r in range(len(chunks.text))]
-    metrics = ("r@10", "r@50lines", "r@100lines") if which == "locomo" else ("ndcg",)
-    params = Params(40 if which == "locomo" else 100, vk=1, va=0.25, within=True)
-    groups = {g: [q for q in range(len(data.texts)) if data.group[q] == g] for g in ("tune", "held")}
+    product = product_params(data)
     print(f"{which}: {len(texts)} chunks, {len(data.texts)} queries", flush=True)
-    base: dict[str, list[float]] = {}
-    for label, (encode_doc, encode_query) in models.items():  # type: ignore[misc]  (the default first)
+    base: np.ndarray | None = None
+    for label, (encode_doc, encode_query) in models.items():  # type: ignore[misc]
         matrix, seconds = embed_cached(f"{label}:doc", encode_doc, texts)
         queries, _ = embed_cached(f"{label}:query", encode_query, data.texts)
         if seconds:
             print(f"  {label}: {len(texts)} chunks in {seconds:.0f} s ({len(texts) / seconds:.1f} chunks/s)")
-        swapped = dataclasses.replace(data, matrix=matrix, queries=queries)
+        ranker = Ranker(dataclasses.replace(data, matrix=matrix, queries=queries))
         for weight in weights:
-            ranker = WeightedRanker(swapped, weight)
-            scores = {g: ranker.each(qs, params) for g, qs in groups.items()}
-            every = scores["tune"] + scores["held"]
-            cells = []
-            for metric in metrics:
-                cells.append(f"{metric} tune {np.mean([s[metric] for s in scores['tune']]):.3f}")
-                cells.append(f"held {np.mean([s[metric] for s in scores['held']]):.3f}")
-                cells.append(f"all {np.mean([s[metric] for s in every]):.3f}")
-            key = metrics[-1]
-            held = np.asarray([s[key] for s in scores["held"]])
-            if label == "default" and weight == PRODUCT_WEIGHT:
-                base = {"held": list(held)}
-            low, high = bootstrap(held - np.asarray(base["held"]))
-            delta = f"held {key} delta {low:+.3f}..{high:+.3f}"
-            print(f"| {which} | {label} | {weight} | " + " | ".join(cells) + f" | {delta} |", flush=True)
+            cells, held = replay_row(ranker, dataclasses.replace(product, vw=weight), base)
+            base = held if base is None else base
+            print(f"| {which} | {label} | {weight} | {cells} |", flush=True)
 
 
 def main() -> None:
@@ -124,8 +93,8 @@ def main() -> None:
         args.model.name: (encode_other, encode_other),
     }
     for which in args.sets:
-        run(which, models, sorted({*args.weights, PRODUCT_WEIGHT}))
+        run(which, models, [PRODUCT_WEIGHT, *sorted(set(args.weights) - {PRODUCT_WEIGHT})])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

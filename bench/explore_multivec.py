@@ -38,7 +38,7 @@ from typing import Any
 import apsw
 import numpy as np
 from common import CACHE
-from explore_prf import Data, Params, Ranker, prepare_locomo, prepare_scifact
+from explore_prf import Data, Ranker, bootstrap, halves, prepare_locomo, prepare_scifact, product_params
 from multivec_late import late_vectors
 
 from server.index.embeddings.base import normalise
@@ -46,7 +46,6 @@ from server.index.embeddings.local import LocalEmbedder
 
 WORK = CACHE / "multivec"
 MIN_WORDS = 4  # a sentence piece shorter than this joins the one before (greetings, "Wow!")
-BOOTSTRAP = 2000
 PACK_TOKENS = 64  # `pack`: sentences of one line packed up to this many tokens
 # A sentence ends at . ! ? before a space and a capital or digit, or glued to a capitalised word (SciFact's
 # abstracts lost the space: "diabetes.We sought").
@@ -293,20 +292,13 @@ def variants(data: Data, chunks: Chunks, kinds: Sequence[str]) -> tuple[dict[str
     return rankers, costs
 
 
-def bootstrap(deltas: np.ndarray, seed: int = 16) -> tuple[float, float]:
-    rng = np.random.default_rng(seed)
-    means = deltas[rng.integers(0, len(deltas), (BOOTSTRAP, len(deltas)))].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
 def run(which: str, kinds: Sequence[str]) -> dict[str, Any]:
     data = prepare_locomo() if which == "locomo" else prepare_scifact(which == "subset")
     chunks = chunks_of(data)
     units = {k: sum(len(u) for u in us) for k, us in chunks.units.items()}
     print(f"{which}: {len(chunks.text)} chunks, units {units}, {len(data.texts)} queries", flush=True)
     rankers, costs = variants(data, chunks, kinds)
-    params = Params(40 if which == "locomo" else 100, vk=1, va=0.25, within=True)  # the product's defaults
-    groups = {g: [q for q in range(len(data.texts)) if data.group[q] == g] for g in ("tune", "held")}
+    params, groups = product_params(data), halves(data)
     per: dict[str, dict[str, list[dict[str, float]]]] = {}
     rows = {}
     for name, ranker in rankers.items():

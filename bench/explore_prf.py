@@ -31,6 +31,8 @@ from server.index.fts import STOPWORDS, match_expression, query_terms, terms_exp
 
 WORK = CACHE / "explore"
 _WORD = re.compile(r"\w+", re.UNICODE)
+BOOTSTRAP = 2000  # resamples of a paired bootstrap
+FIGURES = {"locomo": ("r@10", "r@50lines", "r@100lines"), "scifact": ("ndcg",), "subset": ("ndcg",)}  # per set
 
 
 @dataclass
@@ -187,6 +189,25 @@ class Params:
     kn: int = 0  # keyword PRF: expansion words
     krep: int = 1  # times the original words count
     bonus: float = 0.0  # aggregation: share of the second-best chunk added to a document's best (SciFact)
+    vw: float = 0.7  # the fusion's vector weight (the product's: chosen for the default model's similarities)
+
+
+def product_params(data: Data) -> Params:
+    """The product's ranking: 40 candidates a side on LoCoMo (its protocol's hits), 100 on SciFact, vector
+    feedback from the best chunk at 0.25 within the first pass's candidates."""
+    return Params(40 if data.name == "locomo" else 100, vk=1, va=0.25, within=True)
+
+
+def halves(data: Data) -> dict[str, list[int]]:
+    """The query numbers of the tuning half ("tune") and the held-out half ("held")."""
+    return {g: [q for q in range(len(data.texts)) if data.group[q] == g] for g in ("tune", "held")}
+
+
+def bootstrap(deltas: np.ndarray, seed: int = 16) -> tuple[float, float]:
+    """The 95% interval of the mean of per-question differences, by a paired bootstrap."""
+    rng = np.random.default_rng(seed)
+    means = deltas[rng.integers(0, len(deltas), (BOOTSTRAP, len(deltas)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
 class Ranker:
@@ -222,7 +243,7 @@ class Ranker:
         allowed = self.allowed[d.db[q]]
         sims = self.similarities(d.queries[q])
         bm25 = d.bm25[q]
-        ranked, scores = fuse(sims, bm25, p.pool, allowed)
+        ranked, scores = fuse(sims, bm25, p.pool, allowed, p.vw)
         if not (p.vk or p.kk):
             return ranked, scores
         if p.vk:
@@ -241,12 +262,11 @@ class Ranker:
             allowed = np.zeros(len(sims), dtype=bool) if allowed is None else allowed.copy()
             allowed[:] = False
             allowed[list(scores)] = True
-        return fuse(sims, bm25, p.pool, allowed)
+        return fuse(sims, bm25, p.pool, allowed, p.vw)
 
     def evaluate(self, p: Params) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
-        for g in ("tune", "held"):
-            qs = [q for q in range(len(self.data.texts)) if self.data.group[q] == g]
+        for g, qs in halves(self.data).items():
             totals: Counter = Counter()
             for scores in self.each(qs, p):
                 totals.update(scores)
@@ -280,6 +300,22 @@ class Ranker:
         hits = [{"path": pl.path, "start_line": pl.start_line, "end_line": pl.end_line} for pl in places]
         got = recall_of(hits, wanted[q], turns)
         return {k: got.get(k, 0.0) for k in ("r@10", "r@50lines", "r@100lines")}
+
+
+def replay_row(ranker: Ranker, p: Params, base: np.ndarray | None) -> tuple[str, np.ndarray]:
+    """One variant replayed on both halves: a table row's cells (each figure as tuning / held out / all, then
+    the held-out difference of the last figure from `base`'s, a 95% paired bootstrap; `base` None: the variant is
+    the baseline) and its last figure per held-out question, the `base` of the rows after it."""
+    scores = {g: ranker.each(qs, p) for g, qs in halves(ranker.data).items()}
+    figures = FIGURES[ranker.data.name]
+    cells = []
+    for figure in figures:
+        tune, held = (np.mean([s[figure] for s in scores[g]]) for g in ("tune", "held"))
+        every = np.mean([s[figure] for s in scores["tune"] + scores["held"]])
+        cells.append(f"{figure} {tune:.3f} / {held:.3f} / {every:.3f}")
+    last = np.asarray([s[figures[-1]] for s in scores["held"]])
+    low, high = bootstrap(last - (last if base is None else base))
+    return " | ".join([*cells, f"held {figures[-1]} delta {low:+.3f}..{high:+.3f}"]), last
 
 
 def engine_check(weights: tuple[float, ...] = (0.0, 0.25)) -> None:

@@ -16,7 +16,7 @@ from collections import Counter
 
 import numpy as np
 from bench_locomo import LOCOMO, build
-from explore_prf import WORK, Params, Ranker, prepare_locomo
+from explore_prf import WORK, Ranker, prepare_locomo, product_params
 
 from server.index.places import Span, merge_places
 
@@ -49,7 +49,7 @@ def main() -> None:
     lines = line_vectors()
     ranker = Ranker(data)
     spans, turns, wanted = data.extra["spans"], data.extra["turns"], data.extra["wanted"]  # type: ignore[index]
-    product = Params(40, vk=1, va=0.25, within=True)
+    product = product_params(data)
     ranked_all = [ranker.rank(q, product)[0] for q in range(len(data.texts))]
     variants = [("none", None, 0, 0, 40), ("none", None, 0, 0, 100)]
     variants += [("trim", d, c, mn, lim) for d in (0.0, 0.05, 0.1, 0.15, 0.2) for c in (0, 1) for mn in (0, 4)
