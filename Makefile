@@ -63,8 +63,9 @@ test-faults: $(VENV)/.installed-dev
 test-scale: $(VENV)/.installed-dev
 	scripts/test-scale.sh
 
-# The local models on emulated x86 CPUs without VNNI, AVX2 and SSE4.2 alone (QEMU user mode; Debian's qemu-user
-# installed when missing, as root: scripts/test-cpus.sh): their vectors must be those recorded on a CPU with VNNI.
+# The local models on emulated x86 CPUs without VNNI (AVX2; SSE4.2 alone) and ARM64 cores (with and without the dot
+# product), under QEMU's user mode (Debian's qemu-user and debootstrap installed when missing, as root:
+# scripts/test-cpus.sh): their vectors must be those recorded on a CPU with VNNI.
 test-cpus: $(VENV)/.installed-dev
 	scripts/test-cpus.sh
 

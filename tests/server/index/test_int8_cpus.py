@@ -3,17 +3,23 @@ laptops and desktops before Ice Lake, its Xeons before Cascade Lake, AMD's befor
 sums two u8 x s8 products into an int16, which 8-bit weights overflow; the int8 model's 7-bit weights
 (`onnx_export.INT8_RECIPE`) keep every sum in range.
 
+ARM64 servers (Graviton, Ampere, a Raspberry Pi, Docker on an Apple silicon Mac) run onnxruntime's ARM kernels: with
+the dot-product instructions (ARMv8.2's SDOT/UDOT) or, on older cores, widening multiplies. Both add into int32s.
+
 The reference vectors (`embeddings.reference`, recorded on a CPU with AVX-512 VNNI) must come back on the CPU running
-`make test`, and on emulated CPUs without VNNI, one with AVX2 and one with SSE4.2 alone: QEMU's user mode (`make
-test-cpus`, which installs Debian's qemu-user when missing).
+`make test`, and under QEMU's user mode (`make test-cpus`, which installs Debian's qemu-user when missing) on emulated
+x86 CPUs without VNNI, one with AVX2 and one with SSE4.2 alone, and on two ARM64 cores, one with the dot product and
+one without (Debian's arm64 Python, `scripts/arm64-python.sh`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -31,6 +37,21 @@ QEMU = "qemu-x86_64"
 EMULATED_CPUS = {
     "max": {"AVX2": True, "AVX512F": False, "AVX512VNNI": False},
     "Nehalem-v1": {"SSE42": True, "AVX": False, "AVX2": False},
+}
+
+QEMU_ARM64 = "qemu-aarch64"
+# The ARM64 cores, as numpy detects them, and the /proc/cpuinfo each has: QEMU 7.2 does not make one up for ARM, and
+# onnxruntime's CPU detection crashes on the host's x86 file, so the test writes it into the Python's root directory
+# (QEMU's -L finds a path there first). Neoverse N1 (Graviton 2, Ampere Altra) has the dot product; Cortex-A72
+# (Raspberry Pi 4, Graviton 1) has not.
+ARM64_CPUS = {
+    "neoverse-n1": (
+        {"ASIMD": True, "ASIMDDP": True},
+        "0x3",
+        "0xd0c",
+        "atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp",
+    ),
+    "cortex-a72": ({"ASIMD": True, "ASIMDDP": False}, "0x0", "0xd08", "cpuid"),
 }
 
 # Run by the emulated CPU: its features as numpy detects them, then every local model's vectors of the reference
@@ -96,18 +117,37 @@ def test_vnni_is_read_from_the_cpu_flags_linux_reports(tmp_path):
 def test_a_cpu_without_vnni_gives_every_local_models_reference_vectors(cpu):
     if shutil.which(QEMU) is None:
         pytest.fail(f"{QEMU} is not installed: `make test-cpus` installs Debian's qemu-user")
-    done = subprocess.run(
-        [QEMU, "-cpu", cpu, sys.executable, "-c", CHILD],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=900,
-        check=False,
+    answer = _run_emulated([QEMU, "-cpu", cpu, sys.executable])
+    _assert_reference_vectors(answer, EMULATED_CPUS[cpu])
+
+
+@pytest.mark.cpus
+@pytest.mark.parametrize("cpu", ARM64_CPUS)
+def test_an_arm64_cpu_with_or_without_the_dot_product_gives_every_local_models_reference_vectors(cpu):
+    root = os.environ.get("MEMORY_ARM64_DIR")
+    if not root or shutil.which(QEMU_ARM64) is None:
+        pytest.fail("no ARM64 Python: `make test-cpus` builds one (scripts/arm64-python.sh) and sets MEMORY_ARM64_DIR")
+    sysroot = Path(root) / "sysroot"
+    features, variant, part, extra = ARM64_CPUS[cpu]
+    core = (
+        f"BogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 {extra}\nCPU implementer\t: 0x41\n"
+        f"CPU architecture: 8\nCPU variant\t: {variant}\nCPU part\t: {part}\nCPU revision\t: 1\n\n"
     )
+    cpuinfo = "".join(f"processor\t: {n}\n{core}" for n in range(2))
+    (sysroot / "proc" / "cpuinfo").write_text(cpuinfo, encoding="utf-8")
+    answer = _run_emulated([QEMU_ARM64, "-cpu", cpu, "-L", str(sysroot), str(Path(root) / "venv" / "bin" / "python")])
+    _assert_reference_vectors(answer, features)
+
+
+def _run_emulated(python: list[str]) -> dict:
+    """CHILD's answer, run by `python` (an emulator's command line ending in a Python)."""
+    done = subprocess.run([*python, "-c", CHILD], capture_output=True, text=True, cwd=REPO, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    answer = json.loads(done.stdout)
-    features = {name: answer["features"][name] for name in EMULATED_CPUS[cpu]}
-    assert features == EMULATED_CPUS[cpu]
+    return json.loads(done.stdout)
+
+
+def _assert_reference_vectors(answer: dict, features: dict[str, bool]) -> None:
+    assert {name: answer["features"][name] for name in features} == features
     assert set(answer["vectors"]) == {model.model_id for model in LOCAL_MODELS.values()}
     for model_id, vectors in answer["vectors"].items():
         least = reference.agreement(np.array(vectors, dtype=np.float32), model_id)
