@@ -14,8 +14,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# scripts/install.sh is the one install step (the Dockerfile runs it too): torch==2.13.0 first and pinned (an
-# unpinned torch pulls a CUDA build of several GB), then the project with its extras.
+# scripts/install.sh is the one install step (the Dockerfile runs it too): torch==2.13.0 first, pinned and CPU-only
+# (scripts/torch-index.sh: an unpinned torch, or PyPI's for Linux, is a CUDA build of several GB), then the project.
 $(VENV)/.installed-server: pyproject.toml scripts/install.sh | $(BIN)/python
 	PYTHON=$(PYTHON) scripts/install.sh $(VENV) server --editable
 	touch $@
