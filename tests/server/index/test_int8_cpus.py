@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -42,18 +43,24 @@ EMULATED_CPUS = {
 }
 
 QEMU_ARM64 = "qemu-aarch64"
+
+
 # The ARM64 cores, as numpy detects them, and the /proc/cpuinfo each has: QEMU 7.2 does not make one up for ARM, and
 # onnxruntime's CPU detection crashes on the host's x86 file, so the test writes it into the Python's root directory
 # (QEMU's -L finds a path there first). Neoverse N1 (Graviton 2, Ampere Altra) has the dot product; Cortex-A72
 # (Raspberry Pi 4, Graviton 1) has not.
+class ArmCore(NamedTuple):
+    features: dict[str, bool]  # as numpy must detect them
+    variant: str  # /proc/cpuinfo's "CPU variant" and "CPU part" (the MIDR's fields)
+    part: str
+    flags: str  # its "Features" past the ARMv8.0 ones every core here has
+
+
 ARM64_CPUS = {
-    "neoverse-n1": (
-        {"ASIMD": True, "ASIMDDP": True},
-        "0x3",
-        "0xd0c",
-        "atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp",
+    "neoverse-n1": ArmCore(
+        {"ASIMD": True, "ASIMDDP": True}, "0x3", "0xd0c", "atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp"
     ),
-    "cortex-a72": ({"ASIMD": True, "ASIMDDP": False}, "0x0", "0xd08", "cpuid"),
+    "cortex-a72": ArmCore({"ASIMD": True, "ASIMDDP": False}, "0x0", "0xd08", "cpuid"),
 }
 
 # Run by the emulated CPU: its features as numpy detects them, then every local model's vectors of the reference
@@ -127,7 +134,7 @@ def test_a_cpu_without_vnni_gives_every_local_models_reference_vectors(cpu):
 @pytest.mark.parametrize("cpu", ARM64_CPUS)
 def test_an_arm64_cpu_with_or_without_the_dot_product_gives_every_local_models_reference_vectors(cpu):
     answer = _run_emulated(_arm64_python(cpu))
-    _assert_reference_vectors(answer, ARM64_CPUS[cpu][0])
+    _assert_reference_vectors(answer, ARM64_CPUS[cpu].features)
 
 
 @pytest.mark.cpus
@@ -155,12 +162,13 @@ def _arm64_python(cpu: str) -> list[str]:
     if not root or shutil.which(QEMU_ARM64) is None:
         pytest.fail("no ARM64 Python: `make test-cpus` builds one (scripts/arm64-python.sh) and sets MEMORY_ARM64_DIR")
     sysroot = Path(root) / "sysroot"
-    _features, variant, part, extra = ARM64_CPUS[cpu]
-    core = (
-        f"BogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 {extra}\nCPU implementer\t: 0x41\n"
-        f"CPU architecture: 8\nCPU variant\t: {variant}\nCPU part\t: {part}\nCPU revision\t: 1\n\n"
+    core = ARM64_CPUS[cpu]
+    block = (
+        f"BogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 {core.flags}\n"
+        f"CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: {core.variant}\nCPU part\t: {core.part}\n"
+        "CPU revision\t: 1\n\n"
     )
-    cpuinfo = "".join(f"processor\t: {n}\n{core}" for n in range(2))
+    cpuinfo = "".join(f"processor\t: {n}\n{block}" for n in range(2))
     (sysroot / "proc" / "cpuinfo").write_text(cpuinfo, encoding="utf-8")
     return [QEMU_ARM64, "-cpu", cpu, "-L", str(sysroot), str(Path(root) / "venv" / "bin" / "python")]
 
