@@ -20,17 +20,19 @@ CHUNKS_PER_FILE = 10
 BATCH = 10_000
 
 
-def build(size: int, embedder: Embedder) -> tuple[MemoryIndex, float]:
-    """The index of the first `size` chunks of the scale set, and the seconds its build took (0 when cached)."""
-    index = MemoryIndex.open(CACHE / "scale" / f"index-{size}", "scale", embedder, create=True)
+def build(
+    size: int, embedder: Embedder, source: tuple[np.ndarray, list[str]] | None = None, name: str = "scale"
+) -> tuple[MemoryIndex, float]:
+    """The index of the first `size` chunks of the scale set (or of `source`'s vectors and texts), and the seconds
+    its build took (0 when cached under bench/.cache/`name`)."""
+    index = MemoryIndex.open(CACHE / name / f"index-{size}", "scale", embedder, create=True)
     db = index.store.connection()
     if db.execute("SELECT count(*) FROM chunks").fetchall()[0][0] == size:
         return index, 0.0
     if db.execute("SELECT count(*) FROM chunks").fetchall()[0][0]:
         raise SystemExit(f"a partial index is in {index.db_path}: remove it and run again")
     started = time.perf_counter()
-    vectors = scale_data.vectors()
-    texts = scale_data.texts(size)
+    vectors, texts = source or (scale_data.vectors(), scale_data.texts(size))
     table = live_space(index.store).table  # type: ignore[union-attr]
     for start in range(0, size, BATCH):
         with db:

@@ -352,16 +352,21 @@ class MemoryIndex:
                 self.rebuild_vectors()
             else:
                 self.keep_vectors_current()
-            if report.chunks_pending or self._guard(self.pending_count):
+            counted = lambda: self.pending_count(remember=True)  # noqa: E731
+            if report.chunks_pending or self._guard(counted):
                 try:
                     report.chunks_embedded += self.embed_pending()
-                    report.chunks_pending = self._guard(self.pending_count)
+                    report.chunks_pending = self._guard(counted)
                 except EngineError as exc:
                     log.warning("pending chunks stay keyword-only: %s", exc)
             return report
 
-    def pending_count(self) -> int:
-        return count_missing(self.store, space) if self.store.vec_loaded and (space := live_space(self.store)) else 0
+    def pending_count(self, *, remember: bool = False) -> int:
+        """Chunks still without a vector; `remember` (an indexing run's, which writes anyway): a count that finds
+        none marks them all, and later counts look only past the mark (`vectors.count_missing`)."""
+        if not self.store.vec_loaded or (space := live_space(self.store)) is None:
+            return 0
+        return count_missing(self.store, space, remember=remember)
 
     def search(self, query: str, options: SearchOptions | None = None) -> SearchResult:
         result = self._guard(lambda: self._search(query, options or SearchOptions()))

@@ -21,8 +21,8 @@ from server.index.queries import (
     Filters,
     cached_vectors_by_id_sql,
     labelled_chunks_sql,
+    vector_by_id_sql,
     vector_sql,
-    vectors_by_id_sql,
 )
 from server.index.vectors import VectorSpace
 
@@ -39,8 +39,8 @@ def chunk_vectors(db: apsw.Connection, space: VectorSpace, chunk_ids: list[int])
     found = {chunk: blob for chunk, blob in db.execute(sql, params) if len(blob) == size}
     rest = [c for c in chunk_ids if c not in found]
     if rest:  # not in the cache (an index written before it, or a vector inserted directly): ask vec0
-        sql, params = vectors_by_id_sql(space.table, rest)
-        found.update((chunk, blob) for chunk, blob in db.execute(sql, params) if len(blob) == size)
+        one = vector_by_id_sql(space.table)
+        found.update((chunk, blob) for c in rest for chunk, blob in db.execute(one, (c,)) if len(blob) == size)
     return found
 
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -27,6 +28,7 @@ from syncproto.faults import fault_point
 
 log = logging.getLogger(__name__)
 
+PATHS_PER_QUERY = 500  # paths looked up in one statement (under SQLite's bound-parameter limit)
 EMBED_BATCH_CHUNKS = 512  # chunks gathered across files before one call to the model (which sorts by length)
 
 
@@ -147,8 +149,7 @@ class Indexer:
         report = IndexReport()
         db = self.store.connection()
         known = {
-            path: (file_id, digest, size, mtime_ns)
-            for file_id, path, digest, size, mtime_ns in db.execute("SELECT id, path, hash, size, mtime_ns FROM files")
+            path: (file_id, digest, size, mtime_ns) for file_id, path, digest, size, mtime_ns in self._known(db, only)
         }
         seen: set[str] = set()
         batch: list[Prepared] = []
@@ -180,6 +181,19 @@ class Indexer:
             report.files_removed += 1
         report.seconds = time.perf_counter() - started
         return report
+
+    @staticmethod
+    def _known(db: apsw.Connection, only: Collection[str] | None) -> list[tuple[Any, ...]]:
+        """The indexed files' rows: all of them, or only those of `only` (a sync's few paths need not read all
+        100,000 rows of a million-chunk index: 176 ms)."""
+        sql = "SELECT id, path, hash, size, mtime_ns FROM files"
+        if only is None:
+            return db.execute(sql).fetchall()
+        paths, rows = sorted(set(only)), []
+        for start in range(0, len(paths), PATHS_PER_QUERY):
+            part = paths[start : start + PATHS_PER_QUERY]
+            rows += db.execute(f"{sql} WHERE path IN ({', '.join('?' for _ in part)})", part).fetchall()
+        return rows
 
     def _prepare(
         self, root: Path, relpath: str, source: str, info: os.stat_result, report: IndexReport
@@ -282,8 +296,12 @@ class Indexer:
         return True
 
     def _delete_chunks(self, db: apsw.Connection, file_id: int) -> None:
+        # One vec0 row at a time: vec0 answers `chunk_id IN (...)` by scanning the whole table (351 ms at a million
+        # chunks, on every edit of a file) and `chunk_id = ?` by a lookup (0.4 ms for a file's ten).
+        ids = [int(row[0]) for row in db.execute("SELECT id FROM chunks WHERE file_id = ?", (file_id,))]
         for table in self._vector_tables():
-            db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id = ?)", (file_id,))
+            for chunk_id in ids:
+                db.execute(f"DELETE FROM {table} WHERE chunk_id = ?", (chunk_id,))
         db.execute("DELETE FROM chunk_tags WHERE chunk_id IN (SELECT id FROM chunks WHERE file_id = ?)", (file_id,))
         db.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
 

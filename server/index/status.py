@@ -12,6 +12,12 @@ from server.index.rebuild_progress import RebuildProgress, RebuildSnapshot
 from server.index.store import Store
 from server.index.vectors import live_space
 
+# Counted per file first, from the chunks' (file_id) index alone, then per source: 110 ms at a million chunks,
+# where joining every chunk to its file took 310 (bench/bench_pending.py's index).
+CHUNKS_PER_SOURCE = (
+    "SELECT f.source, sum(c.n) FROM files f JOIN (SELECT file_id, count(*) AS n FROM chunks GROUP BY file_id) c"
+    " ON c.file_id = f.id GROUP BY f.source"
+)
 RECHUNK_NOTICE = "the chunks are being cut again for new chunk settings; the old ones answer meanwhile"
 
 
@@ -62,12 +68,7 @@ def index_status(index: ReportingIndex) -> IndexStatus:
     """What `memory_status` shows of one index, read from its live database."""
     db = index.store.connection()
     files = {s: n for s, n in db.execute("SELECT source, count(*) FROM files GROUP BY source")}
-    chunks = {
-        s: n
-        for s, n in db.execute(
-            "SELECT f.source, count(*) FROM chunks c JOIN files f ON f.id = c.file_id GROUP BY f.source"
-        )
-    }
+    chunks = {s: n for s, n in db.execute(CHUNKS_PER_SOURCE)}
     state, why = index.vector_state()
     space = live_space(index.store) if index.store.vec_loaded else None
     last = index.store.get_meta("last_change")

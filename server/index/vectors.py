@@ -15,7 +15,8 @@ import numpy as np
 from server.index.cache_rules import CACHE_KEEP_DAYS, Model, cap_sql, claim_prune_sql, count_sql, prune_sql
 from server.index.embeddings.base import Embedder, Vectors
 from server.index.errors import EmbeddingError
-from server.index.queries import create_vector_table_sql
+from server.index.queries import chunks_without_vectors_sql, create_vector_table_sql
+from server.index.stats import COMPLETE_THROUGH, complete_through, count_pending
 from server.index.store import Store, for_the_guard
 from server.index.transaction import writing
 
@@ -182,19 +183,23 @@ def embed_missing(db: apsw.Connection, embedder: Embedder, items: dict[str, str]
 # filling a table -------------------------------------------------------------------------------------
 
 
-def _chunks_without_vectors(db: apsw.Connection, table: str, limit: int) -> list[tuple[int, str, str, str, str, str]]:
-    sql = (
-        "SELECT c.id, c.hash, CASE WHEN c.context = '' THEN c.text ELSE c.context || char(10) || c.text END,"
-        " f.source, f.path, coalesce(f.day, '') FROM chunks c JOIN files f ON f.id = c.file_id"
-        f" WHERE NOT EXISTS (SELECT 1 FROM {table} v WHERE v.chunk_id = c.id) ORDER BY c.id LIMIT ?"
-    )
-    rows = db.execute(sql, (limit,))
+def _chunks_without_vectors(
+    db: apsw.Connection, table: str, after: int, limit: int
+) -> list[tuple[int, str, str, str, str, str]]:
+    rows = db.execute(*chunks_without_vectors_sql(table, after, limit))
     return [(int(i), str(h), str(t), str(s), str(p), str(d)) for i, h, t, s, p, d in rows]
 
 
-def count_missing(store: Store, space: VectorSpace) -> int:
-    sql = f"SELECT count(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM {space.table} v WHERE v.chunk_id = c.id)"
-    return int(store.connection().execute(sql).fetchall()[0][0])  # type: ignore[arg-type]
+def count_missing(store: Store, space: VectorSpace, *, remember: bool = False) -> int:
+    """How many chunks have no vector in `space`, looking only past the mark of a count that found none before
+    (`stats.complete_through`): an indexing run's check costs its own chunks, not the index's size. `remember`
+    (a writer's call) moves the mark when this count finds none."""
+    db = store.connection()
+    missing, last = count_pending(db, space.table)
+    if remember and missing == 0 and last > complete_through(store.get_meta(COMPLETE_THROUGH), space.table):
+        with writing(db):
+            store.set_meta(COMPLETE_THROUGH, f"{space.table} {last}", db)
+    return missing
 
 
 _STILL_MISSING = (
@@ -215,13 +220,12 @@ def fill_space(
     Works in short transactions, so searches and indexing go on meanwhile. Raises EmbeddingError on failure.
     """
     db = store.connection()
-    embedded = 0
-    last_seen = -1
+    embedded, after = 0, 0
     while not (stop and stop.is_set()):
-        rows = _chunks_without_vectors(db, space.table, REBUILD_BATCH)
-        if not rows or rows[-1][0] == last_seen:
+        rows = _chunks_without_vectors(db, space.table, after, REBUILD_BATCH)
+        if not rows:
             break
-        last_seen = rows[-1][0]
+        after = rows[-1][0]
         vectors, count = embed_missing(db, embedder, {h: text for _, h, text, *_ in rows})
         embedded += count
         with writing(db):

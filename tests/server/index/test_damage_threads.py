@@ -4,7 +4,6 @@ while another was using it or doing the same."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 
@@ -15,21 +14,10 @@ import server.index.search as search_module
 import server.index.vectors as vectors_module
 from server.index.engine import MemoryIndex
 from server.index.store import for_the_guard, is_corruption, is_missing_table
-from tests.conftest import EXAMPLE
 from tests.fakes.embedder import HashingEmbedder
 
 QUERY = "webhook idempotent processed events"
 EXPECTED = "memory/2026-11-18.md"
-
-
-@pytest.fixture
-def index(tmp_path: Path):
-    folder = tmp_path / "project"
-    shutil.copytree(EXAMPLE, folder)
-    opened = MemoryIndex.open(tmp_path / "data", "live", HashingEmbedder(), create=True)
-    opened.index(folder)
-    yield opened
-    opened.close()
 
 
 def _set_aside(index: MemoryIndex) -> list[Path]:

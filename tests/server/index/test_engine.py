@@ -15,15 +15,7 @@ from server.index.engine import MemoryIndex
 from server.index.errors import InvalidArgumentError, UnknownIndexError
 from server.index.model_package import FP32, INT8
 from server.index.search import build_options
-from tests.conftest import EXAMPLE
 from tests.fakes.embedder import HashingEmbedder
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    target = tmp_path / "project"
-    shutil.copytree(EXAMPLE, target)
-    return target
 
 
 @pytest.fixture
