@@ -270,12 +270,14 @@ class PgSearchIndex:
         if running or self.needs_rebuild:
             self.start_background_rebuild()
 
-    def pending_count(self, db: PgConnection | None = None) -> int:
+    def pending_count(self, db: PgConnection | None = None, *, remember: bool = False) -> int:
+        """Chunks still without a vector; `remember` (after an indexing run, on the writer): a count that finds
+        none marks them all, and later counts look only past the mark."""
         if db is None:
             with self._reader() as db:
                 return self.pending_count(db)
         space = read_space(db) if self.providers else None
-        return count_missing(db, space) if space is not None else 0
+        return count_missing(db, space, remember=remember) if space is not None else 0
 
     def embed_pending(self) -> int:
         """Embed chunks written without vectors (an earlier model failure); how many the model embedded."""
@@ -327,13 +329,18 @@ class PgSearchIndex:
                 thread.join()
         else:
             self.keep_vectors_current()
-        if report.chunks_pending or self.pending_count():
+        if report.chunks_pending or self._count_after_indexing():
             try:
                 with self.write_lock:
                     report.chunks_embedded += self.embed_pending()
-                report.chunks_pending = self.pending_count()
+                report.chunks_pending = self._count_after_indexing()
             except EmbeddingError as exc:
                 log.warning("pending chunks stay keyword-only: %s", exc)
+
+    def _count_after_indexing(self) -> int:
+        """The pending count on the writer's connection, which marks what it finds complete."""
+        with self.write_lock:
+            return self.pending_count(self._writer, remember=True)
 
     def indexed_files(self) -> dict[str, str]:
         with self._reader() as db:

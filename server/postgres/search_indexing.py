@@ -55,12 +55,13 @@ class PgIndexer:
         started = time.perf_counter()
         report = IndexReport()
         wanted = None if paths is None else set(paths)
+        asked = None if wanted is None else sorted(wanted)  # a sync's few paths: not every row of a large index
         live = {
             str(path): str(digest)
-            for path, digest in self.db.execute(*sq.live_files())
-            if (wanted is None or path in wanted) and self.scan.source_of(str(path)) is not None
+            for path, digest in self.db.execute(*sq.live_files(asked))
+            if self.scan.source_of(str(path)) is not None
         }
-        known = {str(path): (int(i), str(digest)) for i, path, digest in self.db.execute(*sq.indexed())}
+        known = {str(path): (int(i), str(digest)) for i, path, digest in self.db.execute(*sq.indexed(asked))}
         todo: list[str] = []
         for path in sorted(live):
             report.files_seen += 1

@@ -18,6 +18,7 @@ from server.errors import EmbeddingError, EngineError
 from server.index.cache_rules import CACHE_KEEP_DAYS, cap_sql, claim_prune_sql, count_sql, prune_sql
 from server.index.embeddings.base import Embedder
 from server.index.queries import Filters
+from server.index.stats import COMPLETE_THROUGH, complete_through
 from server.index.vectors import REBUILD_BATCH, VectorSpace, model_of
 from server.mirror.queries import Query
 from server.postgres import search_queries as sq
@@ -171,8 +172,16 @@ def count_chunks(db: PgConnection) -> int:
     return int(db.execute("SELECT count(*) FROM chunks").fetchall()[0][0])
 
 
-def count_missing(db: PgConnection, space: VectorSpace) -> int:
-    return int(db.execute(*sq.count_missing(space.table)).fetchall()[0][0])
+def count_missing(db: PgConnection, space: VectorSpace, *, remember: bool = False) -> int:
+    """How many chunks have no vector in `space`, looking only past the mark of a count that found none before
+    (the rule of `server.index.stats.complete_through`: chunk ids only grow, and one indexing run at a time, on
+    any replica, writes chunks). `remember` (after an indexing run) moves the mark when this count finds none."""
+    after = complete_through(meta(db, COMPLETE_THROUGH), space.table)
+    missing, last = (int(value) for value in db.execute(*sq.count_missing(space.table, after)).fetchall()[0])
+    if remember and missing == 0 and last > after:
+        with db:
+            put_meta(db, COMPLETE_THROUGH, f"{space.table} {last}")
+    return missing
 
 
 def fill_space(

@@ -11,12 +11,15 @@ import psycopg
 import pytest
 
 from server.index.chunker import ChunkerConfig
+from server.index.embeddings.chain import ProviderChain
 from server.index.engine_settings import EngineSettings
 from server.index.labels import Labels
 from server.index.search import SearchOptions, build_options
+from server.index.stats import COMPLETE_THROUGH
 from server.postgres.connection import schema_of
 from server.postgres.files import PgFileStore
 from server.postgres.search import PgSearchIndex
+from server.postgres.search_vectors import meta, read_space
 from tests.fakes.embedder import HashingEmbedder
 from tests.server.postgres.conftest import Opened
 
@@ -235,3 +238,30 @@ def test_vector_feedback_works_on_postgresql_as_on_sqlite(open_index: Callable[.
     before = paths_of(index, "ramen shop", feedback_weight=0.0)
     assert before == ["memory/ramen.md", "memory/shop.md", "memory/broth.md"]
     assert paths_of(index, "ramen shop", feedback_weight=0.25)[:2] == ["memory/ramen.md", "memory/broth.md"]
+
+
+def test_an_indexing_run_marks_its_pending_count_and_later_counts_look_only_at_chunks_written_since(
+    postgres_url: str, open_index: Callable[..., Opened]
+) -> None:
+    embedder, now = HashingEmbedder(), [0.0]
+    index = PgSearchIndex(postgres_url, "proj", ProviderChain.of([embedder], clock=lambda: now[0]), EngineSettings())
+    _, store = open_index(None)
+    try:
+        write_all(store, NOTES)
+        index.index()
+        space = read_space(index._writer)
+        assert space is not None
+        last = int(index._writer.execute("SELECT max(id) FROM chunks").fetchall()[0][0])
+        assert meta(index._writer, COMPLETE_THROUGH) == f"{space.table} {last}"
+        embedder.fail = True  # the model is down: the edit's chunks are written without vectors
+        store.write("memory/food.md", "# Lunch\n\nThe team now prefers tacos on Fridays.\n", caller="alice")
+        report = index.index(paths=["memory/food.md"])
+        assert report.files_seen == 1 and report.chunks_pending == report.chunks_written > 0
+        assert index.pending_count() == report.chunks_pending  # counted past the mark, which did not move
+        assert meta(index._writer, COMPLETE_THROUGH) == f"{space.table} {last}"
+        embedder.fail, now[0] = False, now[0] + 60  # back, and past the breaker's rest
+        assert index.index(paths=["memory/food.md"]).chunks_pending == 0 and index.pending_count() == 0
+        last = int(index._writer.execute("SELECT max(id) FROM chunks").fetchall()[0][0])
+        assert meta(index._writer, COMPLETE_THROUGH) == f"{space.table} {last}"
+    finally:
+        index.close()
