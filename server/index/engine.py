@@ -6,6 +6,7 @@ kept outside the database so a damaged database can be rebuilt from the files).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -352,7 +353,7 @@ class MemoryIndex:
                 self.rebuild_vectors()
             else:
                 self.keep_vectors_current()
-            counted = lambda: self.pending_count(remember=True)  # noqa: E731
+            counted = functools.partial(self.pending_count, remember=True)
             if report.chunks_pending or self._guard(counted):
                 try:
                     report.chunks_embedded += self.embed_pending()

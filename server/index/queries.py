@@ -123,8 +123,7 @@ def keyword_scores_of_sql(chunk_ids: list[int]) -> tuple[str, list[object]]:
 
 def vector_sql(table: str, filters: Filters, k: int) -> tuple[str, list[object]]:
     """KNN over the vec0 table; filters run inside the scan on its metadata columns."""
-    if not _TABLE_NAME.match(table):
-        raise ValueError("bad vector table name")
+    table = _vector_table(table)
     conditions, params = file_conditions(filters, table)
     where = "".join(f" AND {c}" for c in conditions)
     sql = f"SELECT chunk_id, distance FROM {table} WHERE embedding MATCH ? AND k = ?{where}"
@@ -134,9 +133,7 @@ def vector_sql(table: str, filters: Filters, k: int) -> tuple[str, list[object]]
 def vector_by_id_sql(table: str) -> str:
     """One chunk's vector from vec0, run once per id: vec0 answers `chunk_id IN (...)` by scanning the whole table
     (326 ms for 40 ids at a million chunks) and `chunk_id = ?` by a lookup (0.7 ms for the 40)."""
-    if not _TABLE_NAME.match(table):
-        raise ValueError("bad vector table name")
-    return f"SELECT chunk_id, embedding FROM {table} WHERE chunk_id = ?"
+    return f"SELECT chunk_id, embedding FROM {_vector_table(table)} WHERE chunk_id = ?"
 
 
 def cached_vectors_by_id_sql(provider: str, model: str, chunk_ids: list[int]) -> tuple[str, list[object]]:
@@ -155,38 +152,43 @@ def is_vector_table(name: str) -> bool:
     return bool(_TABLE_NAME.match(name))
 
 
+def _vector_table(name: str) -> str:
+    """`name`, checked to be a vector table's before it goes into SQL text."""
+    if not is_vector_table(name):
+        raise ValueError("bad vector table name")
+    return name
+
+
 def missing_vectors_sql(table: str, after: int = 0) -> tuple[str, list[object]]:
     """How many chunks after id `after` have no vector in `table`, and the largest chunk id, in one snapshot.
 
-    From the first chunk: one scan of the vec0 table's ids, then one of the chunks (0.97 s at a million chunks; a
-    vec0 lookup per chunk, `NOT EXISTS`, took 6.6 s). After a mark: a lookup for each chunk written since."""
-    if not _TABLE_NAME.match(table):
-        raise ValueError("bad vector table name")
+    From the first chunk: one scan of the vec0 table's ids, then one of the chunks (0.54 s at a million chunks; a
+    vec0 lookup per chunk, `NOT EXISTS`, took 6.4 s; bench/bench_pending.py). After a mark: a lookup for each
+    chunk written since."""
+    table, params = _vector_table(table), list[object]()
     if after <= 0:
         missing = f"SELECT count(*) FROM chunks WHERE id NOT IN (SELECT chunk_id FROM {table})"
-        return f"SELECT ({missing}), (SELECT coalesce(max(id), 0) FROM chunks)", []
-    missing = (
-        f"SELECT count(*) FROM chunks c WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM {table} v WHERE v.chunk_id = c.id)"
-    )
-    return f"SELECT ({missing}), (SELECT coalesce(max(id), 0) FROM chunks)", [after]
+    else:
+        vector = f"SELECT 1 FROM {table} v WHERE v.chunk_id = c.id"
+        missing, params = f"SELECT count(*) FROM chunks c WHERE c.id > ? AND NOT EXISTS ({vector})", [after]
+    return f"SELECT ({missing}), (SELECT coalesce(max(id), 0) FROM chunks)", params
 
 
 def chunks_without_vectors_sql(table: str, after: int, limit: int) -> tuple[str, list[object]]:
     """The next `limit` chunks after id `after` that have no vector in `table`, with what embedding and the vec0
     row need. Paged by id: chunk ids only grow (AUTOINCREMENT, one writer), so a fill reads each chunk once; from
     the first id each time, a rebuild's n-th batch would step over the n-1 batches filled before it."""
-    if not _TABLE_NAME.match(table):
-        raise ValueError("bad vector table name")
     sql = (
         "SELECT c.id, c.hash, CASE WHEN c.context = '' THEN c.text ELSE c.context || char(10) || c.text END,"
         " f.source, f.path, coalesce(f.day, '') FROM chunks c JOIN files f ON f.id = c.file_id"
-        f" WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM {table} v WHERE v.chunk_id = c.id) ORDER BY c.id LIMIT ?"
+        f" WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM {_vector_table(table)} v WHERE v.chunk_id = c.id)"
+        " ORDER BY c.id LIMIT ?"
     )
     return sql, [after, limit]
 
 
 def create_vector_table_sql(table: str, dimensions: int) -> str:
-    if not _TABLE_NAME.match(table) or not 1 <= dimensions <= 8192:
+    if not is_vector_table(table) or not 1 <= dimensions <= 8192:
         raise ValueError("bad vector table definition")
     return (
         f"CREATE VIRTUAL TABLE {table} USING vec0(chunk_id INTEGER PRIMARY KEY,"

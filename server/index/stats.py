@@ -6,6 +6,7 @@ Read through any connection to `index.sqlite3` (the metrics open a read-only one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import apsw
 
@@ -32,7 +33,7 @@ def index_counts(db: apsw.Connection, *, vec_loaded: bool) -> IndexCounts:
     table = meta.get("vector_table")
     pending: int | None = 0 if table is None else None  # no live vectors: keyword-only, nothing waits
     if table is not None and vec_loaded and is_vector_table(table):
-        pending = count_pending(db, table)[0]
+        pending = count_pending(db, table).missing
     return IndexCounts(files, chunks, pending, "vector_next_table" in meta)
 
 
@@ -44,16 +45,28 @@ def complete_through(mark: str | None, table: str) -> int:
     return int(through) if name == table and through.isdigit() else 0
 
 
-def count_pending(db: apsw.Connection, table: str) -> tuple[int, int]:
-    """How many chunks have no vector in `table`, and the largest chunk id then. Past the mark only, one lookup a
-    chunk, while that is at most LOOKUPS_MAX chunk ids; else (no mark, or the model has been out a long while)
-    every chunk, by one scan of the vec0 table's ids."""
+class Pending(NamedTuple):
+    missing: int  # chunks without a vector
+    last: int  # the largest chunk id when counted
+    mark: int  # the mark the count started from (complete_through)
+
+
+def count_pending(db: apsw.Connection, table: str) -> Pending:
+    """How many chunks have no vector in `table`. Past the mark only, one lookup a chunk, while that is at most
+    LOOKUPS_MAX chunk ids; else (no mark, or the model has been out a long while) every chunk, by one scan of the
+    vec0 table's ids."""
     rows = db.execute("SELECT value FROM meta WHERE key = ?", (COMPLETE_THROUGH,)).fetchall()
     mark = complete_through(str(rows[0][0]) if rows else None, table)
     after = mark if mark and _count(db, "SELECT coalesce(max(id), 0) FROM chunks") - mark <= LOOKUPS_MAX else 0
     missing, last = db.execute(*missing_vectors_sql(table, after)).fetchall()[0]
     assert isinstance(missing, int) and isinstance(last, int), "count(*) and max(id) are integers"
-    return missing, last
+    return Pending(missing, last, mark)
+
+
+def moved_mark(table: str, missing: int, last: int, mark: int) -> str | None:
+    """The COMPLETE_THROUGH value a writer stores after a count from `mark` found `missing` chunks without a vector
+    and `last` the largest chunk id; None when the mark stays (something is missing, or nothing is new)."""
+    return f"{table} {last}" if missing == 0 and last > mark else None
 
 
 def _count(db: apsw.Connection, sql: str) -> int:

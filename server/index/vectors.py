@@ -16,7 +16,7 @@ from server.index.cache_rules import CACHE_KEEP_DAYS, Model, cap_sql, claim_prun
 from server.index.embeddings.base import Embedder, Vectors
 from server.index.errors import EmbeddingError
 from server.index.queries import chunks_without_vectors_sql, create_vector_table_sql
-from server.index.stats import COMPLETE_THROUGH, complete_through, count_pending
+from server.index.stats import COMPLETE_THROUGH, count_pending, moved_mark
 from server.index.store import Store, for_the_guard
 from server.index.transaction import writing
 
@@ -195,11 +195,11 @@ def count_missing(store: Store, space: VectorSpace, *, remember: bool = False) -
     (`stats.complete_through`): an indexing run's check costs its own chunks, not the index's size. `remember`
     (a writer's call) moves the mark when this count finds none."""
     db = store.connection()
-    missing, last = count_pending(db, space.table)
-    if remember and missing == 0 and last > complete_through(store.get_meta(COMPLETE_THROUGH), space.table):
+    pending = count_pending(db, space.table)
+    if remember and (mark := moved_mark(space.table, *pending)) is not None:
         with writing(db):
-            store.set_meta(COMPLETE_THROUGH, f"{space.table} {last}", db)
-    return missing
+            store.set_meta(COMPLETE_THROUGH, mark, db)
+    return pending.missing
 
 
 _STILL_MISSING = (

@@ -18,7 +18,7 @@ from server.errors import EmbeddingError, EngineError
 from server.index.cache_rules import CACHE_KEEP_DAYS, cap_sql, claim_prune_sql, count_sql, prune_sql
 from server.index.embeddings.base import Embedder
 from server.index.queries import Filters
-from server.index.stats import COMPLETE_THROUGH, complete_through
+from server.index.stats import COMPLETE_THROUGH, complete_through, moved_mark
 from server.index.vectors import REBUILD_BATCH, VectorSpace, model_of
 from server.mirror.queries import Query
 from server.postgres import search_queries as sq
@@ -178,9 +178,9 @@ def count_missing(db: PgConnection, space: VectorSpace, *, remember: bool = Fals
     any replica, writes chunks). `remember` (after an indexing run) moves the mark when this count finds none."""
     after = complete_through(meta(db, COMPLETE_THROUGH), space.table)
     missing, last = (int(value) for value in db.execute(*sq.count_missing(space.table, after)).fetchall()[0])
-    if remember and missing == 0 and last > after:
+    if remember and (mark := moved_mark(space.table, missing, last, after)) is not None:
         with db:
-            put_meta(db, COMPLETE_THROUGH, f"{space.table} {last}")
+            put_meta(db, COMPLETE_THROUGH, mark)
     return missing
 
 
