@@ -3,7 +3,7 @@ MMR diversity (`mmr_lambda`), the recency boost for daily logs (`recency_half_li
 threshold, and reranking through Voyage's rerank API (against the local fake of tests/fakes: latency only, its
 quality needs a real key).
 
-- SciFact (full corpus, the index bench_retrieval_scifact.py built in bench/.cache/scifact-data, reused: nothing is
+- SciFact (full corpus, the index bench_retrieval_scifact.py built for the local model, reused: nothing is
   embedded again but the queries): nDCG@10 and recall@10 by best chunk per document, as that bench, plus the
   distinct documents among the first 10 hits (what diversity is for).
 - LoCoMo (development half, by the protocol of ../shared/data/locomo-dev/README.md, 40 hits): r@5, r@10,
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 from bench_locomo import HITS, LOCOMO, build, recall_of, write_folder
-from bench_retrieval_scifact import doc_of, evaluate
+from bench_retrieval_scifact import data_folder, doc_of, evaluate
 from bench_retrieval_scifact import load as load_scifact
 from common import CACHE, report, save_json, table
 
@@ -94,7 +94,7 @@ def run_scifact(embedder: QueryMemo, settings: EngineSettings, quick: bool) -> d
     if quick:
         queries = dict(list(queries.items())[:100])
         qrels = {q: qrels[q] for q in queries}
-    index = _open(CACHE / "scifact-data", "scifact", embedder, settings)
+    index = _open(data_folder(), "scifact", embedder, settings)
     out = {}
     try:
         for name, given in VARIANTS:

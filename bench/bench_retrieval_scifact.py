@@ -145,14 +145,26 @@ class CountingEmbedder(LocalEmbedder):
         return super().embed(texts, kind=kind)
 
 
+def model_suffix(local: str) -> str:
+    """What the names of a local model's index and results end with: nothing for the float32 model, "-int8" for
+    the int8 one (its own folders, so switching models never rebuilds the other's index)."""
+    return "" if local == FP32.name else "-" + local.rsplit("-", 1)[-1]
+
+
+def data_folder(subset: bool = False) -> Path:
+    """The folder of the bench's index of the full corpus (or `subset`) for the server's local model."""
+    suffix = model_suffix(EmbeddingSettings.from_env(os.environ).local_model)
+    return CACHE / (f"scifact-subset-data{suffix}" if subset else f"scifact-data{suffix}")
+
+
 def main() -> None:
     corpus, queries, qrels = load()
     write_markdown(corpus)
     local = EmbeddingSettings.from_env(os.environ).local_model
-    suffix = "" if local == FP32.name else "-" + local.rsplit("-", 1)[-1]  # "-int8"
+    suffix = model_suffix(local)
     embedder = CountingEmbedder(local=local)
     with timer() as t:  # opening starts a background rebuild when the model changed, which indexing waits for
-        index = MemoryIndex.open(CACHE / f"scifact-data{suffix}", "scifact", embedder, create=True)
+        index = MemoryIndex.open(data_folder(), "scifact", embedder, create=True)
         index.index(CACHE / "scifact-md")
     status = index.status()
     chunks = sum(status.chunks.values())
@@ -229,8 +241,7 @@ def run_subset(embedder: LocalEmbedder, queries: dict[str, str], qrels: dict[str
     """Hybrid search over an index of the 983-document subset alone (its own BM25 statistics, as peers had)."""
     folder = CACHE / "scifact-subset-md"
     chosen, relevant = write_subset(folder)
-    suffix = "" if embedder.model == FP32.model_id else "-" + embedder.model.rsplit(":", 1)[-1]  # the int8 model
-    index = MemoryIndex.open(CACHE / f"scifact-subset-data{suffix}", "subset", embedder, create=True)
+    index = MemoryIndex.open(data_folder(subset=True), "subset", embedder, create=True)
     index.index(folder)
     chunks = sum(index.status().chunks.values())
     ndcg, recall = evaluate(run_engine(index, queries, "hybrid"), qrels)

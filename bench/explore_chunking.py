@@ -24,7 +24,7 @@ from dataclasses import replace
 import apsw
 import numpy as np
 from bench_locomo import recall_of
-from bench_retrieval_scifact import evaluate, load
+from bench_retrieval_scifact import data_folder, evaluate, load
 from common import CACHE, RESULTS
 from explore_locomo import prepare as prepare_locomo
 from explore_scifact import prepare as prepare_scifact
@@ -37,7 +37,7 @@ from server.index.places import Place, Span, merge_places
 from server.index.tuning import chunker_config
 
 VECTORS = CACHE / "explore" / "vectors.sqlite3"
-SEED = CACHE / "scifact-data" / "indexes" / "scifact"
+SEED = data_folder() / "indexes" / "scifact"
 TUNE = ("conv-26", "conv-30", "conv-41")
 OVERLAP = 40  # the default overlap, or just under half the budget where 40 is not allowed
 PLACE_CAPS = (None, 15, 20)

@@ -75,15 +75,14 @@ def prepare_scifact(subset: bool = False) -> Data:
     pickled = WORK / ("prf-subset.pickle" if subset else "prf-scifact.pickle")
     if pickled.exists():
         return pickle.loads(pickled.read_bytes())  # type: ignore[no-any-return]
-    from bench_retrieval_scifact import doc_of, load
+    from bench_retrieval_scifact import data_folder, doc_of, load
 
     from server.index.embeddings.local import LocalEmbedder
     from server.index.store import Store
     from server.index.vectors import live_space
 
     _corpus, queries, qrels = load()
-    where = ("scifact-subset-data", "subset") if subset else ("scifact-data", "scifact")
-    path = str(CACHE / where[0] / "indexes" / where[1] / "index.sqlite3")
+    path = str(data_folder(subset) / "indexes" / ("subset" if subset else "scifact") / "index.sqlite3")
     store = Store(Path(path))  # this worktree's own copy of the bench's index (never the shared one)
     db = store.connection()
     space = live_space(store)
@@ -321,7 +320,7 @@ def replay_row(ranker: Ranker, p: Params, base: np.ndarray | None) -> tuple[str,
 def engine_check(weights: tuple[float, ...] = (0.0, 0.25)) -> None:
     """Through the engine on this worktree's SciFact index (no indexing): hybrid nDCG@10 over 100 hits and the
     search time without the query embedding (limit 8, the default) for each feedback weight."""
-    from bench_retrieval_scifact import evaluate, load, run_engine
+    from bench_retrieval_scifact import data_folder, evaluate, load, run_engine
     from bench_search_latency import Precomputed
 
     from server.index.embeddings.chain import as_chain
@@ -331,7 +330,7 @@ def engine_check(weights: tuple[float, ...] = (0.0, 0.25)) -> None:
 
     _corpus, queries, qrels = load()
     embedder = LocalEmbedder()
-    index = MemoryIndex.open(CACHE / "scifact-data", "scifact", embedder)
+    index = MemoryIndex.open(data_folder(), "scifact", embedder)
     vectors = {q: embedder.embed([q], kind="query") for q in queries.values()}
     for weight in weights:
         ndcg, recall = evaluate(run_engine(index, queries, "hybrid", weight), qrels)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from bench_retrieval_scifact import doc_of, evaluate, load
+from bench_retrieval_scifact import data_folder, doc_of, evaluate, load
 from common import CACHE
 
 from server.index.embeddings.base import Embedder
@@ -25,7 +25,7 @@ from server.index.store import Store
 from server.index.vectors import live_space
 
 PICKLED = CACHE / "explore" / "scifact.pickle"
-INDEX = CACHE / "scifact-data" / "indexes" / "scifact"
+INDEX = data_folder() / "indexes" / "scifact"
 
 
 @dataclass

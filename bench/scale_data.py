@@ -1,11 +1,11 @@
 """The 1k..1M chunk sets of the scale benchmarks, built from REAL embeddings.
 
-The seed is the SciFact index the retrieval bench builds (bench/.cache/scifact-data): 13.6k real chunk vectors of
-the local model and their texts. Chunk i of a scale set is seed chunk i when i < seed size; beyond that it is a
-perturbed copy that keeps the seed's structure: a mix of a seed vector and one of its 20 nearest seed neighbours
-(weight 0.65..0.95 on the seed), plus a little Gaussian noise (norm ~0.25), renormalised. Its text is its seed
-chunk's sentences, shuffled, with one sentence of the neighbour's text added, so the keyword side sees the same
-vocabulary and term frequencies as real abstracts.
+The seed is the SciFact index the retrieval bench builds for the local model (`bench_retrieval_scifact.data_folder`):
+13.6k real chunk vectors of the local model and their texts. Chunk i of a scale set is seed chunk i when i < seed
+size; beyond that it is a perturbed copy that keeps the seed's structure: a mix of a seed vector and one of its 20
+nearest seed neighbours (weight 0.65..0.95 on the seed), plus a little Gaussian noise (norm ~0.25), renormalised.
+Its text is its seed chunk's sentences, shuffled, with one sentence of the neighbour's text added, so the keyword
+side sees the same vocabulary and term frequencies as real abstracts.
 
 Vectors are cached as one float32 .npy under bench/.cache/scale (1M x 384 = 1.5 GB); texts are rebuilt from the
 seed deterministically. Query vectors: the 300 SciFact test queries embedded once by the local model.
@@ -19,9 +19,10 @@ import re
 
 import apsw
 import numpy as np
+from bench_retrieval_scifact import data_folder
 from common import CACHE, SCIFACT
 
-SEED_INDEX = CACHE / "scifact-data" / "indexes" / "scifact" / "index.sqlite3"
+SEED_INDEX = data_folder() / "indexes" / "scifact" / "index.sqlite3"
 FOLDER = CACHE / "scale"
 MAX_SIZE = 1_000_000
 NEIGHBOURS = 20
