@@ -3,7 +3,8 @@ for the least loss against the float32 vectors at the most speed.
 
 Each recipe (`onnx_export.Recipe`) quantises the float32 export into bench/.cache/int8-explore/. Measured against
 float32, whose vectors of the SciFact corpus come from the float32 bench's index (a copy of
-bench/.cache/scifact-data, which `bench_retrieval_scifact.py` built), in one process:
+bench/.cache/scifact-data, which `MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2 bench/bench_retrieval_scifact.py` builds), in
+one process:
 - the cosine of each chunk's vector to its float32 vector, over the 983-document subset's chunks
   (`--quick N`: over N of them only, and the speed over the same N, nothing else);
 - raw encode speed over a sample of the subset's chunks, float32 and the recipe alternating, best of ROUNDS;
