@@ -35,6 +35,7 @@ class Reconciler:
         self.state = state
         self._now = now
         self._warned: set[tuple[str, str | None]] = set()
+        self.settling = False  # a file was left unpushed because it may be half saved: scan again shortly
 
     def record_stamps(self, scan: Scan) -> None:
         """Keep (size, mtime) of files seen to hold their base, so the next start need not hash them again."""
@@ -67,10 +68,14 @@ class Reconciler:
         if found is None:
             entry = self.state.files.get(pending.path)
             return PushChange(pending.path, entry.base, None, None) if entry else None
-        data, digest = found
+        data, digest, settling = found
         entry = self.state.files.get(pending.path)
         if entry is not None and entry.base == digest:
             return None  # changed back since the scan
+        if settling:
+            log.debug("sync: %s is empty and was written just now; looking again before pushing it", pending.path)
+            self.settling = True
+            return None
         return PushChange(pending.path, entry.base if entry else None, data.decode("utf-8"), digest)
 
     def apply_change(self, change: Change, *, reset: bool) -> Outcome:

@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 # A (size, mtime) seen less than this after the file's mtime may hide a second write in the same clock tick, so
 # it is not trusted as a cache key (git's "racy" rule). Such a file is simply hashed again on the next scan.
 RACY_NS: Final = 2_000_000_000
+# An editor that saves in place truncates the file, then writes it: a scan in between finds it empty. Pushed, that
+# empty version deletes every line on the server, and a merge with another laptop's edit made meanwhile keeps the
+# deletion (the other laptop's lines end up alone, before the file's own). So an empty file written less than this
+# ago is not pushed yet but looked at again; one that stays empty was emptied on purpose and is pushed then.
+SETTLE_EMPTY_NS: Final = 1_000_000_000
 MAX_DEPTH: Final = 15  # folders below memory/; the server allows 16 path parts in all
 
 
@@ -163,13 +168,15 @@ class LocalFiles:
         except FileNotFoundError:
             return None
 
-    def read(self, rel: str) -> tuple[bytes, str] | None:
-        """The file's bytes and their hash, checked as a push needs them; None when absent."""
+    def read(self, rel: str) -> tuple[bytes, str, bool] | None:
+        """The file's bytes, their hash and whether it may be half saved (empty, and written less than
+        SETTLE_EMPTY_NS ago), checked as a push needs them; None when absent."""
         try:
-            data = self._read(safe_target(self.project, rel))[0]
+            data, info = self._read(safe_target(self.project, rel))
         except FileNotFoundError:
             return None
-        return data, sha256_hex(data)
+        settling = not data and 0 <= self._clock_ns() - info.st_mtime_ns < SETTLE_EMPTY_NS
+        return data, sha256_hex(data), settling
 
     def _hashed(self, path: Path) -> LocalFile:
         info = os.lstat(path)

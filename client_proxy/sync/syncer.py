@@ -211,6 +211,9 @@ class Syncer:
                     await self._push_batch(batch, counts)
                 if progress is not None:
                     progress.advance(progress.total - len(queue))
+            if self._reconciler.settling:  # an empty file that may be half saved: look again after a quiet spell
+                self._reconciler.settling = False
+                self._wakeup.poke()
             if counts:
                 self.state.last_push_at = self._now()
                 log.info("sync: pushed %d changes (%s)", counts.total(), _summary(counts))

@@ -9,6 +9,7 @@ import json
 import logging
 import random
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from channel.authz import Access, ChannelUser
 from client_proxy.sync.api import SyncApi
-from client_proxy.sync.local_files import LocalFiles, sha256_hex
+from client_proxy.sync.local_files import SETTLE_EMPTY_NS, LocalFiles, sha256_hex
 from client_proxy.sync.retry import Retry
 from client_proxy.sync.scope import DEFAULT_MAX_FILE_BYTES
 from client_proxy.sync.state import StateStore
@@ -85,12 +86,17 @@ class Rig:
 
     @asynccontextmanager
     async def syncing(
-        self, *, access: Access = "rw", max_bytes: int = DEFAULT_MAX_FILE_BYTES, exclude: tuple[str, ...] = ()
+        self,
+        *,
+        access: Access = "rw",
+        max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        exclude: tuple[str, ...] = (),
+        clock_ns: Callable[[], int] = time.time_ns,
     ) -> AsyncIterator[Syncer]:
         """The laptop's syncer running (as alice, or a read-only device) until the block ends."""
         transport = self.network if access == "rw" else Switch(self.transport("reader", access))
         wakeup = Wakeup(quiet=0.05, max_delay=0.3)
-        files = LocalFiles(self.project, exclude=exclude, max_bytes=max_bytes)
+        files = LocalFiles(self.project, exclude=exclude, max_bytes=max_bytes, clock_ns=clock_ns)
         async with httpx2.AsyncClient(transport=transport, base_url="http://memory") as client:
             syncer = Syncer(
                 SyncApi(client),
@@ -203,6 +209,25 @@ async def test_a_local_edit_is_pushed_and_a_server_change_written_here_without_e
         revision = await rig.revision()
         await a_push_pass_after_now(syncer)
         assert await rig.revision() == revision  # our own write was not pushed back
+
+
+async def test_a_file_found_empty_just_after_a_save_is_pushed_only_once_it_stays_empty(rig):
+    # An in-place save truncates, then writes: a scan in between reads an empty file, whose push would delete every
+    # line on the server (and a merge with another laptop's edit would keep that). The clock is held at the moment
+    # of the save, so the push pass below surely comes "just after" it, however slow the machine.
+    frozen: list[int] = []
+    rig.write("memory/log.md", "# Log\n\nfirst entry\n")
+    async with rig.syncing(clock_ns=lambda: frozen[0] if frozen else time.time_ns()) as syncer:
+        await until(lambda: server_has(rig, "memory/log.md", "# Log\n\nfirst entry\n"), "the log on the server")
+        revision = await rig.revision()
+        rig.write("memory/log.md", "")
+        frozen.append((rig.project / "memory/log.md").stat().st_mtime_ns + 1_000_000)
+        await a_push_pass_after_now(syncer)
+        assert await rig.revision() == revision
+        assert (await rig.server())["memory/log.md"] == "# Log\n\nfirst entry\n"
+
+        frozen[0] += SETTLE_EMPTY_NS  # it stayed empty: emptied on purpose, and looked at again without a new save
+        await until(lambda: server_has(rig, "memory/log.md", ""), "the emptied log on the server")
 
 
 async def test_a_file_edited_here_and_on_the_server_while_offline_merges_on_both_sides(rig):
