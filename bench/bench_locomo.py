@@ -105,32 +105,35 @@ def cli(data_dir: Path, *args: str) -> str:
     return done.stdout
 
 
+def covers(hits: list[dict], path: str, line: int) -> bool:
+    """Whether one of `hits` holds line `line` of `path`."""
+    return any(hit["path"] == path and hit["start_line"] <= line <= hit["end_line"] for hit in hits)
+
+
+def within_lines(hits: list[dict], budget: int) -> list[dict]:
+    """The first hits an agent reads with `budget` lines to read (the hit that crosses the budget included)."""
+    taken, lines = [], 0
+    for hit in hits:
+        if lines >= budget:
+            break
+        taken.append(hit)
+        lines += hit["end_line"] - hit["start_line"] + 1
+    return taken
+
+
 def recall_of(hits: list[dict], wanted: set[str], turns: dict[str, tuple[str, int]]) -> dict[str, float]:
     places = [turns[dia] for dia in wanted if dia in turns]
     if not places:
         return {}
 
     def covered(selected: list[dict]) -> float:
-        inside = sum(
-            any(hit["path"] == path and hit["start_line"] <= line <= hit["end_line"] for hit in selected)
-            for path, line in places
-        )
-        return inside / len(places)
-
-    def by_lines(budget: int) -> list[dict]:
-        taken, lines = [], 0
-        for hit in hits:
-            if lines >= budget:
-                break
-            taken.append(hit)
-            lines += hit["end_line"] - hit["start_line"] + 1
-        return taken
+        return sum(covers(selected, path, line) for path, line in places) / len(places)
 
     return {
         "r@5": covered(hits[:5]),
         "r@10": covered(hits[:10]),
-        "r@50lines": covered(by_lines(50)),
-        "r@100lines": covered(by_lines(100)),
+        "r@50lines": covered(within_lines(hits, 50)),
+        "r@100lines": covered(within_lines(hits, 100)),
     }
 
 

@@ -151,9 +151,10 @@ def model_suffix(local: str) -> str:
     return "" if local == FP32.name else "-" + local.rsplit("-", 1)[-1]
 
 
-def data_folder(subset: bool = False) -> Path:
-    """The folder of the bench's index of the full corpus (or `subset`) for the server's local model."""
-    suffix = model_suffix(EmbeddingSettings.from_env(os.environ).local_model)
+def data_folder(subset: bool = False, local: str | None = None) -> Path:
+    """The folder of the bench's index of the full corpus (or `subset`) for the local model `local` (None: the
+    server's, MEMORY_LOCAL_MODEL)."""
+    suffix = model_suffix(local or EmbeddingSettings.from_env(os.environ).local_model)
     return CACHE / (f"scifact-subset-data{suffix}" if subset else f"scifact-data{suffix}")
 
 

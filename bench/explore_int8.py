@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import apsw
 import numpy as np
 from bench_ingest import TunedEmbedder
-from bench_retrieval_scifact import DISTRACTORS, SEED, evaluate, load, run_engine
+from bench_retrieval_scifact import DISTRACTORS, SEED, data_folder, evaluate, load, run_engine
 from common import CACHE, report, save_json, table
 
 from server.index import tuning
@@ -41,7 +41,7 @@ from server.index.engine import MemoryIndex
 from server.index.model_package import FP32, INT8, WEIGHTS_SHA256, onnx_model_path
 
 WORK = CACHE / "int8-explore"
-FP32_INDEX = CACHE / "scifact-data" / "indexes" / "scifact" / "index.sqlite3"
+FP32_INDEX = data_folder(local=FP32.name) / "indexes" / "scifact" / "index.sqlite3"
 SPEED_SAMPLE = 300  # subset chunks encoded per speed round
 ROUNDS = 2
 FFN = ("ffn_in", "ffn_out")

@@ -21,7 +21,16 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from explore_prf import Data, Params, Ranker, prepare_locomo, prepare_scifact, product_params, replay_row
+from explore_prf import (
+    Data,
+    Params,
+    Ranker,
+    locomo_hits,
+    prepare_locomo,
+    prepare_scifact,
+    product_params,
+    replay_row,
+)
 from sklearn.linear_model import LogisticRegression
 
 NAMES = (
@@ -86,11 +95,9 @@ class Learned(Ranker):
     def relevant(self, q: int, rows: list[int]) -> np.ndarray:
         extra = self.data.extra
         if self.data.name == "locomo":
-            spans, turns = extra["spans"], extra["turns"]  # type: ignore[index]
-            lines = [turns[t] for t in extra["wanted"][q] if t in turns]  # type: ignore[index]
-            return np.asarray(
-                [any(spans[r][0] == path and spans[r][1] <= line <= spans[r][2] for path, line in lines) for r in rows]
-            )
+            places = [extra["turns"][t] for t in extra["wanted"][q] if t in extra["turns"]]  # type: ignore[index]
+            holding = {r for path, line in places for r in _rows_holding(self.data, path, line)}
+            return np.asarray([r in holding for r in rows])
         docs, qid = extra["docs"], extra["qids"][q]  # type: ignore[index]
         wanted = {d for d, rel in extra["qrels"][qid].items() if rel > 0}  # type: ignore[index]
         return np.asarray([docs[r] in wanted for r in rows])
@@ -130,6 +137,12 @@ def fit(sets: list[tuple[list[np.ndarray], list[np.ndarray]]], c: float, use: li
     model = LogisticRegression(C=c, fit_intercept=False, max_iter=2000)
     model.fit(x, y, sample_weight=np.concatenate([w, w]) * len(d))
     return model.coef_[0], mean, scale
+
+
+def _rows_holding(data: Data, path: str, line: int) -> list[int]:
+    """The LoCoMo chunk rows whose lines hold line `line` of `path`."""
+    spans = data.extra["spans"]  # type: ignore[index]
+    return [r for r, (p, start, end) in enumerate(spans) if p == path and start <= line <= end]
 
 
 def _best(ranks: dict[int, int], rows: list[int]) -> int:
@@ -172,20 +185,11 @@ def _evidence(ranker: Ranker, q: int, ranked: list[int]) -> list[tuple[list[int]
     data = ranker.data
     extra = data.extra
     if data.name == "locomo":
-        from server.index.places import Span, merge_places
+        from bench_locomo import covers, within_lines
 
-        spans, turns = extra["spans"], extra["turns"]  # type: ignore[index]
-        places, lines = [], 0
-        for place in merge_places([Span(r, *spans[r]) for r in ranked], 40):
-            if lines >= 50:
-                break
-            places.append(place)
-            lines += place.end_line - place.start_line + 1
-        out = []
-        for path, line in (turns[t] for t in extra["wanted"][q] if t in turns):  # type: ignore[index]
-            rows = [r for r in range(len(spans)) if spans[r][0] == path and spans[r][1] <= line <= spans[r][2]]
-            out.append((rows, any(pl.path == path and pl.start_line <= line <= pl.end_line for pl in places)))
-        return out
+        read = within_lines(locomo_hits(data, ranked), 50)
+        places = [extra["turns"][t] for t in extra["wanted"][q] if t in extra["turns"]]  # type: ignore[index]
+        return [(_rows_holding(data, path, line), covers(read, path, line)) for path, line in places]
     docs, qid = extra["docs"], extra["qids"][q]  # type: ignore[index]
     top: list[str] = []
     for r in ranked:

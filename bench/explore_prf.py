@@ -291,14 +291,18 @@ class Ranker:
     def _locomo(self, q: int, p: Params) -> dict[str, float]:
         from bench_locomo import recall_of
 
-        from server.index.places import Span, merge_places
-
-        spans, turns, wanted = self.data.extra["spans"], self.data.extra["turns"], self.data.extra["wanted"]  # type: ignore[index]
+        turns, wanted = self.data.extra["turns"], self.data.extra["wanted"]  # type: ignore[index]
         ranked, _scores = self.rank(q, p)
-        places = merge_places([Span(r, *spans[r]) for r in ranked], 40)
-        hits = [{"path": pl.path, "start_line": pl.start_line, "end_line": pl.end_line} for pl in places]
-        got = recall_of(hits, wanted[q], turns)
+        got = recall_of(locomo_hits(self.data, ranked), wanted[q], turns)
         return {k: got.get(k, 0.0) for k in ("r@10", "r@50lines", "r@100lines")}
+
+
+def locomo_hits(data: Data, ranked: list[int]) -> list[dict]:
+    """The CLI's hits for LoCoMo chunk rows in ranked order: merged into places, 40 of them (its protocol)."""
+    from server.index.places import Span, merge_places
+
+    places = merge_places([Span(r, *data.extra["spans"][r]) for r in ranked], 40)  # type: ignore[index]
+    return [{"path": pl.path, "start_line": pl.start_line, "end_line": pl.end_line} for pl in places]
 
 
 def replay_row(ranker: Ranker, p: Params, base: np.ndarray | None) -> tuple[str, np.ndarray]:

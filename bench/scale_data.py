@@ -1,14 +1,14 @@
 """The 1k..1M chunk sets of the scale benchmarks, built from REAL embeddings.
 
-The seed is the SciFact index the retrieval bench builds for the local model (`bench_retrieval_scifact.data_folder`):
-13.6k real chunk vectors of the local model and their texts. Chunk i of a scale set is seed chunk i when i < seed
-size; beyond that it is a perturbed copy that keeps the seed's structure: a mix of a seed vector and one of its 20
-nearest seed neighbours (weight 0.65..0.95 on the seed), plus a little Gaussian noise (norm ~0.25), renormalised.
-Its text is its seed chunk's sentences, shuffled, with one sentence of the neighbour's text added, so the keyword
-side sees the same vocabulary and term frequencies as real abstracts.
+The seed is the SciFact index the retrieval bench builds for the float32 model (`MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2
+bench/bench_retrieval_scifact.py`): 13.6k real chunk vectors and their texts. Chunk i of a scale set is seed chunk i
+when i < seed size; beyond that it is a perturbed copy that keeps the seed's structure: a mix of a seed vector and
+one of its 20 nearest seed neighbours (weight 0.65..0.95 on the seed), plus a little Gaussian noise (norm ~0.25),
+renormalised. Its text is its seed chunk's sentences, shuffled, with one sentence of the neighbour's text added, so
+the keyword side sees the same vocabulary and term frequencies as real abstracts.
 
 Vectors are cached as one float32 .npy under bench/.cache/scale (1M x 384 = 1.5 GB); texts are rebuilt from the
-seed deterministically. Query vectors: the 300 SciFact test queries embedded once by the local model.
+seed deterministically. Query vectors: the 300 SciFact test queries embedded once by the float32 model.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ import numpy as np
 from bench_retrieval_scifact import data_folder
 from common import CACHE, SCIFACT
 
-SEED_INDEX = data_folder() / "indexes" / "scifact" / "index.sqlite3"
+from server.index.model_package import FP32
+
+SEED_INDEX = data_folder(local=FP32.name) / "indexes" / "scifact" / "index.sqlite3"
 FOLDER = CACHE / "scale"
 MAX_SIZE = 1_000_000
 NEIGHBOURS = 20
@@ -33,7 +35,10 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 def seed() -> tuple[np.ndarray, list[str]]:
     """The real chunk vectors and texts of the SciFact index, in chunk id order."""
     if not SEED_INDEX.exists():
-        raise SystemExit("run bench/bench_retrieval_scifact.py first: it builds the SciFact index this set grows from")
+        raise SystemExit(
+            "run MEMORY_LOCAL_MODEL=all-MiniLM-L6-v2 bench/bench_retrieval_scifact.py first: it builds the SciFact"
+            " index this set grows from"
+        )
     db = apsw.Connection(str(SEED_INDEX), flags=apsw.SQLITE_OPEN_READONLY)
     rows = db.execute(
         "SELECT c.text, e.vector FROM chunks c JOIN embedding_cache e ON e.hash = c.hash ORDER BY c.id"
@@ -104,13 +109,12 @@ def texts(count: int) -> list[str]:
 
 
 def query_vectors() -> tuple[list[str], np.ndarray]:
-    """The SciFact test queries and their vectors from the local model (cached)."""
+    """The SciFact test queries and their vectors from the float32 model (cached)."""
     with (SCIFACT / "queries.jsonl").open() as handle:
         queries = [json.loads(line)["text"] for line in handle]
     path = FOLDER / "queries.npy"
     if not path.exists():
         from server.index.embeddings.local import LocalEmbedder
-        from server.index.model_package import FP32
 
         FOLDER.mkdir(parents=True, exist_ok=True)  # float32, as the seed chunks' vectors (bench_retrieval_scifact's)
         np.save(path, LocalEmbedder(local=FP32.name).embed(queries, kind="query").astype(np.float32))
