@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from client_proxy.sync.api import Change, PushChange, PushResult
-from client_proxy.sync.local_files import LocalFile, LocalFiles, Scan, UnsyncableError
+from client_proxy.sync.local_files import MAX_SETTLING_NS, LocalFile, LocalFiles, Scan, UnsyncableError
 from client_proxy.sync.plan import Pending
 from client_proxy.sync.scope import UnsafePathError, name_problem
 from client_proxy.sync.state import Base, SyncState
@@ -36,6 +36,7 @@ class Reconciler:
         self._now = now
         self._warned: set[tuple[str, str | None]] = set()
         self.settling = False  # a file was left unpushed because it may be half saved: scan again shortly
+        self._waiting: dict[str, tuple[int, int]] = {}  # path -> when first and last left unpushed so (files' clock)
 
     def record_stamps(self, scan: Scan) -> None:
         """Keep (size, mtime) of files seen to hold their base, so the next start need not hash them again."""
@@ -44,12 +45,13 @@ class Reconciler:
             if entry is not None and entry.base == local.hash and local.stable:
                 entry.size, entry.mtime_ns = local.size, local.mtime_ns
 
-    def take_batch(self, queue: list[Pending]) -> list[PushChange]:
-        """Read the next pushes off `queue` (at most `MAX_PUSH_CHANGES` and about `PUSH_BATCH_BYTES`)."""
+    def take_batch(self, queue: list[Pending], *, settle: bool = True) -> list[PushChange]:
+        """Read the next pushes off `queue` (at most `MAX_PUSH_CHANGES` and about `PUSH_BATCH_BYTES`); with
+        `settle`, a file that may be half saved is left for a later pass."""
         batch: list[PushChange] = []
         size = 0
         while queue and len(batch) < MAX_PUSH_CHANGES:
-            change = self._read(queue[0])
+            change = self._read(queue[0], settle)
             if change is not None:
                 change_size = change.wire_size()
                 if batch and size + change_size > PUSH_BATCH_BYTES:
@@ -59,24 +61,43 @@ class Reconciler:
             queue.pop(0)
         return batch
 
-    def _read(self, pending: Pending) -> PushChange | None:
+    def _read(self, pending: Pending, settle: bool) -> PushChange | None:
         try:
             found = self.files.read(pending.path)
         except (UnsafePathError, UnsyncableError) as exc:
             log.debug("sync: %s is no longer pushable: %s", pending.path, exc)
             return None
         if found is None:
+            self._waiting.pop(pending.path, None)
             entry = self.state.files.get(pending.path)
             return PushChange(pending.path, entry.base, None, None) if entry else None
         data, digest, settling = found
         entry = self.state.files.get(pending.path)
         if entry is not None and entry.base == digest:
+            self._waiting.pop(pending.path, None)
             return None  # changed back since the scan
-        if settling:
-            log.debug("sync: %s is empty and was written just now; looking again before pushing it", pending.path)
-            self.settling = True
+        if settling and settle and self._wait(pending.path):
             return None
+        self._waiting.pop(pending.path, None)
         return PushChange(pending.path, entry.base if entry else None, data.decode("utf-8"), digest)
+
+    def _wait(self, path: str) -> bool:
+        """Whether a file that may be half saved waits for another scan: yes, unless it has waited MAX_SETTLING_NS
+        since it was first found so. A wait that ended unseen (the file saved back to its base, or unreadable) is
+        over when no scan found it waiting for that long."""
+        now = self.files.now_ns()
+        first, last = self._waiting.get(path, (now, now))
+        if now - last >= MAX_SETTLING_NS:
+            first = now
+        self._waiting[path] = (first, now)
+        if now - first < MAX_SETTLING_NS:
+            log.debug("sync: %s was written just now; looking again before pushing it", path)
+            self.settling = True
+            return True
+        log.info(
+            "sync: %s has been written to for %d s without a pause; pushing it as it is", path, MAX_SETTLING_NS // 10**9
+        )
+        return False
 
     def apply_change(self, change: Change, *, reset: bool) -> Outcome:
         """Bring one pulled change to disk if the local file is clean; "dirty" when it must be pushed instead."""

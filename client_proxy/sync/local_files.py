@@ -36,11 +36,17 @@ log = logging.getLogger(__name__)
 # A (size, mtime) seen less than this after the file's mtime may hide a second write in the same clock tick, so
 # it is not trusted as a cache key (git's "racy" rule). Such a file is simply hashed again on the next scan.
 RACY_NS: Final = 2_000_000_000
-# An editor that saves in place truncates the file, then writes it: a scan in between finds it empty. Pushed, that
-# empty version deletes every line on the server, and a merge with another laptop's edit made meanwhile keeps the
-# deletion (the other laptop's lines end up alone, before the file's own). So an empty file written less than this
-# ago is not pushed yet but looked at again; one that stays empty was emptied on purpose and is pushed then.
+# A save in progress. A file written less than WRITING_NS ago may be half written: an in-place save truncates the
+# file first, and Linux shows a long write page by page. Pushed, the part read deletes the rest on the server, and a
+# merge with another laptop's edit made meanwhile keeps that deletion (its lines end up before the file's own). So
+# such a file is not pushed yet but looked at again after the watcher's quiet spell; its time is taken after the
+# read, so a write during the read counts. An empty file waits SETTLE_EMPTY_NS, since a truncated file looks like one
+# emptied on purpose; if it stays empty, it is pushed then. A file written without a pause for MAX_SETTLING_NS is
+# pushed as it is (the writing may never stop). The syncer's first pass pushes every file as found
+# (`Reconciler.take_batch(settle=False)`).
+WRITING_NS: Final = 100_000_000
 SETTLE_EMPTY_NS: Final = 1_000_000_000
+MAX_SETTLING_NS: Final = 10_000_000_000
 MAX_DEPTH: Final = 15  # folders below memory/; the server allows 16 path parts in all
 
 
@@ -169,14 +175,18 @@ class LocalFiles:
             return None
 
     def read(self, rel: str) -> tuple[bytes, str, bool] | None:
-        """The file's bytes, their hash and whether it may be half saved (empty, and written less than
-        SETTLE_EMPTY_NS ago), checked as a push needs them; None when absent."""
+        """The file's bytes, their hash and whether it may be half saved (written less than WRITING_NS ago, or
+        SETTLE_EMPTY_NS when empty), checked as a push needs them; None when absent."""
         try:
             data, info = self._read(safe_target(self.project, rel))
         except FileNotFoundError:
             return None
-        settling = not data and 0 <= self._clock_ns() - info.st_mtime_ns < SETTLE_EMPTY_NS
+        settling = 0 <= self.now_ns() - info.st_mtime_ns < (WRITING_NS if data else SETTLE_EMPTY_NS)
         return data, sha256_hex(data), settling
+
+    def now_ns(self) -> int:
+        """This folder's clock (the one file times are compared with)."""
+        return self._clock_ns()
 
     def _hashed(self, path: Path) -> LocalFile:
         info = os.lstat(path)
@@ -191,7 +201,7 @@ class LocalFiles:
         return found
 
     def _stable(self, info: os.stat_result) -> bool:
-        return info.st_mtime_ns < self._clock_ns() - RACY_NS
+        return info.st_mtime_ns < self.now_ns() - RACY_NS
 
     def _read(self, path: Path) -> tuple[bytes, os.stat_result]:
         try:
@@ -204,6 +214,7 @@ class LocalFiles:
             raise UnsyncableError(f"cannot be read ({exc.strerror})") from None
         try:
             data = read_capped(fd, self.max_bytes)
+            info = os.fstat(fd)  # after the read: a write that landed during it makes the file look just saved
         finally:
             os.close(fd)
         problem = content_problem(data, self.max_bytes)

@@ -8,6 +8,7 @@ failing server never stops the proxy: local changes stay pending and both loops 
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections import Counter
@@ -77,6 +78,7 @@ class Syncer:
         self._save_failed = False
         self._pulling: tuple[int, Progress] | None = None  # where a pull of several pages began, and its progress
         self.state: SyncState = store.fresh()
+        self._passes_begun = 0  # this run's scans-and-pushes begun, whether or not they succeeded
         self.push_passes = 0  # completed scans-and-pushes, and pull answers applied (for the log and tests)
         self.pulls = 0
         self._reconciler = Reconciler(files, self.state, now)
@@ -205,13 +207,18 @@ class Syncer:
             queue = pending_pushes(self.state, scan)
             counts: Counter[str] = Counter()
             progress = _progress("pushing", len(queue)) if len(queue) > MAX_PUSH_CHANGES else None
+            # The run's first pass pushes every file as found: a save racing the proxy's start is rare, and holding
+            # back whatever was saved just before it would delay the first sync. Later passes leave a file saved
+            # just now for the next one.
+            take_batch = functools.partial(self._reconciler.take_batch, settle=self._passes_begun > 0)
+            self._passes_begun += 1
             while queue and not self.state.read_only:
-                batch = await anyio.to_thread.run_sync(self._reconciler.take_batch, queue)
+                batch = await anyio.to_thread.run_sync(take_batch, queue)
                 if batch:
                     await self._push_batch(batch, counts)
                 if progress is not None:
                     progress.advance(progress.total - len(queue))
-            if self._reconciler.settling:  # an empty file that may be half saved: look again after a quiet spell
+            if self._reconciler.settling:  # a file that may be half saved: look again after a quiet spell
                 self._reconciler.settling = False
                 self._wakeup.poke()
             if counts:

@@ -29,6 +29,7 @@ from client_proxy.sync.scope import (
 )
 from client_proxy.sync.state import Base, StateStore, state_home
 from client_proxy.sync.watcher import Wakeup, Watcher
+from syncproto.content import read_capped
 from tests.proxy_support import init_proxy_home
 
 pytestmark = pytest.mark.anyio
@@ -264,6 +265,25 @@ def test_the_hash_cache_trusts_size_and_mtime_only_once_they_are_old_enough(proj
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
     assert files.scan().files["memory/a.md"].hash == h("one\n")
     assert LocalFiles(project, max_bytes=100).scan().files["memory/a.md"].hash == h("two\n")
+
+
+def test_a_file_written_to_while_it_is_read_counts_as_just_saved(project, monkeypatch):
+    # An in-place save that begins after the file was opened: what was read may be a part, so it must wait like
+    # a file saved just now, although its time when opened was a minute old.
+    path = project / "memory" / "log.md"
+    path.write_text("# Log\nfirst\n")
+    minute_ago = time.time_ns() - 60 * 10**9
+    os.utime(path, ns=(minute_ago, minute_ago))
+    files = LocalFiles(project, max_bytes=100)
+    assert files.read("memory/log.md") == (b"# Log\nfirst\n", h("# Log\nfirst\n"), False)
+
+    def read_while_saved(fd: int, max_bytes: int) -> bytes:
+        data = read_capped(fd, max_bytes)
+        path.write_text("# Log\nfirst\nsecond\n")
+        return data
+
+    monkeypatch.setattr("client_proxy.sync.local_files.read_capped", read_while_saved)
+    assert files.read("memory/log.md") == (b"# Log\nfirst\n", h("# Log\nfirst\n"), True)
 
 
 def test_an_atomic_write_never_overwrites_a_file_changed_meanwhile(project):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
 import time
@@ -21,7 +22,13 @@ import pytest
 
 from channel.authz import Access, ChannelUser
 from client_proxy.sync.api import SyncApi
-from client_proxy.sync.local_files import SETTLE_EMPTY_NS, LocalFiles, sha256_hex
+from client_proxy.sync.local_files import (
+    MAX_SETTLING_NS,
+    SETTLE_EMPTY_NS,
+    WRITING_NS,
+    LocalFiles,
+    sha256_hex,
+)
 from client_proxy.sync.retry import Retry
 from client_proxy.sync.scope import DEFAULT_MAX_FILE_BYTES
 from client_proxy.sync.state import StateStore
@@ -211,23 +218,99 @@ async def test_a_local_edit_is_pushed_and_a_server_change_written_here_without_e
         assert await rig.revision() == revision  # our own write was not pushed back
 
 
-async def test_a_file_found_empty_just_after_a_save_is_pushed_only_once_it_stays_empty(rig):
-    # An in-place save truncates, then writes: a scan in between reads an empty file, whose push would delete every
-    # line on the server (and a merge with another laptop's edit would keep that). The clock is held at the moment
-    # of the save, so the push pass below surely comes "just after" it, however slow the machine.
-    frozen: list[int] = []
-    rig.write("memory/log.md", "# Log\n\nfirst entry\n")
-    async with rig.syncing(clock_ns=lambda: frozen[0] if frozen else time.time_ns()) as syncer:
-        await until(lambda: server_has(rig, "memory/log.md", "# Log\n\nfirst entry\n"), "the log on the server")
+def since_saved(path: Path, after: list[int]) -> Callable[[], int]:
+    """The proxy's clock in the tests of half-saved files: `after[0]` ns after `path`'s last save, so that a push
+    pass sees the save that recent however slow the machine, and moving the save moves the clock with it."""
+
+    def now() -> int:
+        try:
+            return path.stat().st_mtime_ns + after[0]
+        except FileNotFoundError:
+            return time.time_ns()
+
+    return now
+
+
+SETTLED = 2 * MAX_SETTLING_NS  # long after the save: nothing waits
+
+
+@asynccontextmanager
+async def syncing_on_a_save_clock(rig: Rig, relpath: str, text: str) -> AsyncIterator[tuple[Syncer, list[int]]]:
+    """`text` saved at `relpath` and synced; then the syncer and the `after` of its clock (`since_saved`)."""
+    after = [SETTLED]
+    rig.write(relpath, text)
+    async with rig.syncing(clock_ns=since_saved(rig.project / relpath, after)) as syncer:
+        await until(lambda: server_has(rig, relpath, text), f"{relpath} on the server")
+        yield syncer, after
+
+
+@pytest.mark.parametrize(
+    ("text", "settles"),
+    [("", SETTLE_EMPTY_NS), ("# Log\n\nfirst entry\nsecond entry\n", WRITING_NS)],
+    ids=["emptied", "rewritten"],
+)
+async def test_a_file_found_just_after_a_save_is_pushed_once_it_has_settled(rig, text, settles):
+    # An in-place save truncates, then writes, and a long write shows page by page: a scan in between reads a part,
+    # whose push would delete the rest on the server (and a merge with another laptop's edit would keep that).
+    async with syncing_on_a_save_clock(rig, "memory/log.md", "# Log\n\nfirst entry\n") as (syncer, after):
         revision = await rig.revision()
-        rig.write("memory/log.md", "")
-        frozen.append((rig.project / "memory/log.md").stat().st_mtime_ns + 1_000_000)
+        after[0] = 1_000_000
+        rig.write("memory/log.md", text)
+        await a_push_pass_after_now(syncer)
+        after[0] = WRITING_NS - 1_000_000
         await a_push_pass_after_now(syncer)
         assert await rig.revision() == revision
         assert (await rig.server())["memory/log.md"] == "# Log\n\nfirst entry\n"
 
-        frozen[0] += SETTLE_EMPTY_NS  # it stayed empty: emptied on purpose, and looked at again without a new save
-        await until(lambda: server_has(rig, "memory/log.md", ""), "the emptied log on the server")
+        after[0] = settles  # it has settled: looked at again without a new save, and pushed
+        await until(lambda: server_has(rig, "memory/log.md", text), "the settled file on the server")
+
+
+async def test_a_file_saved_back_while_it_waited_waits_again_at_its_next_save(rig):
+    path = rig.project / "memory/log.md"
+    async with syncing_on_a_save_clock(rig, "memory/log.md", "# Log\n") as (syncer, after):
+        after[0] = 1_000_000
+        rig.write("memory/log.md", "# Log\nhalf")
+        first = path.stat().st_mtime_ns
+        await a_push_pass_after_now(syncer)  # it waits
+        rig.write("memory/log.md", "# Log\n")  # and is saved back as it was: nothing to push
+        await a_push_pass_after_now(syncer)
+        rig.write("memory/log.md", "# Log\nlater")  # a save long after: a new wait, not the end of the old one
+        os.utime(path, ns=(first + 2 * MAX_SETTLING_NS, first + 2 * MAX_SETTLING_NS))
+        await a_push_pass_after_now(syncer)
+        assert (await rig.server())["memory/log.md"] == "# Log\n"
+
+
+async def test_files_saved_just_before_the_proxy_starts_are_pushed_in_its_first_pass(rig):
+    # What is there when the proxy starts was not being saved during one of its scans: it is not held back.
+    after = [1_000_000]  # every pass comes a millisecond after the last save
+    rig.write("memory/log.md", "# Log\n")
+    rig.write("memory/empty.md", "")
+    async with rig.syncing(clock_ns=since_saved(rig.project / "memory/log.md", after)) as syncer:
+        await until(lambda: syncer.push_passes >= 1, "the first push pass")
+        assert await rig.server() == {"memory/log.md": "# Log\n", "memory/empty.md": ""}
+
+
+async def test_an_empty_file_waits_longer_than_a_rewritten_one_before_it_is_pushed(rig):
+    async with syncing_on_a_save_clock(rig, "memory/log.md", "# Log\n") as (syncer, after):
+        after[0] = WRITING_NS  # a rewritten file would be pushed now
+        rig.write("memory/log.md", "")
+        await a_push_pass_after_now(syncer)
+        assert (await rig.server())["memory/log.md"] == "# Log\n"
+
+
+async def test_a_file_written_without_a_pause_is_still_pushed_after_a_while(rig):
+    path = rig.project / "memory/stream.md"
+    async with syncing_on_a_save_clock(rig, "memory/stream.md", "line 1\n") as (syncer, after):
+        after[0] = 1_000_000  # every pass from now on comes a millisecond after a save
+        rig.write("memory/stream.md", "line 1\nline 2\n")
+        first = path.stat().st_mtime_ns
+        for written in (0, MAX_SETTLING_NS // 2, MAX_SETTLING_NS - 5_000_000):  # saved again before each pass
+            os.utime(path, ns=(first + written, first + written))
+            await a_push_pass_after_now(syncer)
+            assert (await rig.server())["memory/stream.md"] == "line 1\n"
+        os.utime(path, ns=(first + MAX_SETTLING_NS, first + MAX_SETTLING_NS))
+        await until(lambda: server_has(rig, "memory/stream.md", "line 1\nline 2\n"), "the file pushed as it is")
 
 
 async def test_a_file_edited_here_and_on_the_server_while_offline_merges_on_both_sides(rig):
