@@ -35,7 +35,7 @@ class Reconciler:
         self.state = state
         self._now = now
         self._warned: set[tuple[str, str | None]] = set()
-        self.settling = False  # a file was left unpushed because it may be half saved: scan again shortly
+        self.look_again_ns: int | None = None  # files were left unpushed as maybe half saved: scan again in this
         self._waiting: dict[str, tuple[int, int]] = {}  # path -> when first and last left unpushed so (files' clock)
 
     def record_stamps(self, scan: Scan) -> None:
@@ -71,17 +71,17 @@ class Reconciler:
             self._waiting.pop(pending.path, None)
             entry = self.state.files.get(pending.path)
             return PushChange(pending.path, entry.base, None, None) if entry else None
-        data, digest, settling = found
+        data, digest, settles_in = found
         entry = self.state.files.get(pending.path)
         if entry is not None and entry.base == digest:
             self._waiting.pop(pending.path, None)
             return None  # changed back since the scan
-        if settling and settle and self._wait(pending.path):
+        if settles_in and settle and self._wait(pending.path, settles_in):
             return None
         self._waiting.pop(pending.path, None)
         return PushChange(pending.path, entry.base if entry else None, data.decode("utf-8"), digest)
 
-    def _wait(self, path: str) -> bool:
+    def _wait(self, path: str, settles_in: int) -> bool:
         """Whether a file that may be half saved waits for another scan: yes, unless it has waited MAX_SETTLING_NS
         since it was first found so. A wait that ended unseen (the file saved back to its base, or unreadable) is
         over when no scan found it waiting for that long."""
@@ -92,7 +92,7 @@ class Reconciler:
         self._waiting[path] = (first, now)
         if now - first < MAX_SETTLING_NS:
             log.debug("sync: %s was written just now; looking again before pushing it", path)
-            self.settling = True
+            self.look_again_ns = min(settles_in, self.look_again_ns or settles_in)
             return True
         log.info(
             "sync: %s has been written to for %d s without a pause; pushing it as it is", path, MAX_SETTLING_NS // 10**9

@@ -39,7 +39,7 @@ RACY_NS: Final = 2_000_000_000
 # A save in progress. A file written less than WRITING_NS ago may be half written: an in-place save truncates the
 # file first, and Linux shows a long write page by page. Pushed, the part read deletes the rest on the server, and a
 # merge with another laptop's edit made meanwhile keeps that deletion (its lines end up before the file's own). So
-# such a file is not pushed yet but looked at again after the watcher's quiet spell; its time is taken after the
+# such a file is not pushed yet but looked at again once it has settled; its time is taken after the
 # read, so a write during the read counts. An empty file waits SETTLE_EMPTY_NS, since a truncated file looks like one
 # emptied on purpose; if it stays empty, it is pushed then. A file written without a pause for MAX_SETTLING_NS is
 # pushed as it is (the writing may never stop). The syncer's first pass pushes every file as found
@@ -174,15 +174,16 @@ class LocalFiles:
         except FileNotFoundError:
             return None
 
-    def read(self, rel: str) -> tuple[bytes, str, bool] | None:
-        """The file's bytes, their hash and whether it may be half saved (written less than WRITING_NS ago, or
-        SETTLE_EMPTY_NS when empty), checked as a push needs them; None when absent."""
+    def read(self, rel: str) -> tuple[bytes, str, int] | None:
+        """The file's bytes, their hash and in how many ns it stops being one that may be half saved (written less
+        than WRITING_NS ago, or SETTLE_EMPTY_NS when empty; 0: it is not), checked as a push needs them; None when
+        absent."""
         try:
             data, info = self._read(safe_target(self.project, rel))
         except FileNotFoundError:
             return None
-        settling = 0 <= self.now_ns() - info.st_mtime_ns < (WRITING_NS if data else SETTLE_EMPTY_NS)
-        return data, sha256_hex(data), settling
+        age, settles = self.now_ns() - info.st_mtime_ns, WRITING_NS if data else SETTLE_EMPTY_NS
+        return data, sha256_hex(data), settles - age if 0 <= age < settles else 0
 
     def now_ns(self) -> int:
         """This folder's clock (the one file times are compared with)."""

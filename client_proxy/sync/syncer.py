@@ -45,6 +45,7 @@ LONG_POLL: Final = 25  # seconds a pull waits for news; below the server's 30 an
 RESCAN: Final = 30.0  # seconds between full rescans when the watcher reports nothing (a safety net)
 LOCK_RETRY: Final = 30.0  # seconds between attempts to take over a folder another proxy syncs
 PUSH_GRACE: Final = 5.0  # seconds an in-flight push may still take once sync is stopping
+SETTLE_MARGIN: Final = 0.005  # seconds past the moment a waiting file settles before it is looked at again
 
 
 class Syncer:
@@ -218,9 +219,9 @@ class Syncer:
                     await self._push_batch(batch, counts)
                 if progress is not None:
                     progress.advance(progress.total - len(queue))
-            if self._reconciler.settling:  # a file that may be half saved: look again after a quiet spell
-                self._reconciler.settling = False
-                self._wakeup.poke()
+            if self._reconciler.look_again_ns is not None:  # a file that may be half saved: look again once settled
+                self._wakeup.poke_in(self._reconciler.look_again_ns / 1e9 + SETTLE_MARGIN)
+                self._reconciler.look_again_ns = None
             if counts:
                 self.state.last_push_at = self._now()
                 log.info("sync: pushed %d changes (%s)", counts.total(), _summary(counts))

@@ -57,6 +57,7 @@ class Wakeup:
         self._event = anyio.Event()
         self._first: float | None = None
         self._last = 0.0
+        self._due: float | None = None  # wake no later than this (`poke_in`)
         self._urgent = False
 
     @classmethod
@@ -67,13 +68,24 @@ class Wakeup:
 
     def poke(self, *, urgent: bool = False) -> None:
         """Note a change (`urgent`: scan now, no debounce); safe from any thread."""
+        self._note(urgent=urgent)
+
+    def poke_in(self, seconds: float) -> None:
+        """Wake `seconds` from now at the latest, however long a burst of events goes on (a file that may be half
+        saved is looked at again once it has settled). Call it on the event loop, before `wait`."""
+        self._note(due=seconds)
+
+    def _note(self, *, urgent: bool = False, due: float | None = None) -> None:
         now = time.monotonic()
         with self._lock:
-            first = self._first is None
-            self._first = now if first else self._first
-            self._last = now
-            self._urgent = self._urgent or urgent
-        if not first and not urgent:
+            idle = self._first is None and self._due is None
+            if due is None:  # an event
+                self._first = now if self._first is None else self._first
+                self._last = now
+                self._urgent = self._urgent or urgent
+            else:
+                self._due = now + due if self._due is None else min(now + due, self._due)
+        if not idle and not urgent:
             return  # the loop was already woken for this burst
         if threading.get_ident() == self._loop_thread:
             self._set()
@@ -85,18 +97,21 @@ class Wakeup:
         self._event.set()
 
     async def wait(self, timeout: float) -> bool:
-        """True once pokes have gone quiet (or an urgent one came); False after `timeout` seconds without any."""
+        """True once pokes have gone quiet (or an urgent one came, or the time asked by `poke_in`); False after
+        `timeout` seconds without any."""
         with anyio.move_on_after(timeout):
             await self._event.wait()
         if not self._event.is_set():
             return False
         while True:
             with self._lock:
-                assert self._first is not None
-                deadline = self._first if self._urgent else min(self._last + self._quiet, self._first + self._max_delay)
-                remaining = deadline - time.monotonic()
+                deadlines = [] if self._due is None else [self._due]
+                if self._first is not None:
+                    quiet_end = min(self._last + self._quiet, self._first + self._max_delay)
+                    deadlines.append(self._first if self._urgent else quiet_end)
+                remaining = min(deadlines) - time.monotonic()
                 if remaining <= 0:
-                    self._first, self._urgent, self._event = None, False, anyio.Event()
+                    self._first, self._due, self._urgent, self._event = None, None, False, anyio.Event()
                     return True
             await anyio.sleep(remaining)
 

@@ -17,7 +17,7 @@ from client_proxy import cli
 from client_proxy.config import ProxyConfig
 from client_proxy.errors import ConfigError
 from client_proxy.settings import RunSettings
-from client_proxy.sync.local_files import RACY_NS, LocalFiles, sha256_hex
+from client_proxy.sync.local_files import RACY_NS, WRITING_NS, LocalFiles, sha256_hex
 from client_proxy.sync.plan import pending_pushes
 from client_proxy.sync.scope import (
     DEFAULT_MAX_FILE_BYTES,
@@ -275,7 +275,7 @@ def test_a_file_written_to_while_it_is_read_counts_as_just_saved(project, monkey
     minute_ago = time.time_ns() - 60 * 10**9
     os.utime(path, ns=(minute_ago, minute_ago))
     files = LocalFiles(project, max_bytes=100)
-    assert files.read("memory/log.md") == (b"# Log\nfirst\n", h("# Log\nfirst\n"), False)
+    assert files.read("memory/log.md") == (b"# Log\nfirst\n", h("# Log\nfirst\n"), 0)  # settled
 
     def read_while_saved(fd: int, max_bytes: int) -> bytes:
         data = read_capped(fd, max_bytes)
@@ -283,7 +283,9 @@ def test_a_file_written_to_while_it_is_read_counts_as_just_saved(project, monkey
         return data
 
     monkeypatch.setattr("client_proxy.sync.local_files.read_capped", read_while_saved)
-    assert files.read("memory/log.md") == (b"# Log\nfirst\n", h("# Log\nfirst\n"), True)
+    found = files.read("memory/log.md")
+    assert found is not None and found[:2] == (b"# Log\nfirst\n", h("# Log\nfirst\n"))
+    assert 0 < found[2] <= WRITING_NS  # settles once WRITING_NS have passed since that write
 
 
 def test_an_atomic_write_never_overwrites_a_file_changed_meanwhile(project):
@@ -440,6 +442,24 @@ async def test_a_steady_stream_of_events_still_wakes_within_the_max_delay():
         assert await woken(wakeup)
         tasks.cancel_scope.cancel()
     assert time.monotonic() - started < 2.0
+
+
+async def test_a_wake_up_asked_for_comes_on_time_through_a_burst_that_goes_on():
+    wakeup = Wakeup(quiet=30, max_delay=60)  # the burst below would hold the syncer for half a minute
+    wakeup.poke()
+    wakeup.poke_in(0.05)
+    with anyio.fail_after(10):
+        assert await wakeup.wait(60)
+
+
+async def test_a_wake_up_asked_for_with_no_events_comes_at_its_time_not_before():
+    wakeup = Wakeup(quiet=0.01, max_delay=0.02)
+    started = time.monotonic()
+    wakeup.poke_in(0.2)
+    with anyio.fail_after(10):
+        assert await wakeup.wait(60)
+    assert time.monotonic() - started >= 0.2
+    assert not await wakeup.wait(0)  # and it was the one wake-up
 
 
 # -- status --------------------------------------------------------------------------------------------------------
