@@ -45,7 +45,7 @@ class Reconciler:
             if entry is not None and entry.base == local.hash and local.stable:
                 entry.size, entry.mtime_ns = local.size, local.mtime_ns
 
-    def take_batch(self, queue: list[Pending], *, settle: bool = True) -> list[PushChange]:
+    def take_batch(self, queue: list[Pending], *, settle: bool) -> list[PushChange]:
         """Read the next pushes off `queue` (at most `MAX_PUSH_CHANGES` and about `PUSH_BATCH_BYTES`); with
         `settle`, a file that may be half saved is left for a later pass."""
         batch: list[PushChange] = []

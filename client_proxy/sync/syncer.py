@@ -79,7 +79,7 @@ class Syncer:
         self._save_failed = False
         self._pulling: tuple[int, Progress] | None = None  # where a pull of several pages began, and its progress
         self.state: SyncState = store.fresh()
-        self._passes_begun = 0  # this run's scans-and-pushes begun, whether or not they succeeded
+        self._settle_saves = False  # whether a push pass leaves a file saved just now (not the run's first)
         self.push_passes = 0  # completed scans-and-pushes, and pull answers applied (for the log and tests)
         self.pulls = 0
         self._reconciler = Reconciler(files, self.state, now)
@@ -211,8 +211,8 @@ class Syncer:
             # The run's first pass pushes every file as found: a save racing the proxy's start is rare, and holding
             # back whatever was saved just before it would delay the first sync. Later passes leave a file saved
             # just now for the next one.
-            take_batch = functools.partial(self._reconciler.take_batch, settle=self._passes_begun > 0)
-            self._passes_begun += 1
+            settle, self._settle_saves = self._settle_saves, True
+            take_batch = functools.partial(self._reconciler.take_batch, settle=settle)
             while queue and not self.state.read_only:
                 batch = await anyio.to_thread.run_sync(take_batch, queue)
                 if batch:
