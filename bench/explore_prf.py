@@ -70,11 +70,23 @@ def _fts(db_path: str, row_of: dict[int, int], match: str | None, cache: dict) -
     return cache[key]  # type: ignore[no-any-return]
 
 
+class _Unpickler(pickle.Unpickler):
+    """Finds `Data` here whichever script pickled it (as `__main__.Data` when it was explore_prf.py itself)."""
+
+    def find_class(self, module: str, name: str) -> object:
+        return Data if name == "Data" else super().find_class(module, name)
+
+
+def _load(pickled: Path) -> Data:
+    with pickled.open("rb") as file:
+        return _Unpickler(file).load()  # type: ignore[no-any-return]
+
+
 def prepare_scifact(subset: bool = False) -> Data:
     """The full corpus's lists, or (`subset`) those of bench_retrieval_scifact.py's 983-document index."""
     pickled = WORK / ("prf-subset.pickle" if subset else "prf-scifact.pickle")
     if pickled.exists():
-        return pickle.loads(pickled.read_bytes())  # type: ignore[no-any-return]
+        return _load(pickled)
     from bench_retrieval_scifact import data_folder, doc_of, load
 
     from server.index.embeddings.local import LocalEmbedder
@@ -108,7 +120,7 @@ def prepare_scifact(subset: bool = False) -> Data:
 def prepare_locomo() -> Data:
     pickled = WORK / "prf-locomo.pickle"
     if pickled.exists():
-        return pickle.loads(pickled.read_bytes())  # type: ignore[no-any-return]
+        return _load(pickled)
     from bench_locomo import LOCOMO, build, write_folder
 
     from server.index.embeddings.local import LocalEmbedder

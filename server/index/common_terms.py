@@ -1,4 +1,5 @@
-"""Leave out of the keyword query the words found in a large share of the chunks.
+"""Leave out of the keyword query the words found in a large share of the chunks (and, through the same counts,
+the names every chunk shares out of the query's vector: `server.index.shared_names`).
 
 FTS5 computes bm25 for every row that matches any query word, whatever the LIMIT, so the keyword side costs in
 proportion to the matches: at 100k chunks a SciFact claim matched 56k rows (words such as "cells" or "patients"),
@@ -28,6 +29,7 @@ from collections.abc import Callable
 import apsw
 
 from server.index.fts import terms_expression
+from server.index.shared_names import query_texts as texts_of
 from server.index.store import Store
 
 COMMON_SHARE = 0.10
@@ -45,24 +47,27 @@ class TermCounts:
         self._counts: dict[str, tuple[int, float]] = {}
         self._clock = clock
 
-    def count(self, db: apsw.Connection, term: str, *, key: str | None = None) -> int:
-        """Rows of chunks_fts matching `term` (a word of `query_terms`); `key` names the count of all chunks."""
+    def remembered(self, name: str, compute: Callable[[], int]) -> int:
+        """The count called `name`, from `compute()` when not remembered or older than COUNTS_TTL."""
         now = self._clock()
-        name = key or term
         with self._lock:
             found = self._counts.get(name)
             if found is not None and now - found[1] < COUNTS_TTL:
                 return found[0]
-        if key is None:
-            rows = db.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (f'"{term}"',))
-        else:
-            rows = db.execute("SELECT count(*) FROM chunks")
-        value = int(rows.fetchall()[0][0])  # type: ignore[arg-type]
+        value = compute()
         with self._lock:
             if len(self._counts) >= MAX_COUNTS:
                 self._counts.clear()
             self._counts[name] = (value, now)
         return value
+
+    def count(self, db: apsw.Connection, term: str, *, key: str | None = None) -> int:
+        """Rows of chunks_fts matching `term` (a word of `query_terms`); `key` names the count of all chunks."""
+        if key is None:
+            return self.remembered(
+                term, lambda: _scalar(db, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", f'"{term}"')
+            )
+        return self.remembered(key, lambda: _scalar(db, "SELECT count(*) FROM chunks"))
 
     def rare_terms(self, db: apsw.Connection, terms: list[str]) -> list[str]:
         """`terms` without those in more than COMMON_SHARE of the chunks (the rarest stays when all are)."""
@@ -80,14 +85,28 @@ class TermCounts:
         return [term for term in terms if term in chosen]
 
 
+def _scalar(db: apsw.Connection, sql: str, *bindings: str) -> int:
+    return int(db.execute(sql, bindings).fetchall()[0][0])  # type: ignore[arg-type]
+
+
 _BY_STORE: weakref.WeakKeyDictionary[Store, TermCounts] = weakref.WeakKeyDictionary()
 _REGISTRY_LOCK = threading.Lock()
 
 
-def keyword_match(store: Store, db: apsw.Connection, terms: list[str]) -> str | None:
-    """The FTS5 MATCH string for `terms` with the index's common words left out, None when there are no terms."""
+def _counts_of(store: Store) -> TermCounts:
     with _REGISTRY_LOCK:
         counts = _BY_STORE.get(store)
         if counts is None:
             counts = _BY_STORE[store] = TermCounts()
-    return terms_expression(counts.rare_terms(db, terms))
+    return counts
+
+
+def keyword_match(store: Store, db: apsw.Connection, terms: list[str]) -> str | None:
+    """The FTS5 MATCH string for `terms` with the index's common words left out, None when there are no terms."""
+    return terms_expression(_counts_of(store).rare_terms(db, terms))
+
+
+def query_texts(store: Store, db: apsw.Connection, query: str) -> list[str]:
+    """The texts `query`'s vector is the mean of: as asked, and without the names the chunks share (`shared_names`)."""
+    counts = _counts_of(store)
+    return texts_of(query, lambda: counts.count(db, "", key=" chunks"), lambda term: counts.count(db, term))

@@ -15,8 +15,8 @@ import apsw
 import numpy as np
 
 from server.index.binary import nearest
-from server.index.common_terms import keyword_match
-from server.index.embeddings.base import Embedder
+from server.index.common_terms import keyword_match, query_texts
+from server.index.embeddings.base import Embedder, normalise
 from server.index.errors import EmbeddingError, InvalidArgumentError
 from server.index.feedback import feedback_similarities
 from server.index.filtered import chunk_vectors, filtered_similarities, similarities_of
@@ -192,8 +192,12 @@ def search(
     )
     similarities: dict[int, float] = {}
     try:
+        vectors_on = embedder is not None and space is not None and options.mode != "keyword"
         query_vector, notice, embed_ms = embed_query(
-            embedder if space is not None else None, query, options.mode, notice
+            embedder if space is not None else None,
+            query_texts(store, db, query) if vectors_on else [query],
+            options.mode,
+            notice,
         )
         if query_vector is not None and space is not None:
             if options.filters.labelled:  # ranked exactly among the chunks that pass (server.index.filtered)
@@ -223,18 +227,20 @@ def search(
 
 
 def embed_query(
-    embedder: Embedder | None, query: str, mode: Mode, notice: str | None
+    embedder: Embedder | None, texts: list[str], mode: Mode, notice: str | None
 ) -> tuple[np.ndarray | None, str | None, float]:
-    """The query's vector (None without a provider serving the live vectors, in keyword mode, or when the
-    provider fails), the notice then, and the milliseconds embedding took."""
+    """The query's vector, the mean of `texts`' (the query, and the query without the names its index shares:
+    `server.index.shared_names`); None without a provider serving the live vectors, in keyword mode, or when the
+    provider fails; the notice then, and the milliseconds embedding took."""
     if mode == "keyword" or embedder is None:
         return None, notice or ("vector search is unavailable" if mode == "vector" else None), 0.0
     started = time.perf_counter()
     try:
-        vector = embedder.embed([query], kind="query")[0]
+        vectors = embedder.embed(texts, kind="query")
     except EmbeddingError as exc:
         log.warning("query embedding failed: %s", exc)
         return None, f"vector search is unavailable right now ({exc})", (time.perf_counter() - started) * 1000
+    vector = vectors[0] if len(texts) == 1 else normalise(np.mean(vectors, axis=0, keepdims=True))[0]
     return vector, notice, (time.perf_counter() - started) * 1000
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from server.errors import EmbeddingError, EngineError
+from server.index.common_terms import TermCounts
 from server.index.embeddings.base import Embedder, Tokenizer
 from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_chain
 from server.index.engine_settings import EngineSettings
@@ -39,9 +40,11 @@ from server.index.search import (
     rank_hits,
     settle_mode,
 )
+from server.index.shared_names import query_texts
 from server.index.status import IndexStatus
 from server.index.tuning import check_model_limit, chunking_identity
 from server.index.vectors import VectorSpace
+from server.mirror.queries import Query
 from server.postgres import search_queries as sq
 from server.postgres.connection import PgConnection, schema_of
 from server.postgres.migrations import migrate
@@ -95,6 +98,7 @@ class PgSearchIndex:
         self._rebuild_stop = threading.Event()
         self.rebuilding_elsewhere = False  # another replica holds the rebuild lock
         self._tried_at = 0.0  # time.monotonic() of the last try for the rebuild lock
+        self._term_counts = TermCounts()  # document frequencies of query names (`_query_texts`)
         self._writer = PgConnection(url, self.schema)
         try:
             migrate(self._writer, self.schema)
@@ -379,7 +383,9 @@ class PgSearchIndex:
         candidates = max(options.limit * self.settings.search.candidate_multiplier, MIN_CANDIDATES)
         words = [w for term in query_terms(query) for w in term.split("_") if w] if options.mode != "vector" else []
         terms = [str(row[0]) for row in db.execute(*sq.stems_sql(words))] if words else []
-        vector, notice, embed_ms = embed_query(served[1] if served else None, query, options.mode, notice)
+        embedder = served[1] if served is not None else None
+        texts = self._query_texts(db, query) if embedder is not None and options.mode != "keyword" else [query]
+        vector, notice, embed_ms = embed_query(embedder, texts, options.mode, notice)
         literal = sq.vector_literal(vector) if vector is not None else None
         similarities: dict[int, float] = {}
         if literal is not None and served is not None:
@@ -401,6 +407,20 @@ class PgSearchIndex:
         )  # fmt: skip
         return hits, mode, join_notices(notice, more), embed_ms
 
+    def _query_texts(self, db: PgConnection, query: str) -> list[str]:
+        """The texts `query`'s vector is the mean of: as asked, and without the names the chunks share
+        (`server.index.shared_names`)."""
+        counts = self._term_counts
+        return query_texts(
+            query,
+            lambda: counts.remembered(" chunks", lambda: _scalar(db, sq.keyword_chunks_sql())),
+            lambda term: counts.remembered(term, lambda: _scalar(db, sq.term_chunks_sql(term))),
+        )
+
     def status(self) -> IndexStatus:
         with self._reader() as db:
             return index_status(self, db)
+
+
+def _scalar(db: PgConnection, query: Query) -> int:
+    return int(db.execute(*query).fetchall()[0][0])

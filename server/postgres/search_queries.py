@@ -246,6 +246,16 @@ def stems_sql(words: list[str]) -> Query:
     return f"SELECT DISTINCT coalesce((ts_lexize('{STEMMER}', w))[1], w) FROM unnest(?::text[]) w", (words,)
 
 
+def term_chunks_sql(word: str) -> Query:
+    """How many chunks hold `word` (stemmed as the chunks' words are): its document frequency."""
+    return f"SELECT count(*) FROM chunk_terms WHERE lexeme = coalesce((ts_lexize('{STEMMER}', ?))[1], ?)", (word, word)
+
+
+def keyword_chunks_sql() -> Query:
+    """How many chunks the keyword statistics count (every chunk of the index)."""
+    return "SELECT chunks FROM keyword_stats", ()
+
+
 def keyword_sql(lexemes: list[str], filters: Filters, limit: int, also: list[int]) -> Query:
     """BM25 (negative: lower is better, as FTS5's) of the `limit` best chunks having any of `lexemes` that pass
     `filters`, and of the chunks `also` (the vector candidates) that match at all. The lexemes come as an array,

@@ -21,6 +21,7 @@ class HashingEmbedder:
         self.dimensions = dimensions
         self.tokenizer = WordPieceTokenizer.default()
         self.calls: list[int] = []  # how many texts each call embedded
+        self.queries: list[list[str]] = []  # the texts of each call for a query
         self.fail = False
 
     def embed(self, texts: Sequence[str], *, kind: InputKind = "document") -> Vectors:
@@ -29,6 +30,8 @@ class HashingEmbedder:
         if self.fail:
             raise EmbeddingError("the test embedder is switched off")
         self.calls.append(len(texts))
+        if kind == "query":
+            self.queries.append(list(texts))
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         for row, text in enumerate(texts):
             for word in re.findall(r"\w+", text.lower()):

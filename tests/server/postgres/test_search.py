@@ -240,6 +240,23 @@ def test_vector_feedback_works_on_postgresql_as_on_sqlite(open_index: Callable[.
     assert paths_of(index, "ramen shop", feedback_weight=0.25)[:2] == ["memory/ramen.md", "memory/broth.md"]
 
 
+def test_names_every_chunk_holds_are_left_out_of_half_the_query_vector_as_on_sqlite(
+    open_index: Callable[..., Opened],
+) -> None:
+    from tests.server.index.test_shared_names import QUESTION, log_days
+
+    embedder = HashingEmbedder()
+    index, store = open_index(embedder)
+    write_all(store, log_days())
+    index.index()
+    assert paths_of(index, QUESTION, limit=3, min_score=0)[0] == "memory/2023-05-17.md"
+    assert embedder.queries[-1] == [QUESTION, "When did run a charity race?"]
+    paths_of(index, "When did Melanie run a charity race?", limit=3)
+    assert embedder.queries[-1] == ["When did Melanie run a charity race?"]  # one chunk of 40 names her
+    paths_of(index, QUESTION, mode="keyword")
+    assert len(embedder.queries) == 2
+
+
 def test_an_indexing_run_marks_its_pending_count_and_later_counts_look_only_at_chunks_written_since(
     postgres_url: str, open_index: Callable[..., Opened]
 ) -> None:
