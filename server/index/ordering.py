@@ -1,5 +1,6 @@
-"""The search options that reorder the fused candidates, in this order: the recency boost for daily logs
-(`recency.py`), reranking (`rerank.py`), then MMR diversity (`mmr.py`). Each is off unless asked for."""
+"""What reorders the fused candidates, in this order: the recency boost for daily logs (`recency.py`), the daily
+logs of a period the query names first (`periods.py`), reranking (`rerank.py`), then MMR diversity (`mmr.py`).
+Each is an option off unless asked for, but the period's, which follows the query."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from server.index.errors import EmbeddingError, InvalidArgumentError
 from server.index.fusion import Scored
 from server.index.hits import RowsOf, VectorsOf
 from server.index.mmr import MMR_POOL, mmr_order
+from server.index.periods import named_period, period_order
 from server.index.places import Span
 from server.index.recency import boost_recent
 from server.index.rerank import RERANK_CANDIDATES, Reranker, rerank_order
@@ -37,9 +39,10 @@ def reorder(
     """The candidates' scores (changed by the recency boost only) and their spans in the order to show them, with
     a notice when reranking was asked for and could not run."""
     where = {span.chunk_id: span for span in spans}
+    paths = {chunk: span.path for chunk, span in where.items()}
     if half_life_days > 0:
-        scored = boost_recent(scored, {chunk: span.path for chunk, span in where.items()}, today, half_life_days)
-    order = [s.chunk_id for s in scored if s.chunk_id in where]
+        scored = boost_recent(scored, paths, today, half_life_days)
+    order = [s.chunk_id for s in period_order(scored, paths, named_period(query)) if s.chunk_id in where]
     relevance = {s.chunk_id: s.score for s in scored}
     pool = len(order)  # the candidates MMR reorders: all, or the reranked ones
     notice = None

@@ -77,7 +77,13 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     @mcp.tool(title="Search memory", annotations=READ_ONLY)
     async def memory_search(
         ctx: Context,
-        query: Annotated[str, Field(description="what to look for, in plain words")],
+        query: Annotated[
+            str,
+            Field(
+                description='what to look for, in plain words; naming a month or a year ("in October 2023") puts'
+                " the daily logs of that time first"
+            ),
+        ],
         max_results: Annotated[
             int | None,
             Field(description="hits to return (default: the server's, 8 unless configured)", ge=1, le=MAX_RESULTS),

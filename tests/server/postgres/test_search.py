@@ -257,6 +257,17 @@ def test_names_every_chunk_holds_are_left_out_of_half_the_query_vector_as_on_sql
     assert len(embedder.queries) == 2
 
 
+def test_a_search_naming_a_month_finds_that_months_log_first_as_on_sqlite(open_index: Callable[..., Opened]) -> None:
+    from tests.server.index.test_periods import CAMPING
+
+    index, store = open_index(HashingEmbedder())
+    write_all(store, CAMPING)
+    index.index()
+    assert paths_of(index, "when did we go camping with the kids", min_score=0)[0] == "memory/2023-06-10.md"
+    in_july = paths_of(index, "when did we go camping with the kids in July", min_score=0)
+    assert in_july[:2] == ["memory/2023-07-17.md", "memory/2023-06-10.md"]
+
+
 def test_an_indexing_run_marks_its_pending_count_and_later_counts_look_only_at_chunks_written_since(
     postgres_url: str, open_index: Callable[..., Opened]
 ) -> None:
