@@ -31,14 +31,15 @@ from server.index.fts import STOPWORDS
 
 NAME_SHARE = 0.5
 MIN_CHUNKS = 20
+MAX_NAMES = 8  # capitalised words counted per query (each is a count of its chunks): a bound on a hostile query
 _WORD = re.compile(r"\w+", re.UNICODE)  # as `fts.query_terms` cuts words: an identifier (snake_case) is one
 
 
 def capitalised_terms(query: str) -> list[str]:
-    """The distinct words of `query` written with a capital letter, lowercased; stopwords ("I") and identifiers
-    ("Acme_Corp") are never names."""
+    """The first MAX_NAMES distinct words of `query` written with a capital letter, lowercased; stopwords ("I") and
+    identifiers ("Acme_Corp") are never names."""
     words = (w for w in _WORD.findall(query) if w[0].isupper() and "_" not in w and w.lower() not in STOPWORDS)
-    return list(dict.fromkeys(w.lower() for w in words))
+    return list(dict.fromkeys(w.lower() for w in words))[:MAX_NAMES]
 
 
 def query_texts(query: str, chunks: Callable[[], int], holding: Callable[[str], int]) -> list[str]:

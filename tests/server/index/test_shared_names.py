@@ -40,6 +40,19 @@ def test_a_name_is_taken_out_in_any_case_with_its_possessive(query: str, names: 
     assert without_names(query, names) == expected
 
 
+def test_a_query_of_many_capitalised_words_counts_only_the_first_few() -> None:
+    query = " ".join(f"Word{n}" for n in range(100))
+    assert capitalised_terms(query) == [f"word{n}" for n in range(shared_names.MAX_NAMES)]
+    asked: list[str] = []
+
+    def holding(term: str) -> int:
+        asked.append(term)
+        return 0
+
+    assert query_texts(query, lambda: 100, holding) == [query]
+    assert len(asked) == shared_names.MAX_NAMES
+
+
 def test_a_query_left_with_only_stopwords_keeps_its_names() -> None:
     assert without_names("Who is Caroline?", ["caroline"]) == "Who is Caroline?"
     assert without_names("Caroline?", ["caroline"]) == "Caroline?"
