@@ -192,12 +192,8 @@ def search(
     )
     similarities: dict[int, float] = {}
     try:
-        vectors_on = embedder is not None and space is not None and options.mode != "keyword"
         query_vector, notice, embed_ms = embed_query(
-            embedder if space is not None else None,
-            query_texts(store, db, query) if vectors_on else [query],
-            options.mode,
-            notice,
+            embedder if space is not None else None, lambda: query_texts(store, db, query), options.mode, notice
         )
         if query_vector is not None and space is not None:
             if options.filters.labelled:  # ranked exactly among the chunks that pass (server.index.filtered)
@@ -227,13 +223,15 @@ def search(
 
 
 def embed_query(
-    embedder: Embedder | None, texts: list[str], mode: Mode, notice: str | None
+    embedder: Embedder | None, texts_of: Callable[[], list[str]], mode: Mode, notice: str | None
 ) -> tuple[np.ndarray | None, str | None, float]:
-    """The query's vector, the mean of `texts`' (the query, and the query without the names its index shares:
-    `server.index.shared_names`); None without a provider serving the live vectors, in keyword mode, or when the
-    provider fails; the notice then, and the milliseconds embedding took."""
+    """The query's vector, the mean of the vectors of `texts_of()` (the query, and the query without the names its
+    index shares: `server.index.shared_names`; asked only when a vector is made, since it counts words); None
+    without a provider serving the live vectors, in keyword mode, or when the provider fails; the notice then, and
+    the milliseconds embedding took."""
     if mode == "keyword" or embedder is None:
         return None, notice or ("vector search is unavailable" if mode == "vector" else None), 0.0
+    texts = texts_of()
     started = time.perf_counter()
     try:
         vectors = embedder.embed(texts, kind="query")

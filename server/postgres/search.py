@@ -383,9 +383,9 @@ class PgSearchIndex:
         candidates = max(options.limit * self.settings.search.candidate_multiplier, MIN_CANDIDATES)
         words = [w for term in query_terms(query) for w in term.split("_") if w] if options.mode != "vector" else []
         terms = [str(row[0]) for row in db.execute(*sq.stems_sql(words))] if words else []
-        embedder = served[1] if served is not None else None
-        texts = self._query_texts(db, query) if embedder is not None and options.mode != "keyword" else [query]
-        vector, notice, embed_ms = embed_query(embedder, texts, options.mode, notice)
+        vector, notice, embed_ms = embed_query(
+            served[1] if served else None, lambda: self._query_texts(db, query), options.mode, notice
+        )
         literal = sq.vector_literal(vector) if vector is not None else None
         similarities: dict[int, float] = {}
         if literal is not None and served is not None:
