@@ -27,6 +27,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 _DATE_OR_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?\b|\b\d{1,2}:\d{2}(?::\d{2})?\b")
 _LOOSE_ENDS = " \t-–—:,|·"
 CONTEXT_SEPARATOR = " > "
+HEADING_SEPARATOR = " > "  # between the titles of a chunk's heading path as stored (and shown as a hit's heading)
 ANCHOR_CHARS = 24
 
 
@@ -58,6 +59,11 @@ class Chunk:
     def embed_text(self) -> str:
         """What the model embeds: the heading context, then the text."""
         return f"{self.context}\n{self.text}" if self.context else self.text
+
+    @property
+    def heading_text(self) -> str:
+        """The heading path as stored and shown: titles from the top level down, joined."""
+        return HEADING_SEPARATOR.join(self.heading)
 
     @property
     def hash(self) -> str:

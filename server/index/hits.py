@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from server.index.fusion import Scored
-from server.index.places import Place, Span
+from server.index.places import Place, Span, body_of
 from server.index.snippets import make_snippet
 
 MatchedBy = Literal["vector", "keyword", "both"]
-# Rows by chunk id, each backend in its own dialect: for spans, (id, path, start_line, end_line); for hits, the
-# columns of `server.index.queries.hits_sql`.
+# Rows by chunk id, each backend in its own dialect: for spans, (id, path, start_line, end_line, heading, text); for
+# hits, the columns of `server.index.queries.hits_sql`.
 RowsOf = Callable[[list[int]], Iterable[Sequence[Any]]]
 # The live vector (normalised float32 bytes) of each chunk id that has one.
 VectorsOf = Callable[[list[int]], dict[int, bytes]]
@@ -95,10 +95,14 @@ def join_notices(first: str | None, second: str | None) -> str | None:
 
 
 def spans_of(spans: RowsOf, scored: list[Scored]) -> list[Span]:
-    """The file and line range of each scored chunk, in rank order (a chunk deleted meanwhile drops out)."""
+    """The file and line range of each scored chunk's body (`body_of`), in rank order (a chunk deleted meanwhile
+    drops out)."""
     if not scored:
         return []
-    where = {chunk_id: (path, start, end) for chunk_id, path, start, end in spans([s.chunk_id for s in scored])}
+    where = {
+        chunk_id: (path, start + body_of(text, heading)[0], end)
+        for chunk_id, path, start, end, heading, text in spans([s.chunk_id for s in scored])
+    }
     return [Span(s.chunk_id, *where[s.chunk_id]) for s in scored if s.chunk_id in where]
 
 
@@ -124,7 +128,7 @@ def load_hits(
                 end_line=end,
                 heading=heading,
                 score=best.score,
-                snippet=make_snippet(text, terms),
+                snippet=make_snippet(body_of(text, heading)[1], terms),
                 source=source,
                 citation=f"{path}#L{start}-L{end}",
                 vector_score=best.vector,

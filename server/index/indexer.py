@@ -262,7 +262,7 @@ class Indexer:
                         ordinal,
                         chunk.start_line,
                         chunk.end_line,
-                        " > ".join(chunk.heading),
+                        chunk.heading_text,
                         chunk.context,
                         chunk.text,
                         chunk.hash,

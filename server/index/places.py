@@ -3,12 +3,19 @@
 Neighbouring chunks of a file often rank together (a chunk and the overlap carried into the next, two halves of one
 section). Shown apart they crowd the list with one place; merged, ten hits cover ten places. Pure: it sees chunk ids
 and line ranges in rank order and says which chunks make each place.
+
+A place is made of the chunks' bodies. The first chunk of a section holds the section's heading line too (the model
+and the keyword side read it there), but every hit carries its heading path as `heading`, so the lines that only
+repeat it are left out of the range an agent is pointed to, and out of the snippet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from server.index.chunker import HEADING_SEPARATOR
+from server.index.markdown import MAX_HEADING_CHARS, heading_title
 
 
 @dataclass(frozen=True)
@@ -53,3 +60,22 @@ def merge_places(ranked: Iterable[Span], limit: int) -> list[Place]:
             first.absorb(other.start_line, other.end_line, other.chunk_ids)
             places.remove(other)
     return places
+
+
+def body_of(text: str, heading: str) -> tuple[int, str]:
+    """How many leading lines of a chunk's `text` only repeat its `heading` path (heading lines whose title is in
+    it, and the blank lines around them), and the text after them. A chunk that is nothing else keeps them all."""
+    lines = text.split("\n")
+    titles = set(heading.split(HEADING_SEPARATOR))
+    skipped = 0
+    for line in lines:
+        if not line.strip():
+            skipped += 1
+            continue
+        parsed = heading_title(line)
+        if parsed is None or parsed[1] not in titles or len(parsed[1]) >= MAX_HEADING_CHARS:
+            break  # a title cut to the limit says less than its line
+        skipped += 1
+    if skipped == len(lines):
+        return 0, text
+    return skipped, "\n".join(lines[skipped:])

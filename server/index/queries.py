@@ -197,10 +197,11 @@ def create_vector_table_sql(table: str, dimensions: int) -> str:
 
 
 def spans_sql(chunk_ids: list[int]) -> tuple[str, list[object]]:
-    """Where each chunk is: its file and line range (for merging neighbours into one place)."""
+    """Where each chunk is: its file and line range, with its heading and text (for its body's range, merged with
+    its neighbours' into one place)."""
     marks = ", ".join("?" for _ in chunk_ids)
     sql = (
-        "SELECT c.id, f.path, c.start_line, c.end_line"
+        "SELECT c.id, f.path, c.start_line, c.end_line, c.heading, c.text"
         f" FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})"
     )
     return sql, list(chunk_ids)

@@ -133,7 +133,7 @@ class PgIndexer:
             space = read_space(db) if self.space is not None else None
             for ordinal, (chunk, labels) in enumerate(zip(p.chunks, p.labels, strict=True)):
                 values = (
-                    file_id, ordinal, chunk.start_line, chunk.end_line, " > ".join(chunk.heading), chunk.context,
+                    file_id, ordinal, chunk.start_line, chunk.end_line, chunk.heading_text, chunk.context,
                     chunk.text, chunk.hash, chunk.tokens, " ".join(labels.tags), labels.category or "",
                 )  # fmt: skip
                 chunk_id = int(db.execute(*sq.insert_chunk(values, list(labels.tags))).fetchall()[0][0])

@@ -321,8 +321,8 @@ def vectors_of_sql(table: str, chunk_ids: list[int]) -> Query:
 
 def spans_sql(chunk_ids: list[int]) -> Query:
     return (
-        "SELECT c.id, f.path, c.start_line, c.end_line FROM chunks c JOIN indexed_files f ON f.id = c.file_id"
-        " WHERE c.id = ANY(?::bigint[])",
+        "SELECT c.id, f.path, c.start_line, c.end_line, c.heading, c.text FROM chunks c"
+        " JOIN indexed_files f ON f.id = c.file_id WHERE c.id = ANY(?::bigint[])",
         (chunk_ids,),
     )
 

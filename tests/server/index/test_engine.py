@@ -198,7 +198,7 @@ def test_bad_files_are_skipped_with_a_reason_and_never_crash(tmp_path, folder, l
         assert "larger" in reasons["memory/huge.md"]
         assert index.status().files == {"memory": 7}  # the five examples, the empty file and the BOM file
         hit = index.search("windows line endings", build_options(mode="keyword")).hits[0]
-        assert hit.path == "memory/bom.md" and (hit.start_line, hit.end_line) == (1, 2)
+        assert hit.path == "memory/bom.md" and (hit.start_line, hit.end_line) == (2, 2)  # under "# BOM"
     finally:
         index.close()
 
@@ -478,8 +478,25 @@ def test_neighbouring_chunks_of_one_file_come_back_as_one_hit_spanning_them(tmp_
     finally:
         index.close()
     assert chunks > 2  # the file is several chunks, and every one of them matches
-    assert len(hits) == 1 and (hits[0].start_line, hits[0].end_line) == (1, 42)
-    assert hits[0].citation == "memory/2026-11-20.md#L1-L42"
+    assert len(hits) == 1 and (hits[0].start_line, hits[0].end_line) == (3, 42)
+    assert hits[0].citation == "memory/2026-11-20.md#L3-L42"
+
+
+def test_a_hit_points_to_the_lines_under_its_heading_which_it_carries_apart(tmp_path, local_embedder):
+    project = tmp_path / "project"
+    _write(project / "memory" / "2026-11-20.md", "# 2026-11-20 - standup\n\n- Ana moved the release train.\n")
+    _write(project / "memory" / "notes.md", "# Project\n\n## Release\n\nThe train leaves on Thursday.\n")
+    index = MemoryIndex.open(tmp_path / "data", "bodies", local_embedder, create=True)
+    try:
+        index.index(project)
+        hits = {hit.path: hit for hit in index.search("release train", build_options(limit=8)).hits}
+    finally:
+        index.close()
+    log, note = hits["memory/2026-11-20.md"], hits["memory/notes.md"]
+    assert (log.citation, log.heading) == ("memory/2026-11-20.md#L3-L3", "2026-11-20 - standup")
+    assert log.snippet == "- Ana moved the release train."
+    assert (note.citation, note.heading) == ("memory/notes.md#L5-L5", "Project > Release")
+    assert note.snippet == "The train leaves on Thursday."
 
 
 def test_a_damaged_vector_table_is_taken_for_corruption_and_rebuilt(tmp_path, folder):

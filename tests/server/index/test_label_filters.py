@@ -81,7 +81,7 @@ def test_front_matter_and_inline_labels_are_not_text_and_lines_stay_the_files(in
     assert index.search("category decision", build_options(mode="keyword")).hits == []
     assert index.search("redis", build_options(mode="keyword")).hits[0].heading.endswith("cache")
     hit = index.search("PostgreSQL billing", build_options(mode="keyword", tags=["database"])).hits[0]
-    assert (hit.start_line, hit.end_line) == (5, 7)  # the real file's lines, front matter counted
+    assert (hit.start_line, hit.end_line) == (7, 7)  # the real file's lines, front matter counted
 
 
 def test_file_labels_list_every_tag_and_category_of_a_file_and_filter_like_search(index: MemoryIndex) -> None:

@@ -48,7 +48,8 @@ def test_hybrid_search_finds_a_note_by_keyword_and_by_meaning(open_index: Callab
     result = index.search("noodle shop", SearchOptions())
     assert result.mode == "hybrid" and result.notice is None
     assert result.hits[0].path == "memory/food.md"
-    assert result.hits[0].matched_by == "both" and result.hits[0].citation.startswith("memory/food.md#L")
+    assert result.hits[0].matched_by == "both" and result.hits[0].citation == "memory/food.md#L3-L3"
+    assert result.hits[0].heading == "Lunch" and result.hits[0].snippet.startswith("The team prefers ramen")
     assert paths_of(index, "replay write-ahead log", mode="keyword")[0] == "memory/db.md"
     # The hashing embedder's "meaning" is word overlap: a query the keyword side cannot stem alike still finds it.
     assert paths_of(index, "staging cluster Tuesday", mode="vector")[0] == "memory/deploy.md"
