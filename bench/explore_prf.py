@@ -254,7 +254,7 @@ class Ranker:
         allowed = self.allowed[d.db[q]]
         sims = self.similarities(d.queries[q])
         bm25 = d.bm25[q]
-        ranked, scores = fuse(sims, bm25, p.pool, allowed, p.vw)
+        ranked, scores = self.fuse(q, sims, bm25, p.pool, allowed, p.vw)
         if not (p.vk or p.kk):
             return ranked, scores
         if p.vk:
@@ -273,7 +273,12 @@ class Ranker:
             allowed = np.zeros(len(sims), dtype=bool) if allowed is None else allowed.copy()
             allowed[:] = False
             allowed[list(scores)] = True
-        return fuse(sims, bm25, p.pool, allowed, p.vw)
+        return self.fuse(q, sims, bm25, p.pool, allowed, p.vw)
+
+    def fuse(self, q: int, sims: np.ndarray, bm25: dict[int, float], pool: int, allowed: np.ndarray | None,
+             vw: float) -> tuple[list[int], dict[int, float]]:  # fmt: skip
+        """Query `q`'s fusion (a subclass may fuse otherwise)."""
+        return fuse(sims, bm25, pool, allowed, vw)
 
     def evaluate(self, p: Params) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
