@@ -18,7 +18,7 @@ WriteMode = Literal["append", "replace"]
 
 class SearchHit(BaseModel):
     path: str = Field(description="file path inside the index, e.g. memory/2024-05-01.md")
-    start_line: int = Field(description="first line of the passage, 1-based")
+    start_line: int = Field(description="first line of the passage, 1-based (heading lines `heading` names left out)")
     end_line: int = Field(description="last line of the passage, inclusive")
     heading: str = Field(description="heading path of the passage, ' > ' separated")
     score: float = Field(description="relevance from 0 to 1")
