@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.index.chunker import ChunkerConfig, chunk_markdown
-from server.index.markdown import split_lines
+from server.index.markdown import heading_title, split_lines
+from server.index.places import body_of
 
 WORDS = st.sampled_from(
     "memory index sqlite vector keyword deploy rollback café naïve 東京 données C++ x=1 `code` **bold** "
@@ -59,6 +60,11 @@ def _check_chunks(text: str, tokenizer: object, config: ChunkerConfig) -> None:
         assert position <= len(lines[chunk.start_line - 1]), "the chunk does not begin on its start line"
         assert position + len(chunk.text) >= len(span) - len(lines[chunk.end_line - 1]), "it ends before end line"
         assert tokenizer.count(chunk.embed_text) == chunk.tokens <= config.max_tokens  # type: ignore[attr-defined]
+        # A hit's range is the chunk's body: never empty, only heading and blank lines left out, and still exact.
+        skipped, body = body_of(chunk.text, chunk.heading_text)
+        assert body.strip() and chunk.start_line + skipped <= chunk.end_line
+        assert all(not line.strip() or heading_title(line) for line in chunk.text.split("\n")[:skipped])
+        assert body in "\n".join(lines[chunk.start_line + skipped - 1 : chunk.end_line])
         for line in range(chunk.start_line - 1, chunk.end_line):
             covered[line] = True
     missed = [i + 1 for i, line in enumerate(lines) if line.strip() and not covered[i]]
