@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from server.index.embeddings.base import Tokenizer
-from server.index.markdown import Section, parse_sections, split_lines
+from server.index.markdown import HEADING_SEPARATOR, Section, parse_sections, split_lines
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 # A date or a clock time in a heading (`# 2026-11-25`, `## 14:05 — deploy`): digits the model cannot relate to a
@@ -27,7 +27,6 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 _DATE_OR_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?\b|\b\d{1,2}:\d{2}(?::\d{2})?\b")
 _LOOSE_ENDS = " \t-–—:,|·"
 CONTEXT_SEPARATOR = " > "
-HEADING_SEPARATOR = " > "  # between the titles of a chunk's heading path as stored (and shown as a hit's heading)
 ANCHOR_CHARS = 24
 
 

@@ -15,6 +15,9 @@ _CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _LIST_ITEM = re.compile(r"^([ \t]*)(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)")
 MAX_HEADING_CHARS = 200
+# Between the titles of a heading path written as one string: a chunk's stored heading, a search hit's `heading`, and
+# a section named by its path (`server.memory.sections`), so a hit's heading can be passed back.
+HEADING_SEPARATOR = " > "
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from server.index.chunker import HEADING_SEPARATOR
-from server.index.markdown import MAX_HEADING_CHARS, heading_title
+from server.index.markdown import HEADING_SEPARATOR, MAX_HEADING_CHARS, heading_title
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,8 @@ import re
 from dataclasses import dataclass
 
 from server.errors import InvalidArgumentError
-from server.index.markdown import heading_title, parse_sections
+from server.index.markdown import HEADING_SEPARATOR, heading_title, parse_sections
 
-SEPARATOR = " > "
 MAX_LEVEL = 6
 MAX_LISTED = 12  # headings named in an error
 _RAW_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
@@ -41,7 +40,7 @@ class Span:
 
     @property
     def name(self) -> str:
-        return SEPARATOR.join(self.path)
+        return HEADING_SEPARATOR.join(self.path)
 
 
 @dataclass(frozen=True)
@@ -109,8 +108,9 @@ def locate(lines: list[str], parts: tuple[str, ...], where: str) -> Span | None:
     found = matches(spans(lines), parts)
     if len(found) > 1:
         listed = ", ".join(f"{s.name!r} (line {s.start + 1})" for s in found[:MAX_LISTED])
+        named = HEADING_SEPARATOR.join(parts)
         raise InvalidArgumentError(
-            f"heading {SEPARATOR.join(parts)!r} is ambiguous in {where}: it matches {listed}; name one by its path,"
+            f"heading {named!r} is ambiguous in {where}: it matches {listed}; name one by its path,"
             f" e.g. {found[0].name!r}"
         )
     return found[0] if found else None
@@ -121,7 +121,7 @@ def not_found(lines: list[str], parts: tuple[str, ...], where: str) -> InvalidAr
     names = [s.name for s in spans(lines) if s.path[-1]]
     listed = ", ".join(repr(name) for name in names[:MAX_LISTED]) + (", ..." if len(names) > MAX_LISTED else "")
     return InvalidArgumentError(
-        f"no heading {SEPARATOR.join(parts)!r} in {where}; "
+        f"no heading {HEADING_SEPARATOR.join(parts)!r} in {where}; "
         + (f"its headings are: {listed}" if names else "it has no headings")
     )
 

@@ -27,6 +27,7 @@ from typing import Literal
 from server.errors import ConflictError, InvalidArgumentError
 from server.index.frontmatter import with_front_matter
 from server.index.labels import Labels, labels_argument, render_inline
+from server.index.markdown import HEADING_SEPARATOR
 from server.index.scan import day_of
 from server.indexes.registry import OpenIndex
 from server.memory import sections
@@ -149,7 +150,7 @@ def _section(current: MirrorFile | None, req: WriteRequest, parts: tuple[str, ..
     span = sections.locate(lines, parts, req.target)
     if req.expected is not None:
         actual = sections.section_hash(lines, span) if span is not None else None
-        check_section_expected(req.target, sections.SEPARATOR.join(parts), actual, req.expected, current)
+        check_section_expected(req.target, HEADING_SEPARATOR.join(parts), actual, req.expected, current)
     if req.mode == "replace":
         if span is not None:
             return sections.replace(existing, span, req.content)
