@@ -42,11 +42,7 @@ class PeriodRanker(Ranker):
         period = periods.named_period(self.data.texts[q])
         if self.boost == 0 or period is None:
             return ranked, scores
-        saved, periods.PERIOD_BOOST = periods.PERIOD_BOOST, self.boost
-        try:
-            order = periods.period_order([Scored(r, scores[r], 0.0, 0.0) for r in ranked], self.paths, period)
-        finally:
-            periods.PERIOD_BOOST = saved
+        order = periods.period_order([Scored(r, scores[r], 0.0, 0.0) for r in ranked], self.paths, period, self.boost)
         return [s.chunk_id for s in order], scores
 
 

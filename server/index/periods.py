@@ -61,14 +61,16 @@ def named_period(query: str) -> Period | None:
     return Period(int(year["year"]), None) if year is not None else None
 
 
-def period_order(scored: Sequence[Scored], paths: Mapping[int, str], period: Period | None) -> list[Scored]:
-    """`scored` in the order to show them: daily logs of `period` first by PERIOD_BOOST (ties by chunk id, as
-    fusion breaks them); unchanged without a period. The scores stay as they were."""
+def period_order(
+    scored: Sequence[Scored], paths: Mapping[int, str], period: Period | None, boost: float = PERIOD_BOOST
+) -> list[Scored]:
+    """`scored` in the order to show them: daily logs of `period` first by `boost` (ties by chunk id, as fusion
+    breaks them); unchanged without a period. The scores stay as they were."""
     if period is None:
         return list(scored)
 
     def boosted(item: Scored) -> float:
         day = log_day(paths.get(item.chunk_id, ""))
-        return item.score + (PERIOD_BOOST if day is not None and period.holds(day) else 0.0)
+        return item.score + (boost if day is not None and period.holds(day) else 0.0)
 
     return sorted(scored, key=lambda item: (-boosted(item), item.chunk_id))
