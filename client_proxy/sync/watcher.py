@@ -59,6 +59,7 @@ class Wakeup:
         self._last = 0.0
         self._due: float | None = None  # wake no later than this (`poke_in`)
         self._urgent = False
+        self._hurry = anyio.Event()  # an urgent poke came while `wait` waits out a burst's quiet time
 
     @classmethod
     def debounced(cls, quiet: float) -> Wakeup:
@@ -94,7 +95,13 @@ class Wakeup:
             anyio.from_thread.run_sync(self._set, token=self._token)
 
     def _set(self) -> None:
+        with self._lock:
+            pending, urgent = self._first is not None or self._due is not None, self._urgent
+        if not pending:
+            return  # a poke from another thread that arrives after `wait` has already taken its burst
         self._event.set()
+        if urgent:
+            self._hurry.set()
 
     async def wait(self, timeout: float) -> bool:
         """True once pokes have gone quiet (or an urgent one came, or the time asked by `poke_in`); False after
@@ -113,7 +120,9 @@ class Wakeup:
                 if remaining <= 0:
                     self._first, self._due, self._urgent, self._event = None, None, False, anyio.Event()
                     return True
-            await anyio.sleep(remaining)
+                self._hurry = anyio.Event()
+            with anyio.move_on_after(remaining):
+                await self._hurry.wait()
 
 
 class _Handler(FileSystemEventHandler):

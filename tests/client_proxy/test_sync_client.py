@@ -462,6 +462,37 @@ async def test_a_wake_up_asked_for_with_no_events_comes_at_its_time_not_before()
     assert not await wakeup.wait(0)  # and it was the one wake-up
 
 
+@pytest.mark.parametrize("from_thread", [False, True], ids=["on-the-loop", "from-a-thread"])
+async def test_an_urgent_poke_ends_a_quiet_time_already_being_waited_out(from_thread):
+    wakeup = Wakeup(quiet=30, max_delay=60)  # a file saved just before a scan was asked for
+
+    async def poke_urgently() -> None:
+        await anyio.wait_all_tasks_blocked()  # the wait below is sleeping out the quiet time
+        if from_thread:
+            await anyio.to_thread.run_sync(lambda: wakeup.poke(urgent=True))
+        else:
+            wakeup.poke(urgent=True)
+
+    wakeup.poke()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(poke_urgently)
+            assert await wakeup.wait(60)
+    assert not await wakeup.wait(0)  # the save and the urgent poke were one wake-up
+
+
+async def test_a_wake_delivered_after_its_burst_was_taken_neither_wakes_nor_fails():
+    wakeup = Wakeup(quiet=0.01, max_delay=0.02)
+    wakeup.poke(urgent=True)
+    with anyio.fail_after(10):
+        assert await wakeup.wait(60)
+    wakeup._set()  # what a poke from another thread delivers late, once the wait above has taken its burst
+    assert not await wakeup.wait(0.1)
+    wakeup.poke()
+    with anyio.fail_after(10):
+        assert await wakeup.wait(60)  # and the next poke still wakes
+
+
 # -- status --------------------------------------------------------------------------------------------------------
 
 
