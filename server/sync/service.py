@@ -7,14 +7,15 @@ file and replacing it; then the changed files are indexed, so a push is searchab
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from server.errors import InvalidArgumentError
 from server.indexes.storage import FileStore
 from server.memory.intake import refuse_secrets
 from server.memory.service import CallerContext, MemoryService
-from server.mirror.mirror import ABSENT, FileState, MirrorFile
+from server.mirror.mirror import ABSENT, FileState, IdempotencyRecord, MirrorFile
 from server.mirror.paths import normalise_memory_path
 from server.sync.conflicts import conflict_path
 from server.sync.merge import merge3, merge_unrelated
@@ -153,6 +154,9 @@ def _write(
     digest = sha256_hex(_encoded(content))
     if current is not None and current.hash == digest:
         return PushResult(path, "unchanged", current.hash, current.revision)
+    record = IdempotencyRecord(caller, _PUSH_KEY + path, f"{base or ''} {digest}", "")
+    if current is not None and (answer := _answered(mirror, record, current)) is not None:
+        return answer
     if current is None or base == current.hash:
         expected = current.hash if current else ABSENT
         state = mirror.write(path, content, caller=caller, expected_hash=expected, change="push")
@@ -165,13 +169,22 @@ def _write(
     if merged is not None:
         fault_point("sync.merge.merged")
         try:
-            state = mirror.write(path, merged, caller=caller, expected_hash=current.hash, change="merge")
+            state = mirror.write(
+                path,
+                merged,
+                caller=caller,
+                expected_hash=current.hash,
+                change="merge",
+                record=_answer(record, "merged"),
+            )
         except InvalidArgumentError:  # the merged text is over the size cap: keep both sides apart instead
             log.info("sync: merging %s would exceed the size cap; keeping a conflict copy", path)
         else:
             return PushResult(path, "merged", state.hash, state.revision, content=merged)
     copy = conflict_path(path, caller, mirror.clock(), lambda p: mirror.read(p) is not None)
-    kept = mirror.write(copy, content, caller=caller, expected_hash=ABSENT, change="conflict")
+    kept = mirror.write(
+        copy, content, caller=caller, expected_hash=ABSENT, change="conflict", record=_answer(record, copy)
+    )
     log.info("sync: conflicting edits of %s; %s kept the pushed text", path, copy)
     return PushResult(
         path,
@@ -182,6 +195,33 @@ def _write(
         conflict_path=copy,
         conflict_revision=kept.revision,
     )
+
+
+# A merge or a conflict copy is remembered per caller and path, so that the same push again (a laptop that lost the
+# answer retries it) gets the same answer: merging it again could conflict with its own merged text, and a conflict
+# would be copied twice. The key holds a newline, which no idempotency_key of memory_write can.
+_PUSH_KEY = "sync push\n"
+
+
+def _answer(record: IdempotencyRecord, outcome: str) -> IdempotencyRecord:
+    """`record` holding what a push was answered: "merged", or the conflict copy's path."""
+    return replace(record, result=json.dumps({"outcome": outcome}))
+
+
+def _answered(mirror: FileStore, record: IdempotencyRecord, current: MirrorFile) -> PushResult | None:
+    """The answer to a push this caller already made (same path, base and text), given with the file as it is now
+    (it holds the push, or a later change made over it); None for a push not seen before."""
+    remembered = mirror.recall(record.caller, record.key)
+    if remembered is None or remembered.request != record.request:
+        return None
+    outcome = str(json.loads(remembered.result).get("outcome", ""))
+    now = PushResult(record.key.removeprefix(_PUSH_KEY), "merged", current.hash, current.revision, current.text)
+    if outcome == "merged":
+        return now
+    copy = mirror.state(outcome) if outcome else None
+    if copy is None or copy.hash is None:  # the copy was deleted since: keep the text again
+        return None
+    return replace(now, status="conflict", conflict_path=copy.path, conflict_revision=copy.revision)
 
 
 def _delete(mirror: FileStore, caller: str, path: str, base: str | None, current: MirrorFile | None) -> PushResult:

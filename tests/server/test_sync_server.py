@@ -134,6 +134,42 @@ async def test_conflicting_replaces_keep_the_servers_text_and_a_conflict_copy_wi
     assert same_second["conflict_path"] == "memory/MEMORY.conflict-bob-20261123T101500Z-2.md"
 
 
+async def test_a_push_retried_after_a_merge_of_neighbouring_lines_gets_the_merge_again_and_writes_nothing(laptops):
+    base = "a\nb\nc\n"
+    await push(laptops["alice"], {"path": "memory/n.md", "base": None, "content": base})
+    await push(laptops["alice"], {"path": "memory/n.md", "base": h(base), "content": "A\nb\nc\n"})
+    bob = {"path": "memory/n.md", "base": h(base), "content": "a\nB\nc\n"}
+    [first] = await push(laptops["bob"], bob)
+    assert (first["status"], first["content"]) == ("merged", "A\nB\nc\n")
+    revision = (await pull(laptops["alice"]))["revision"]
+    [again] = await push(laptops["bob"], bob)  # the answer was lost: merging again would meet its own merge
+    assert {k: again[k] for k in ("status", "hash", "revision", "content")} == {
+        k: first[k] for k in ("status", "hash", "revision", "content")
+    }
+    answer = await pull(laptops["alice"])
+    assert answer["revision"] == revision and [c["path"] for c in answer["changes"]] == ["memory/n.md"]
+
+
+async def test_a_push_retried_after_a_conflict_names_the_same_copy_and_makes_no_other(laptops, service):
+    service.clock = lambda: dt.datetime(2026, 11, 23, 10, 15, tzinfo=dt.UTC)
+    await push(laptops["alice"], {"path": "memory/db.md", "base": None, "content": "SQLite.\n"})
+    await push(laptops["alice"], {"path": "memory/db.md", "base": h("SQLite.\n"), "content": "Postgres.\n"})
+    bob = {"path": "memory/db.md", "base": h("SQLite.\n"), "content": "DuckDB.\n"}
+    [first] = await push(laptops["bob"], bob)
+    [again] = await push(laptops["bob"], bob)
+    assert again == first and first["conflict_path"] == "memory/db.conflict-bob-20261123T101500Z.md"
+    assert sorted(c["path"] for c in (await pull(laptops["alice"]))["changes"]) == [
+        "memory/db.conflict-bob-20261123T101500Z.md",
+        "memory/db.md",
+    ]
+    await push(laptops["alice"], {"path": first["conflict_path"], "base": h("DuckDB.\n"), "delete": True})
+    [after_cleanup] = await push(laptops["bob"], bob)  # the copy was dealt with: the text is kept again, not lost
+    assert after_cleanup["conflict_path"] == first["conflict_path"]
+    assert after_cleanup["conflict_revision"] > first["conflict_revision"]
+    copy = {c["path"]: c for c in (await pull(laptops["alice"]))["changes"]}[first["conflict_path"]]
+    assert copy["content"] == "DuckDB.\n"
+
+
 async def test_a_delete_with_the_current_base_leaves_a_tombstone_and_a_stale_delete_keeps_the_newer_text(laptops):
     await push(laptops["alice"], {"path": "memory/a.md", "base": None, "content": "one\n"})
     await push(laptops["alice"], {"path": "memory/b.md", "base": None, "content": "two\n"})
