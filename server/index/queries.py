@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -26,9 +27,14 @@ class Filters:
         return bool(self.tags or self.category)
 
 
-def prefix_upper_bound(prefix: str) -> str:
-    """The smallest string greater than every string starting with `prefix`, for a range scan."""
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with `prefix`, for a range scan (paths compare by
+    code point, as their UTF-8 bytes do); None when there is none (`prefix` is all U+10FFFF)."""
+    for end in range(len(prefix), 0, -1):
+        last = ord(prefix[end - 1])
+        if last < sys.maxunicode:
+            return prefix[: end - 1] + chr(0xE000 if last == 0xD7FF else last + 1)  # never a surrogate
+    return None
 
 
 def file_conditions(filters: Filters, alias: str) -> tuple[list[str], list[object]]:
@@ -38,8 +44,11 @@ def file_conditions(filters: Filters, alias: str) -> tuple[list[str], list[objec
         conditions.append(f"{alias}.source IN ({', '.join('?' for _ in filters.sources)})")
         params.extend(filters.sources)
     if filters.path_prefix:
-        conditions.append(f"{alias}.path >= ? AND {alias}.path < ?")
-        params.extend([filters.path_prefix, prefix_upper_bound(filters.path_prefix)])
+        conditions.append(f"{alias}.path >= ?")
+        params.append(filters.path_prefix)
+        if (bound := prefix_upper_bound(filters.path_prefix)) is not None:
+            conditions.append(f"{alias}.path < ?")
+            params.append(bound)
     if filters.date_from or filters.date_to:
         # Both bounds always: undated files have day NULL (files) or '' (vec0 metadata cannot be NULL).
         conditions.append(f"{alias}.day >= ? AND {alias}.day <= ?")

@@ -163,7 +163,35 @@ M003_HNSW_M32 = "SELECT 1"
 # built and searched in one run (bench/results/pgvector.md).
 M004_HNSW_EF256 = _rebuild_hnsw(32, 256)
 
-MIGRATIONS: tuple[str, ...] = (M001_FILES, M002_SEARCH, M003_HNSW_M32, M004_HNSW_EF256)
+# Paths compare and sort by their bytes, as SQLite's do. Under a language-aware collation (the official images'
+# databases are en_US.utf8) 'memory/deploy.md' sorts after 'memory0', so a search's path-prefix range found nothing,
+# and listings came out in another order than SQLite's. Lexemes are cut to 200 characters
+# (`search_queries.MAX_LEXEME_CHARS` when this was written): a btree key holds at most about 2.7 kB.
+M005_BYTE_PATHS_SHORT_LEXEMES = """
+ALTER TABLE files ALTER COLUMN path TYPE TEXT COLLATE "C";
+ALTER TABLE history ALTER COLUMN path TYPE TEXT COLLATE "C";
+ALTER TABLE indexed_files ALTER COLUMN path TYPE TEXT COLLATE "C";
+DO $$
+DECLARE t record;
+BEGIN
+    FOR t IN SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname ~ '^vectors_[0-9]+$'
+    LOOP
+        EXECUTE format('ALTER TABLE %I ALTER COLUMN path TYPE TEXT COLLATE "C"', t.name);
+    END LOOP;
+END $$;
+WITH long AS (DELETE FROM chunk_terms WHERE length(lexeme) > 200 RETURNING lexeme, chunk_id, tf)
+INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT left(lexeme, 200), chunk_id, sum(tf) FROM long GROUP BY 1, 2
+ON CONFLICT (lexeme, chunk_id) DO UPDATE SET tf = chunk_terms.tf + excluded.tf;
+"""
+
+MIGRATIONS: tuple[str, ...] = (
+    M001_FILES,
+    M002_SEARCH,
+    M003_HNSW_M32,
+    M004_HNSW_EF256,
+    M005_BYTE_PATHS_SHORT_LEXEMES,
+)
 
 
 def migrate(db: PgConnection, schema: str, migrations: tuple[str, ...] = MIGRATIONS) -> None:

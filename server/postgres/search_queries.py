@@ -19,6 +19,14 @@ from server.mirror.queries import Query
 K1, B = 1.2, 0.75
 HEADING_WEIGHT = 0.5  # as the engine's `bm25(chunks_fts, 1.0, 0.5)`
 STEMMER = "memory_stem"  # `migrations.M002_SEARCH`: the Snowball English stemmer, no stopword list
+# A lexeme's characters kept: chunk_terms' btree key holds at most about 2.7 kB, and one longer word (a hex dump, a
+# key) made its whole file unindexable. Queries cut theirs alike, so a longer word still finds itself.
+MAX_LEXEME_CHARS = 200
+
+
+def lexeme(word: str) -> str:
+    """The SQL expression of the lexeme of the SQL text expression `word`: stemmed, cut to MAX_LEXEME_CHARS."""
+    return f"left(coalesce((ts_lexize('{STEMMER}', {word}))[1], {word}), {MAX_LEXEME_CHARS})"
 
 
 def words_of(text: str) -> str:
@@ -26,8 +34,7 @@ def words_of(text: str) -> str:
     digits, lowercased and stemmed, as FTS5's `porter unicode61` tokenizer cuts them (PostgreSQL's own parser
     keeps hyphenated words, numbers with points and the like whole, which cost BM25 on SciFact)."""
     return (
-        f"(SELECT coalesce((ts_lexize('{STEMMER}', w))[1], w) AS lexeme"
-        f" FROM regexp_split_to_table(lower({text}), '[^[:alnum:]]+') w WHERE w <> '')"
+        f"(SELECT {lexeme('w')} AS lexeme FROM regexp_split_to_table(lower({text}), '[^[:alnum:]]+') w WHERE w <> '')"
     )
 
 
@@ -183,7 +190,7 @@ def create_vector_table(table: str, dimensions: int) -> list[str]:
     table = _table(table)
     return [
         f"CREATE TABLE {table}(chunk_id BIGINT PRIMARY KEY, embedding vector({dimensions}) NOT NULL,"
-        " source TEXT NOT NULL, path TEXT NOT NULL, day TEXT NOT NULL)",
+        ' source TEXT NOT NULL, path TEXT COLLATE "C" NOT NULL, day TEXT NOT NULL)',
         hnsw_index(table),
     ]
 
@@ -243,12 +250,12 @@ def cache(provider: str, model: str, digest: str, vector: bytes, now: float) -> 
 
 def stems_sql(words: list[str]) -> Query:
     """The distinct lexemes of a query's words (`server.index.fts.query_terms`), stemmed as the chunks' are."""
-    return f"SELECT DISTINCT coalesce((ts_lexize('{STEMMER}', w))[1], w) FROM unnest(?::text[]) w", (words,)
+    return f"SELECT DISTINCT {lexeme('w')} FROM unnest(?::text[]) w", (words,)
 
 
 def term_chunks_sql(word: str) -> Query:
     """How many chunks hold `word` (stemmed as the chunks' words are): its document frequency."""
-    return f"SELECT count(*) FROM chunk_terms WHERE lexeme = coalesce((ts_lexize('{STEMMER}', ?))[1], ?)", (word, word)
+    return f"SELECT count(*) FROM chunk_terms WHERE lexeme = {lexeme('?::text')}", (word, word)
 
 
 def keyword_chunks_sql() -> Query:

@@ -8,12 +8,15 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from server.index.embeddings.chain import ProviderChain
 from server.index.embeddings.local import LocalEmbedder
 from server.index.engine import MemoryIndex
 from server.index.errors import InvalidArgumentError, UnknownIndexError
 from server.index.model_package import FP32, INT8
+from server.index.queries import prefix_upper_bound
 from server.index.search import build_options
 from tests.fakes.embedder import HashingEmbedder
 
@@ -107,6 +110,24 @@ def test_filters_by_source_path_prefix_and_date_range(index, folder):
     assert prefixed == {"memory/decisions.md"}
     assert index.search("deploy", build_options(sources=["sessions"])).hits == []
     assert index.search("deploy", build_options(sources=["memory"])).hits
+
+
+@pytest.mark.parametrize("prefix", ["memory/\U0010ffff", "memory/\ud7ff", "\U0010ffff\U0010ffff"])
+def test_a_path_filter_ending_in_the_last_code_points_finds_nothing_else_and_does_not_fail(index, folder, prefix):
+    index.index(folder)
+    assert index.search("decisions", build_options(limit=50, path_prefix=prefix)).hits == []
+
+
+@given(st.text(max_size=4), st.text(max_size=4))
+@example("a\U0010ffff", "b")
+@example("a\ud7ff", "\ue000")
+@example("\U0010ffff", "")
+def test_a_path_filters_range_holds_every_path_starting_with_it_and_no_other(prefix: str, rest: str) -> None:
+    # Python compares text by code point, as SQLite and a "C" collation compare its UTF-8 bytes.
+    bound = prefix_upper_bound(prefix)
+    for path in (prefix + rest, rest, rest + prefix):
+        assert (path >= prefix and (bound is None or path < bound)) == path.startswith(prefix)
+    assert bound is None or bound.encode("utf-8")  # never a lone surrogate, which neither database takes
 
 
 def test_min_score_drops_weak_hits(index, folder):

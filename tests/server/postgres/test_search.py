@@ -4,6 +4,7 @@ that runs once across two servers on one database (indexing, the rebuild for a n
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 
@@ -82,6 +83,79 @@ def test_filters_by_path_and_tag_apply_on_both_sides(open_index: Callable[..., O
     assert paths_of(index, "team", path_prefix="memory/food") == ["memory/food.md"]
     labelled = index.file_labels(Labels(("ops",), None))
     assert list(labelled) == ["memory/ops/tagged.md"] and labelled["memory/ops/tagged.md"].tags == ("ops",)
+
+
+def test_every_path_column_compares_by_bytes_whatever_the_databases_collation(
+    open_index: Callable[..., Opened], postgres_url: str
+) -> None:
+    # Under en_US.utf8 (the official images' default) 'memory/deploy.md' sorts after 'memory0', the bound of the
+    # path filter's range: the filter found nothing. This machine has no such locale, so the columns are checked.
+    index, store = open_index(HashingEmbedder())
+    write_all(store, NOTES)
+    index.index()
+    with psycopg.connect(postgres_url) as db:
+        rows = db.execute(
+            "SELECT table_name, collation_name FROM information_schema.columns"
+            " WHERE table_schema = %s AND column_name = 'path'",
+            (schema_of("proj"),),
+        ).fetchall()
+    tables = {table for table, _ in rows}
+    assert {"files", "history", "indexed_files"} <= tables and any(t.startswith("vectors_") for t in tables)
+    assert {table: collation for table, collation in rows} == dict.fromkeys(tables, "C")
+
+
+def test_a_word_longer_than_an_index_key_is_cut_and_its_file_still_found_by_it(
+    open_index: Callable[..., Opened],
+) -> None:
+    digits = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(80))
+    dump = f"{digits}"  # one 5,120-character word that does not compress: over a btree key's 2.7 kB
+    key = digits[:1500]  # a word under the query's limit, still far over the lexemes kept
+    index, store = open_index(HashingEmbedder())
+    write_all(store, {**NOTES, "memory/dump.md": f"# Dump\n\n{dump}\n", "memory/key.md": f"# Key\n\n{key}\n"})
+    assert index.index().files_indexed == 5  # every file, those after the dump too
+    assert paths_of(index, "dump", mode="keyword") == ["memory/dump.md"]
+    assert sorted(paths_of(index, key, mode="keyword")) == ["memory/dump.md", "memory/key.md"]  # cut alike
+
+
+def test_an_index_schema_version_4_made_gets_byte_ordered_paths_and_cut_lexemes(
+    open_index: Callable[..., Opened], postgres_url: str
+) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(store, NOTES)
+    index.index()
+    long_a, long_b = "k" * 250 + "a", "k" * 250 + "b"  # one chunk's two words that agree on the kept 200
+    with psycopg.connect(postgres_url, autocommit=True) as admin:  # back to what version 4 made
+        admin.execute(f'SET search_path TO "{schema_of("proj")}", public')
+        for table in ("files", "history", "indexed_files"):
+            admin.execute(f'ALTER TABLE {table} ALTER COLUMN path TYPE TEXT COLLATE "default"')
+        chunk = admin.execute("SELECT min(id) FROM chunks").fetchone()
+        assert chunk is not None
+        for word in (long_a, long_b):
+            admin.execute("INSERT INTO chunk_terms(lexeme, chunk_id, tf) VALUES (%s, %s, 1.5)", (word, chunk[0]))
+        admin.execute("INSERT INTO chunk_terms(lexeme, chunk_id, tf) VALUES (%s, %s, 1)", ("k" * 200, chunk[0]))
+        admin.execute("UPDATE schema_version SET version = 4")
+    upgraded, _ = open_index(HashingEmbedder(), "two")
+    with psycopg.connect(postgres_url) as db:
+        db.execute(f'SET search_path TO "{schema_of("proj")}"')
+        collations = db.execute(
+            "SELECT DISTINCT collation_name FROM information_schema.columns"
+            " WHERE table_schema = %s AND column_name = 'path'",
+            (schema_of("proj"),),
+        ).fetchall()
+        long = db.execute("SELECT lexeme, tf FROM chunk_terms WHERE lexeme LIKE 'kkk%%'").fetchall()
+    assert collations == [("C",)]
+    assert long == [("k" * 200, 4.0)]  # the three counted as the one word a search now asks for
+    assert paths_of(upgraded, "ramen")[0] == "memory/food.md"
+
+
+@pytest.mark.parametrize("prefix", ["memory/\U0010ffff", "memory/\ud7ff", "\U0010ffff"])
+def test_a_path_filter_ending_in_the_last_code_points_finds_nothing_else_and_does_not_fail(
+    open_index: Callable[..., Opened], prefix: str
+) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(store, NOTES)
+    index.index()
+    assert paths_of(index, "ramen", path_prefix=prefix) == []
 
 
 @pytest.mark.parametrize(
