@@ -144,17 +144,21 @@ def normalise_memory_prefix(raw: str | None, *, argument: str = "prefix") -> str
     return "/".join(segments) + ("/" if trailing else "")
 
 
-def is_memory_file(path: str) -> bool:
-    """Whether an already canonical path is one the mirror holds (the engine's default scan rules)."""
+def is_memory_file(path: str, *, any_extra_folder: bool = False) -> bool:
+    """Whether an already canonical path is one the mirror holds (the engine's default scan rules); with
+    `any_extra_folder`, a path under any folder that could be announced as an extra one passes too."""
     if path in ROOT_FILES:
         return True
     parts = path.split("/")
-    return len(parts) >= 2 and parts[0] in memory_folders() and parts[-1].endswith(".md") and len(parts[-1]) > 3
+    if len(parts) < 2 or not parts[-1].endswith(".md") or len(parts[-1]) <= 3:
+        return False
+    return parts[0] in memory_folders() or (any_extra_folder and extra_folder_problem(parts[0]) is None)
 
 
-def synced_path_problem(rel: str) -> str | None:
+def synced_path_problem(rel: str, *, any_extra_folder: bool = False) -> str | None:
     """Why a laptop must not sync the file `rel` ('/'-separated, as spelled on its disk), or None: a name the
-    server would refuse, or one it would store under another spelling."""
+    server would refuse, or one it would store under another spelling. With `any_extra_folder`, the folders the
+    server announces now do not matter (a laptop's stored state outlives an announcement)."""
     try:
         segments = _segments(rel, "path")
     except PathRefused as exc:
@@ -163,7 +167,7 @@ def synced_path_problem(rel: str) -> str | None:
         if unicodedata.normalize("NFC", rel) != rel:
             return "a name not in Unicode NFC form (the server would store it under another name); rename it"
         return "a name not in canonical form (the server would store it under another name)"
-    if not is_memory_file(rel):
+    if not is_memory_file(rel, any_extra_folder=any_extra_folder):
         return "not a memory file (MEMORY.md, memory.md or memory/**/*.md)"
     return None
 

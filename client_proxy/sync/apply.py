@@ -115,10 +115,14 @@ class Reconciler:
             self._warn(path, "the server sent content that does not match its hash; not applied")
             return "skipped"
         try:
-            local = self.files.current(path)
-        except (UnsafePathError, UnsyncableError) as exc:
+            return self._apply(change, entry, reset=reset)
+        except (UnsafePathError, UnsyncableError) as exc:  # this file only: the pull goes on with the others
             self._warn(path, f"not applying the server's change: {exc}")
             return "skipped"
+
+    def _apply(self, change: Change, entry: Base | None, *, reset: bool) -> Outcome:
+        path = change.path
+        local = self.files.current(path)
         if local == change.hash:
             self._record(path, change.hash, change.revision)
             return "same"

@@ -13,10 +13,11 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from client_proxy.errors import ProxyError
 from client_proxy.sync.scope import (
@@ -51,7 +52,20 @@ MAX_DEPTH: Final = 15  # folders below memory/; the server allows 16 path parts 
 
 
 class UnsyncableError(ProxyError):
-    """A local file that exists but cannot be synced (too large, binary, not UTF-8, a symlink)."""
+    """A local file that exists but cannot be synced (too large, binary, not UTF-8, a symlink), or that the disk
+    refuses to read or write (permissions, a name too long): it is skipped, and the other files sync."""
+
+
+@contextmanager
+def _this_file_only(doing: Literal["read", "written"]) -> Iterator[None]:
+    """The one place an OSError on one file becomes `UnsyncableError`, so that it costs that file only, never a
+    whole scan, pull or push. A read's FileNotFoundError passes: it means the file is absent."""
+    try:
+        yield
+    except OSError as exc:
+        if doing == "read" and isinstance(exc, FileNotFoundError):
+            raise
+        raise UnsyncableError(f"cannot be {doing} ({exc.strerror or type(exc).__name__})") from None
 
 
 @dataclass(frozen=True)
@@ -110,7 +124,8 @@ class LocalFiles:
                 self._skip(found, rel, reason)
                 continue
             try:
-                found.files[rel] = self._hashed(self.project / rel)
+                with _this_file_only("read"):
+                    found.files[rel] = self._hashed(self.project / rel)
             except FileNotFoundError:
                 continue  # deleted while we looked
             except UnsyncableError as exc:
@@ -170,7 +185,8 @@ class LocalFiles:
         """The hash of the file now (None: absent); `UnsafePathError` or `UnsyncableError` when it must not be
         touched."""
         try:
-            return self._hashed(safe_target(self.project, rel)).hash
+            with _this_file_only("read"):
+                return self._hashed(safe_target(self.project, rel)).hash
         except FileNotFoundError:
             return None
 
@@ -179,7 +195,8 @@ class LocalFiles:
         than WRITING_NS ago, or SETTLE_EMPTY_NS when empty; 0: it is not), checked as a push needs them; None when
         absent."""
         try:
-            data, info = self._read(safe_target(self.project, rel))
+            with _this_file_only("read"):
+                data, info = self._read(safe_target(self.project, rel))
         except FileNotFoundError:
             return None
         age, settles = self.now_ns() - info.st_mtime_ns, WRITING_NS if data else SETTLE_EMPTY_NS
@@ -209,10 +226,6 @@ class LocalFiles:
             fd, info = open_regular(path)
         except NotRegularFile:
             raise UnsyncableError("is not a regular file") from None
-        except OSError as exc:
-            if isinstance(exc, FileNotFoundError):
-                raise
-            raise UnsyncableError(f"cannot be read ({exc.strerror})") from None
         try:
             data = read_capped(fd, self.max_bytes)
             info = os.fstat(fd)  # after the read: a write that landed during it makes the file look just saved
@@ -226,6 +239,10 @@ class LocalFiles:
     def write(self, rel: str, data: bytes, expected: str | None) -> LocalFile | None:
         """Put `data` at `rel` atomically, only if the file still has hash `expected` (None: is still absent).
         Returns the file as written, or None when it changed meanwhile (nothing was written)."""
+        with _this_file_only("written"):
+            return self._write(rel, data, expected)
+
+    def _write(self, rel: str, data: bytes, expected: str | None) -> LocalFile | None:
         safe_target(self.project, rel)  # before making any folder: never through a symlink
         self._make_parents(rel)
         target = safe_target(self.project, rel)  # again: a folder made meanwhile could be a symlink
@@ -233,7 +250,8 @@ class LocalFiles:
             mode = stat.S_IMODE(os.lstat(target).st_mode)
         except FileNotFoundError:
             mode = None
-        temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.sync-tmp")  # hidden: never synced
+        # Hidden (never synced, ignored by the watcher) and of a fixed length: any name the rules allow still fits.
+        temp = target.with_name(f".sync-{secrets.token_hex(8)}.tmp")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -264,9 +282,10 @@ class LocalFiles:
             return True
         if current != expected:
             return False
-        target = safe_target(self.project, rel)
-        target.unlink(missing_ok=True)
-        _fsync_dir(target.parent)
+        with _this_file_only("written"):
+            target = safe_target(self.project, rel)
+            target.unlink(missing_ok=True)
+            _fsync_dir(target.parent)
         self._cache.pop(rel, None)
         return True
 

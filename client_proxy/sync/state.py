@@ -8,7 +8,8 @@ One JSON file per (server URL, index, project folder), named by a short hash of 
      "last_pull_at": "2026-11-23T10:15:00Z", "last_push_at": ..., "last_push_revision": 58,
      "last_error": {"at": ..., "message": ...} | null, "read_only": false,
      "conflicts": [{"path": "memory/x.md", "copy": "memory/x.conflict-alice-....md", "at": ...}],
-     "rejected": {"memory/bad.md": {"hash": "<sha256 or null for a delete>", "message": ..., "at": ...}}}
+     "rejected": {"memory/bad.md": {"hash": "<sha256 or null for a delete>", "message": ..., "at": ...}},
+     "reset_listed": ["memory/a.md", ...] | null}      # a reset listing's paths so far, until its last page
 
 `base` is the hash this laptop last agreed with the server; `size`/`mtime_ns` (or null) are the local file's when
 it was last seen to hold exactly `base`. Pending pushes are not stored: they are the files that differ from their
@@ -91,6 +92,9 @@ class SyncState:
     read_only: bool = False
     conflicts: list[dict[str, str]] = field(default_factory=list)
     rejected: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    # The paths of a reset listing (the server restored from a backup) while its pages arrive: kept across restarts,
+    # since only its first page says it is a reset, and only its end tells which bases the server no longer knows.
+    reset_listed: list[str] | None = None
 
     def add_conflict(self, path: str, copy: str, at: str) -> None:
         self.conflicts = [*self.conflicts, {"path": path, "copy": copy, "at": at}][-MAX_CONFLICTS:]
@@ -131,6 +135,10 @@ class SyncState:
             if not isinstance(item, dict) or not all(isinstance(v, str | None) for v in item.values()):
                 raise StateCorruptError(f"rejected[{path!r}] must be an object of strings")
             state.rejected[_path(path)] = dict(item)
+        listed = data.get("reset_listed")  # absent in the files of older versions
+        if listed is not None and not isinstance(listed, list):
+            raise StateCorruptError("reset_listed must be a list or null")
+        state.reset_listed = None if listed is None else [_path(path) for path in listed]
         return state
 
 
@@ -160,7 +168,9 @@ def _string_map(value: object, name: str, *, nullable: bool) -> dict[str, str] |
 
 
 def _path(path: str) -> str:
-    if name_problem(path):
+    # The rules alone, not the folders announced now: a fresh process knows the server's extra folders only from
+    # its first pull, and whether a folder is still synced is the scan's and the pull's question (`in_scope`).
+    if name_problem(path, any_extra_folder=True):
         raise StateCorruptError(f"{path!r} is not a memory path")
     return path
 

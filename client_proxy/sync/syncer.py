@@ -73,7 +73,6 @@ class Syncer:
         self._retry = Retry(rng)
         self._lock = anyio.Lock()
         self._pushed_once = anyio.Event()
-        self._reset_listed: set[str] | None = None  # paths of a reset listing, while its pages arrive
         self._failing: str | None = None
         self._in_flight: anyio.CancelScope | None = None
         self._save_failed = False
@@ -279,20 +278,15 @@ class Syncer:
 
     def _apply_changes(self, answer: Changes) -> bool:
         """Apply one pull answer (blocking, under the lock); True when some local file needs pushing first."""
-        if answer.reset and self._reset_listed is None:
+        if answer.reset:  # only a listing's first page says so
             log.warning("sync: the server's history restarted (restored from a backup?): checking every file again")
-            self._reset_listed = set()
+            self.state.reset_listed = []
+        resetting = self.state.reset_listed is not None
         outcomes: Counter[str] = Counter()
         for change in answer.changes:
-            outcomes[self._reconciler.apply_change(change, reset=self._reset_listed is not None)] += 1
+            outcomes[self._reconciler.apply_change(change, reset=resetting)] += 1
             fault_point("proxy.pull.written")
-            if self._reset_listed is not None:
-                self._reset_listed.add(change.path)
-        if self._reset_listed is not None and not answer.more:
-            dropped = self._reconciler.forget_unlisted(self._reset_listed)
-            if dropped:
-                log.info("sync: %d files unknown to the restored server will be pushed again", dropped)
-            self._reset_listed = None
+        dropped = self._reset_listing(answer) if resetting else 0
         self.state.revision = answer.next
         self.state.last_pull_at = self._now()
         if answer.changes:
@@ -300,7 +294,21 @@ class Syncer:
             log.info("sync: pulled %d changes up to revision %d (%s)", count, answer.next, summary)
         self._save()
         fault_point("proxy.pull.saved")
-        return outcomes["dirty"] > 0 or answer.reset
+        return outcomes["dirty"] > 0 or answer.reset or dropped > 0
+
+    def _reset_listing(self, answer: Changes) -> int:
+        """Add a page of a reset listing to the paths it named; after its last, drop the bases of paths it did not
+        name (so their files are pushed again) and return how many."""
+        assert self.state.reset_listed is not None
+        listed = {*self.state.reset_listed, *(change.path for change in answer.changes)}
+        if answer.more:
+            self.state.reset_listed = sorted(listed)
+            return 0
+        self.state.reset_listed = None
+        dropped = self._reconciler.forget_unlisted(listed)
+        if dropped:
+            log.info("sync: %d files unknown to the restored server will be pushed again", dropped)
+        return dropped
 
     def _save(self) -> None:
         try:

@@ -335,13 +335,14 @@ def _relative(path: str, cwd: str | None) -> str:
 
 
 def _timestamp(value: object) -> datetime | None:
+    """The line's time in UTC; None when it is not one (a bad time costs the line its time, nothing more)."""
     if not isinstance(value, str):
         return None
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: in UTC it would fall outside years 1 to 9999
         return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def _text(value: object) -> str | None:

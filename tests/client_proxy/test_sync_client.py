@@ -4,6 +4,7 @@ tests/client_proxy/test_sync_loop.py."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ from client_proxy import cli
 from client_proxy.config import ProxyConfig
 from client_proxy.errors import ConfigError
 from client_proxy.settings import RunSettings
-from client_proxy.sync.local_files import RACY_NS, WRITING_NS, LocalFiles, sha256_hex
+from client_proxy.sync.local_files import RACY_NS, WRITING_NS, LocalFiles, UnsyncableError, sha256_hex
 from client_proxy.sync.plan import pending_pushes
 from client_proxy.sync.scope import (
     DEFAULT_MAX_FILE_BYTES,
@@ -184,6 +185,30 @@ def test_a_state_file_of_another_folder_under_this_name_is_not_trusted(tmp_path,
     assert StateStore(home, SERVER, INDEX, project).load().revision == 0
 
 
+def test_a_state_file_naming_an_extra_folder_survives_a_restart(tmp_path, project):
+    home = tmp_path / "state"
+    store = StateStore(home, SERVER, INDEX, project)
+    state = store.fresh()
+    state.files["notes/n.md"] = Base(h("n"), 3)  # synced while the server announced notes/
+    state.rejected["notes/bad.md"] = {"hash": None, "message": "no", "at": "2026-11-23T10:15:00Z"}
+    store.save(state)
+
+    # a fresh process knows no extra folders before its first pull answer
+    assert StateStore(home, SERVER, INDEX, project).load() == state
+    assert not list(home.glob("*.corrupt-*"))
+
+
+@pytest.mark.parametrize("path", ["sessions/alice/2026-01-01-s.md", "notes/.hidden.md", "../notes/n.md", "notes/n.txt"])
+def test_a_state_file_naming_a_path_no_folder_could_hold_is_still_corrupt(tmp_path, project, path):
+    home = tmp_path / "state"
+    store = StateStore(home, SERVER, INDEX, project)
+    state = store.fresh()
+    state.files[path] = Base(h("n"), 3)
+    store.save(state)
+    assert StateStore(home, SERVER, INDEX, project).load() == store.fresh()
+    assert list(home.glob("*.corrupt-*"))
+
+
 def test_the_state_folder_follows_the_environment(tmp_path):
     assert state_home({"MEMORY_PROXY_STATE_HOME": "/s", "XDG_STATE_HOME": "/x"}) == __import__("pathlib").Path("/s")
     assert str(state_home({"XDG_STATE_HOME": "/x", "HOME": "/h"})) == "/x/memory-proxy"
@@ -301,6 +326,33 @@ def test_an_atomic_write_never_overwrites_a_file_changed_meanwhile(project):
     written = files.write("memory/a.md", b"from the server\n", expected=h("the user's edit\n"))
     assert written is not None and written.hash == h("from the server\n")
     assert path.read_text() == "from the server\n"
+
+
+def test_a_file_named_as_long_as_the_rules_allow_is_written_and_replaced(project):
+    rel = "memory/" + "a" * 252 + ".md"  # its last part is 255 bytes, the most a name may have
+    assert name_problem(rel) is None
+    files = LocalFiles(project, max_bytes=100)
+    assert files.write(rel, b"one\n", expected=None) is not None
+    written = files.write(rel, b"two\n", expected=h("one\n"))
+    assert written is not None and written.hash == h("two\n")
+    assert os.listdir(project / "memory") == [rel.split("/")[1]]  # no temporary file left
+
+
+def test_a_write_or_delete_the_disk_refuses_makes_that_file_unsyncable(project, monkeypatch):
+    (project / "memory" / "a.md").write_text("a\n")
+    files = LocalFiles(project, max_bytes=100)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(UnsyncableError, match=r"cannot be written \(No space left on device\)"):
+        files.write("memory/a.md", b"b\n", expected=h("a\n"))
+    assert os.listdir(project / "memory") == ["a.md"]
+    monkeypatch.setattr(os, "unlink", full)
+    with pytest.raises(UnsyncableError, match="cannot be written"):
+        files.delete("memory/a.md", expected=h("a\n"))
+    assert (project / "memory" / "a.md").read_text() == "a\n"
 
 
 def test_a_create_never_replaces_a_file_that_appeared_and_makes_its_folders(project):

@@ -5,6 +5,7 @@ The multi-process, several-laptop runs are in tests/e2e/test_sync_e2e.py."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -37,6 +38,7 @@ from client_proxy.sync.watcher import Wakeup, Watcher
 from server.app import create_inner_app
 from server.memory.service import MemoryService
 from server.sync.service import SyncService
+from syncproto.paths import memory_folders, set_extra_folders
 from syncproto.wire import MAX_CHANGES
 from tests.fakes.embedder import HashingEmbedder
 
@@ -372,6 +374,74 @@ async def test_a_rejected_file_is_remembered_and_not_pushed_again_until_it_chang
     assert caplog.text.count("the server rejected this version") == 1
 
 
+async def test_a_file_with_a_long_name_is_pulled_and_the_pulls_after_it_go_on(rig):
+    long = "memory/" + "a" * 234 + ".md"  # 237 bytes: a temporary name beside it must still fit in 255
+    await rig.push(long, "long\n", None)
+    async with rig.syncing() as syncer:
+        await until(lambda: rig.read(long) == "long\n", "the long-named file here")
+        await rig.push("memory/later.md", "later\n", None)
+        await until(lambda: rig.read("memory/later.md") == "later\n", "the next change here")
+        assert syncer.state.last_error is None
+
+
+async def test_a_pulled_file_the_disk_refuses_costs_that_file_only(rig, monkeypatch, caplog):
+    real_link = os.link
+
+    def link(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        if str(target).endswith("refused.md"):
+            raise OSError(errno.EDQUOT, "Disk quota exceeded", str(target))
+        real_link(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", link)
+    await rig.push("memory/refused.md", "refused\n", None)
+    async with rig.syncing() as syncer:
+        await until(lambda: syncer.pulls >= 1, "a first pull")
+        await rig.push("memory/later.md", "later\n", None)
+        await until(lambda: rig.read("memory/later.md") == "later\n", "the next change here")
+        revision = await rig.revision()
+        await until(lambda: syncer.state.revision == revision, "every change pulled")
+        assert syncer.state.last_error is None
+    assert rig.read("memory/refused.md") is None
+    assert "memory/refused.md: not applying the server's change: cannot be written (Disk quota exceeded)" in caplog.text
+
+
+async def test_a_known_file_that_cannot_be_read_is_kept_and_the_others_sync(rig, monkeypatch):
+    rig.write("memory/priv/a.md", "a\n")
+    rig.write("memory/b.md", "b\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/priv/a.md", "a\n"), "a on the server")
+        await until(lambda: server_has(rig, "memory/b.md", "b\n"), "b on the server")
+    _deny(monkeypatch, rig.project / "memory" / "priv")  # what `chmod 000 memory/priv` does to a non-root user
+    rig.write("memory/b.md", "b edited\n")
+    await rig.push("memory/priv/a.md", "a by bob\n", h("a\n"))
+    await rig.push("memory/c.md", "c\n", None)
+    async with rig.syncing() as syncer:
+        await until(lambda: rig.read("memory/c.md") == "c\n", "bob's new file here")
+        await until(lambda: server_has(rig, "memory/b.md", "b edited\n"), "the local edit on the server")
+        await a_push_pass_after_now(syncer)
+        assert syncer.state.last_error is None
+    assert (await rig.server())["memory/priv/a.md"] == "a by bob\n"  # never pushed as deleted
+    assert rig.read("memory/priv/a.md") == "a\n"
+
+
+def _deny(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """`folder` cannot be listed and nothing in it looked at (root ignores permissions, so chmod cannot show it)."""
+    real_lstat, real_scandir = os.lstat, os.scandir
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if str(path).startswith(f"{folder}/"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_lstat(path, *args, **kwargs)
+
+    def scandir(path: Any = ".") -> Any:
+        if str(path) == str(folder):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
 async def test_a_read_only_device_pulls_but_stops_pushing(rig):
     rig.write("memory/local.md", "local only\n")
     async with rig.syncing(access="r") as syncer:
@@ -407,6 +477,40 @@ async def test_what_changed_while_the_proxy_was_not_running_is_pushed_at_the_nex
         assert server["memory/edit.md"] == "after\n" and "memory/delete.md" not in server
 
 
+async def test_a_file_of_an_extra_folder_deleted_while_the_proxy_was_off_is_deleted_on_the_server(rig, monkeypatch):
+    set_extra_folders(["notes"])  # the server's MEMORY_EXTRA_PATHS (this process plays both sides)
+    monkeypatch.setattr(StateStore, "load", _as_a_fresh_process(StateStore.load))
+    try:
+        rig.write("notes/n.md", "note\n")
+        rig.write("memory/b.md", "b\n")
+        async with rig.syncing():
+            await until(lambda: server_has(rig, "notes/n.md", "note\n"), "the note on the server")
+            await until(lambda: server_has(rig, "memory/b.md", "b\n"), "b on the server")
+        (rig.project / "memory" / "b.md").unlink()
+        (rig.project / "notes" / "n.md").unlink()
+        async with rig.syncing():
+            await until(lambda: server_has(rig, "notes/n.md", None), "the note deleted on the server")
+            await until(lambda: server_has(rig, "memory/b.md", None), "b deleted on the server")
+        assert not list(rig.state_home.glob("*.corrupt-*"))
+        assert rig.read("memory/b.md") is None and rig.read("notes/n.md") is None
+    finally:
+        set_extra_folders(())
+
+
+def _as_a_fresh_process(load: Callable[[StateStore], Any]) -> Callable[[StateStore], Any]:
+    """`StateStore.load` as a new `memory-proxy` runs it: before its first pull announced the extra folders."""
+
+    def fresh_load(store: StateStore) -> Any:
+        announced = memory_folders()[1:]
+        set_extra_folders(())
+        try:
+            return load(store)
+        finally:
+            set_extra_folders(announced)
+
+    return fresh_load
+
+
 async def test_after_a_corrupt_state_file_sync_starts_over_and_nothing_is_lost(rig):
     rig.write("memory/log.md", "# Log\nfirst\n")
     async with rig.syncing():
@@ -432,6 +536,42 @@ async def test_a_server_restored_from_an_older_backup_gets_this_laptops_files_ag
     async with rig.syncing():
         await until(lambda: server_has(rig, "memory/lost.md", "lost\n"), "the file pushed again")
     assert rig.saved()["revision"] < 10_000
+
+
+async def test_a_reset_listing_interrupted_after_its_first_page_is_finished_at_the_next_start(rig, monkeypatch):
+    changes = SyncService.changes
+
+    def one_per_page(self: SyncService, caller: Any, since: int) -> Any:  # alice's pulls only
+        return changes(self, caller, since, limit=1 if caller.name == "alice" else MAX_CHANGES)
+
+    monkeypatch.setattr(SyncService, "changes", one_per_page)
+    rig.write("memory/a.md", "a\n")
+    rig.write("memory/b.md", "b\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/b.md", "b\n"), "the files on the server")
+    state = rig.saved()
+    state["revision"] = 10_000  # ahead of the server: it was restored from a backup
+    state["files"]["memory/lost.md"] = {"base": h("lost\n"), "revision": 9_999, "size": None, "mtime_ns": None}
+    rig.store().path.write_text(json.dumps(state))
+    rig.write("memory/lost.md", "lost\n")  # clean by its base, but the restored server never heard of it
+
+    forward = rig.network.handle_async_request
+
+    async def then_offline(request: httpx2.Request) -> httpx2.Response:
+        response = await forward(request)
+        rig.network.down = request.url.path == "/sync/changes"  # the proxy stops before the listing's next page
+        return response
+
+    monkeypatch.setattr(rig.network, "handle_async_request", then_offline)
+    async with rig.syncing() as syncer:
+        await until(lambda: syncer.pulls == 1, "the listing's first page")
+    assert rig.saved()["reset_listed"] == ["memory/a.md"]
+
+    monkeypatch.setattr(rig.network, "handle_async_request", forward)
+    rig.network.down = False
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/lost.md", "lost\n"), "the file pushed again")
+    assert rig.saved()["reset_listed"] is None
 
 
 async def test_many_files_are_pushed_in_batches_of_at_most_a_hundred(rig):

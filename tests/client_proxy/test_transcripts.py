@@ -441,6 +441,13 @@ def test_broken_lines_in_the_middle_are_counted_and_the_rest_is_read(tmp_path: P
     assert transcript.messages[1].time is None and transcript.ended == START
 
 
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00"])
+def test_a_time_outside_the_years_utc_can_hold_costs_that_line_its_time_only(tmp_path: Path, stamp: str) -> None:
+    transcript = read(tmp_path, [user_line("before"), user_line("odd") | {"timestamp": stamp}, user_line("after")])
+    assert texts(transcript) == [("user", "before"), ("user", "odd"), ("user", "after")]
+    assert transcript.messages[1].time is None and transcript.bad_lines == 0
+
+
 def test_bytes_that_are_not_utf8_and_lone_surrogates_and_controls_become_replacement_characters(
     tmp_path: Path,
 ) -> None:
