@@ -15,6 +15,7 @@ from server.errors import InvalidArgumentError
 from server.index.markdown import MAX_HEADING_CHARS
 from server.index.naming import validate_name
 from server.memory.sections import parse_name
+from server.memory.text import utf8
 from server.mirror.mirror import ABSENT
 from server.mirror.paths import normalise_memory_path
 from syncproto.wire import is_content_hash
@@ -38,14 +39,18 @@ def check_content(content: object) -> None:
         raise InvalidArgumentError("content must be a string")
     if not content.strip():
         raise InvalidArgumentError("content is empty")
-    if "\x00" in content:
-        raise InvalidArgumentError("content must not contain NUL characters")
-    try:
-        size = len(content.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidArgumentError("content is not valid Unicode text") from None
-    if size > MAX_WRITE_BYTES:
+    if len(utf8(content, "content")) > MAX_WRITE_BYTES:
         raise InvalidArgumentError(f"content is larger than {MAX_WRITE_BYTES // 1024} KiB; split it into parts")
+
+
+def check_topic(value: object) -> str | None:
+    """A `topic` argument: text a file may hold (it becomes part of an entry's heading)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgumentError("topic must be a string")
+    utf8(value, "topic")
+    return value
 
 
 def check_expected_hash(value: object) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from server.errors import InvalidArgumentError
 from server.indexes.storage import FileStore
 from server.memory.caller import CallerContext
+from server.memory.intake import refuse_secret_path
 from server.memory.reading import check_version, version_file
 from server.memory.results import HistoryOutput, RestoreOutput, VersionEntry
 from server.memory.service import ABSENT, MemoryService
@@ -64,6 +65,8 @@ class HistoryService:
         with self.service.calling():
             handle = self.service.open_index(caller, write=True)
             path = normalise_memory_path(path)
+            if self.service.redact_writes:  # a file stored before names were checked stays deleted
+                refuse_secret_path(path, "Nothing was restored: its text can be read with memory_get and version")
             mirror = handle.mirror
             with mirror.holding_changes():  # long-polls wake once the restored text is searchable
                 with mirror.lock:

@@ -13,6 +13,11 @@ What happens to the writer's original differs by way in, so that nothing is sile
   secret): the file stays as it is, only on that laptop, the proxy logs the refusal and `memory-proxy status`
   lists it, and the file is offered again once the user changes it.
 
+A file's *name* is text entering the server too (listed, logged, synced to every laptop), but it cannot be
+redacted: the file would land somewhere other than where it was asked for. So a path holding a secret is refused on
+every way in that names one (`memory_write`, a sync push, `memory_restore`), with the path shown with the secret
+replaced by its marker.
+
 Turning `redact_writes` off (MEMORY_REDACT_WRITES=0) turns the rule off for every way in at once.
 """
 
@@ -34,22 +39,40 @@ def redacted(text: str, counts: dict[str, int] | None = None) -> str:
 
 
 def refuse_secrets(path: str, text: str) -> None:
-    """Raise `SecretsRefusedError` when `text` (a synced file's content) holds a secret the rules recognise."""
+    """Raise `SecretsRefusedError` when a synced file's `path` or its content `text` holds a secret the rules
+    recognise."""
+    refuse_secret_path(path, "It stays only on this laptop: rename the file to a name without the secret")
     found = redact(text)
     if not found.total:
         return
     raise SecretsRefusedError(f"{path} was not synced: {describe(found, text)}")
 
 
+def refuse_secret_path(path: str, advice: str) -> None:
+    """Raise `SecretsRefusedError` when the file name `path` holds a secret; the message shows the path with the
+    secret replaced by its marker, then `advice` (what the writer can do)."""
+    found = redact(path)
+    if not found.total:
+        return
+    raise SecretsRefusedError(
+        f"{found.text} is refused: its name holds {found.total} secret(s) ({_kinds(found)}), and a name cannot"
+        f" be redacted. {advice}"
+    )
+
+
 def describe(found: Redaction, original: str) -> str:
     """Which kinds of secret and on which lines, for the user to find them; never any of the secret."""
-    kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(found.counts.items()))
+    kinds = _kinds(found)
     lines = _changed_lines(original, found.text)
     where = ", ".join(str(n) for n in lines[:MAX_LINES_NAMED]) + (", …" if len(lines) > MAX_LINES_NAMED else "")
     return (
         f"it holds {found.total} secret(s) ({kinds}) on line(s) {where}. It stays only on this laptop: remove the "
         "secret or refer to where it is kept (an environment variable, a vault), and save the file again"
     )
+
+
+def _kinds(found: Redaction) -> str:
+    return ", ".join(f"{count} {kind}" for kind, count in sorted(found.counts.items()))
 
 
 def _changed_lines(original: str, redacted_text: str) -> list[int]:

@@ -183,6 +183,7 @@ def append(
         heading_line = -1
     if entry is not None:
         created.append(f"{'#' * _deeper(level, entry)} {entry}")
+    _refuse_open_fence(lines, at, where)
     block = [*_spaced(created), *_content_lines(content)]
     before, after = raw[:at], raw[at:]
     if before:
@@ -217,6 +218,24 @@ def _deepest(lines: list[str], parts: tuple[str, ...], where: str) -> tuple[Span
         if found is not None:
             return found, parts[size:]
     return None, parts
+
+
+def open_fence(lines: list[str]) -> int | None:
+    """The 0-based line of the code fence that is never closed (it runs to the end of the file), or None."""
+    # Parsed with one more (blank) line: an unclosed fence grows to take it, a closed one ends where it did.
+    fences = [unit for section in parse_sections([*lines, ""]) for unit in section.units if unit.kind == "fence"]
+    return fences[-1].start if fences and fences[-1].end == len(lines) else None
+
+
+def _refuse_open_fence(lines: list[str], at: int, where: str) -> None:
+    """Text added at line `at` after an unclosed fence's opening would be code, and a heading no heading."""
+    fence = open_fence(lines)
+    if fence is not None and at > fence:
+        raise InvalidArgumentError(
+            f"{where} ends inside a code fence opened on line {fence + 1} and never closed, so text written under a"
+            " heading would land inside it; nothing was written. Close the fence (a line of ``` after the code) by"
+            " replacing the file or its section, then write again"
+        )
 
 
 def _deeper(level: int, name: str) -> int:

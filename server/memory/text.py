@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from server.errors import InvalidArgumentError
 from server.index.markdown import split_lines
 
 MAX_TOPIC_CHARS = 120
@@ -22,6 +23,17 @@ def file_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return lines
+
+
+def utf8(text: str, argument: str) -> bytes:
+    """The bytes of `text` in a memory file; InvalidArgumentError naming `argument` for text no file may hold (NUL
+    characters, lone surrogates): the one rule for every piece of free text that is stored."""
+    if "\x00" in text:
+        raise InvalidArgumentError(f"{argument} must not contain NUL characters")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"{argument} is not valid Unicode text (lone surrogates)") from None
 
 
 def count_lines(text: str) -> int:

@@ -36,10 +36,11 @@ from server.memory.arguments import (
     check_expected_hash,
     check_heading,
     check_idempotency_key,
+    check_topic,
     request_digest,
     time_zone,
 )
-from server.memory.intake import redacted
+from server.memory.intake import redacted, refuse_secret_path
 from server.memory.results import WriteOutput
 from server.memory.text import clean_topic, compose_append, count_lines, entry_heading
 from server.mirror.mirror import ABSENT, IdempotencyRecord, MirrorFile, check_expected
@@ -89,15 +90,14 @@ def check_write(
 ) -> WriteRequest:
     """The checked (and, with `redact_writes`, redacted) request of one `memory_write` call, at time `now`."""
     check_content(content)
+    topic = check_topic(topic)
     redacted: dict[str, int] = {}
     if redact_writes:
         content = redact_into(content, redacted)
-        topic = redact_into(topic, redacted) if isinstance(topic, str) else topic
+        topic = redact_into(topic, redacted) if topic is not None else None
         heading = redact_into(heading, redacted) if isinstance(heading, str) else heading
     if mode not in ("append", "replace"):
         raise InvalidArgumentError("mode must be 'append' or 'replace'")
-    if topic is not None and not isinstance(topic, str):
-        raise InvalidArgumentError("topic must be a string")
     parts = check_heading(heading)
     labels = labels_argument(tags, category)
     expected = check_expected_hash(expected_hash)
@@ -121,6 +121,8 @@ def check_write(
     arguments.update((name, value) for name, value in optional.items() if value is not None)
     local = now.astimezone(zone)
     target = normalise_memory_path(path) if path is not None else daily_log_path(local.date())
+    if redact_writes and path is not None:
+        refuse_secret_path(target, "Nothing was written: write to a path without it")
     mode_: Literal["append", "replace"] = "replace" if mode == "replace" else "append"
     return WriteRequest(
         caller, content, target, mode_, topic, expected, local, key, request_digest(arguments), redacted, parts, labels

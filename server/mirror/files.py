@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from server.errors import InvalidArgumentError, UnsafePathError
-from server.memory.text import count_lines_of_bytes
+from server.memory.text import count_lines_of_bytes, utf8
 from server.mirror.paths import normalise_mirror_path
 from syncproto.content import NotRegularFile, open_regular
 from syncproto.paths import SESSIONS_DIR, memory_folders
@@ -188,13 +188,19 @@ def lstat_file(parent: int, name: str, path: str) -> os.stat_result | None:
 
 
 class Staged:
-    """A file's new bytes written beside it (fsynced, mtime later than the old file's), waiting to be renamed."""
+    """A file's new bytes written beside it (fsynced, mtime later than the old file's), waiting to be renamed.
+
+    `publish` renames them over the file inside the state's transaction, keeping the old file under a hidden name
+    (a hard link, no copy); `undo` puts it back when the transaction does not commit, so a write that reports
+    "nothing was stored" left the file as it was; `settle` drops it once the commit succeeded."""
 
     def __init__(self, parent: int, name: str, path: str, data: bytes) -> None:
-        self.parent, self.name = parent, name
+        self.parent, self.name, self.path = parent, name, path
         old = lstat_file(parent, name, path)
         floor = old.st_mtime_ns + 1 if old is not None else 0
-        self.tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        self.tmp = _hidden_name()
+        self.kept: str | None = None
+        self.published = False
         fd = os.open(self.tmp, _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
         try:
             try:
@@ -212,12 +218,52 @@ class Staged:
             raise
 
     def publish(self) -> None:
-        """Rename the new bytes over the file (the caller fsyncs the folder)."""
+        """Rename the new bytes over the file, the old one kept aside (the caller fsyncs the folder)."""
+        if lstat_file(self.parent, self.name, self.path) is not None:
+            kept = _hidden_name()
+            os.link(self.name, kept, src_dir_fd=self.parent, dst_dir_fd=self.parent, follow_symlinks=False)
+            self.kept = kept
         os.rename(self.tmp, self.name, src_dir_fd=self.parent, dst_dir_fd=self.parent)
+        self.published = True
+
+    def undo(self) -> None:
+        """The change was not recorded: the file goes back to what it was, and nothing staged is left behind."""
+        if not self.published:
+            self.discard()
+        elif self.kept is not None:
+            put_back(self.parent, self.kept, self.name)
+        else:
+            os.unlink(self.name, dir_fd=self.parent)
+        self.settle()
+
+    def settle(self) -> None:
+        """The change was recorded: the old file is not needed any more."""
+        if self.kept is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.kept, dir_fd=self.parent)
+            self.kept = None
 
     def discard(self) -> None:
         with contextlib.suppress(OSError):
             os.unlink(self.tmp, dir_fd=self.parent)
+
+
+def set_aside(parent: int, name: str, path: str) -> str:
+    """Move the file `name` (a regular file, never a link) to a hidden name beside it, for `put_back` or removal."""
+    lstat_file(parent, name, path)
+    hidden = _hidden_name()
+    os.rename(name, hidden, src_dir_fd=parent, dst_dir_fd=parent)
+    return hidden
+
+
+def put_back(parent: int, hidden: str, name: str) -> None:
+    os.rename(hidden, name, src_dir_fd=parent, dst_dir_fd=parent)
+
+
+def _hidden_name() -> str:
+    """A name for the mirror's own files beside a memory file: hidden (the walk skips it) and of a fixed length, not
+    the file's name plus more, so a name of up to MAX_SEGMENT_BYTES never makes it too long for the file system."""
+    return f".{secrets.token_hex(8)}.tmp"
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -232,12 +278,7 @@ def now_ns() -> int:
 
 def encoded(text: str) -> bytes:
     """The bytes a file holding `text` has; InvalidArgumentError for text no memory file may hold."""
-    if "\x00" in text:
-        raise InvalidArgumentError("content must not contain NUL characters")
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgumentError("content is not valid Unicode text (lone surrogates)") from None
+    return utf8(text, "content")
 
 
 def decoded_text(path: str, data: bytes | None, max_bytes: int) -> str:

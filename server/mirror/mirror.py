@@ -16,6 +16,7 @@ mirror's back is noticed on the next read or listing (size, mtime, then hash) an
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import os
 import threading
@@ -27,7 +28,17 @@ from server.errors import InvalidArgumentError, UnsafePathError
 from server.index.scan import DEFAULT_MAX_FILE_BYTES
 from server.memory.text import count_lines_of_bytes
 from server.mirror import queries as q
-from server.mirror.files import Snapshot, Staged, decoded_text, encoded, folder, lstat_file, take_snapshot, walk
+from server.mirror.files import (
+    Snapshot,
+    Staged,
+    decoded_text,
+    encoded,
+    folder,
+    put_back,
+    set_aside,
+    take_snapshot,
+    walk,
+)
 from server.mirror.history import ChangeKind, MirrorHistory, Retention, Version, record_change
 from server.mirror.paths import normalise_mirror_path, refuse_collision
 from server.mirror.records import StateRecords
@@ -208,11 +219,14 @@ class Mirror(StateRecords):
                             store_version(self._db, digest, data, state.updated_at)
                         self._remember(record)
                         self._prune_versions()
-                        staged.publish()  # inside the transaction: a failed commit is a change on disk, seen later
+                        # Inside the transaction, so a crash before the commit is a change on disk, seen later; a
+                        # commit that fails (disk full) puts the old file back: nothing was stored, as the error says.
+                        staged.publish()
                         fault_point("mirror.write.published")
                 except BaseException:
-                    staged.discard()
+                    staged.undo()
                     raise
+                staged.settle()
                 fault_point("mirror.write.committed")
                 os.fsync(parent)
         self._changed()
@@ -233,11 +247,19 @@ class Mirror(StateRecords):
             check_expected(path, current.hash if current else None, expected_hash)
             with folder(self.files_dir, path) as parent:
                 name = path.rsplit("/", 1)[-1]
-                with self._db:
-                    self._record(path, None, 0, 0, 0, caller, change)
-                    lstat_file(parent, name, path)  # refuses a symbolic link
-                    os.unlink(name, dir_fd=parent)
-                    fault_point("mirror.delete.unlinked")
+                aside: str | None = None
+                try:
+                    with self._db:
+                        self._record(path, None, 0, 0, 0, caller, change)
+                        aside = set_aside(parent, name, path)  # refuses a symbolic link
+                        fault_point("mirror.delete.unlinked")
+                except BaseException:
+                    if aside is not None:  # the deletion was not recorded: the file stays
+                        put_back(parent, aside, name)
+                    raise
+                if aside is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(aside, dir_fd=parent)
                 os.fsync(parent)
         self._changed()
         return current

@@ -198,3 +198,14 @@ async def test_an_append_under_a_heading_with_expected_hash_is_guarded_by_the_se
         after = await whole(client)
     assert "that is the whole file's hash" in refused and "has changed" in stale
     assert after.count("- uv.") == 1 and written["heading"] == "Project memory > Decisions"
+
+
+async def test_a_heading_write_into_a_file_ending_in_an_open_code_fence_is_a_clear_error_that_writes_nothing(service):
+    async with connect(service, ALICE) as client:
+        cut_short = "# Notes\n\n```sh\nmake deploy"
+        await put(client, content=cut_short)
+        refused = error(
+            await client.call_tool("memory_write", {"path": "MEMORY.md", "content": "x", "heading": "Decisions"})
+        )
+        assert "never closed" in refused and "Close the fence" in refused
+        assert await whole(client) == cut_short

@@ -366,6 +366,7 @@ BAD_ARGUMENTS = [
     ("memory_write", {"content": "x", "path": "memory/a.txt"}, "memory file"),
     ("memory_write", {"content": "x", "mode": "replace", "path": "MEMORY.md", "expected_hash": "abc"}, "sha256"),
     ("memory_write", {"content": "x", "idempotency_key": ""}, "idempotency_key"),
+    ("memory_write", {"content": "x", "topic": "deploy \ud800"}, "topic is not valid Unicode"),
     ("memory_list", {"limit": 0}, "limit"),
     ("memory_list", {"limit": 201}, "limit"),
     ("memory_list", {"date_from": "2026-13-01"}, "date_from"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import resource
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import server.mirror.files as mirror_module
+import server.mirror.mirror as mirror_mirror
 import server.mirror.state as mirror_state
 from server.errors import ConflictError, UnsafePathError
 from server.index.errors import EngineError, InvalidArgumentError
@@ -156,6 +159,24 @@ def test_writes_leave_no_temporary_files(mirror: Mirror) -> None:
     for n in range(5):
         mirror.write("memory/a.md", f"version {n}", caller="alice")
     assert sorted(p.name for p in (mirror.files_dir / "memory").iterdir()) == ["a.md"]
+
+
+@pytest.mark.parametrize("name", ["n" * 252 + ".md", "é" * 126 + ".md", "n" * 236 + ".md"])
+def test_a_file_whose_name_is_as_long_as_a_path_part_may_be_is_written_rewritten_and_deleted(
+    mirror: Mirror, name: str
+) -> None:
+    path = f"memory/{name}"
+    first = mirror.write(path, "v1", caller="alice")
+    second = mirror.write(path, "v2", caller="alice", expected_hash=first.hash)
+    assert (file := mirror.read(path)) is not None and file.hash == second.hash
+    assert mirror.delete(path, caller="alice") is not None and mirror.read(path) is None
+
+
+@ON_DISK_COPY
+def test_a_temporary_file_left_by_a_crash_is_never_taken_for_a_memory_file(mirror: Mirror) -> None:
+    mirror.write("memory/a.md", "x", caller="alice")
+    (mirror.files_dir / "memory" / ".0123456789abcdef.tmp").write_text("half written")
+    assert [f.path for f in mirror.list()] == ["memory/a.md"]
 
 
 @ON_DISK_COPY
@@ -373,6 +394,73 @@ def test_a_failed_write_stores_no_idempotency_record(mirror: Mirror) -> None:
             "memory/a.md", "y", caller="alice", expected_hash=ABSENT, record=IdempotencyRecord("alice", "k", "r", "{}")
         )
     assert mirror.recall("alice", "k") is None
+
+
+def _failing_at(point: str):
+    """A fault point that fails the change there, inside its transaction, as a commit on a full disk would."""
+
+    def fault(name: str) -> None:
+        if name == point:
+            raise apsw.FullError("database or disk is full")
+
+    return fault
+
+
+@ON_DISK_COPY
+def test_a_write_whose_state_is_not_committed_leaves_the_file_as_it_was_and_a_retry_writes_once(
+    mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = mirror.write("memory/a.md", "first\n", caller="alice")
+    record = IdempotencyRecord("alice", "k1", "r", "{}")
+    monkeypatch.setattr(mirror_mirror, "fault_point", _failing_at("mirror.write.published"))
+    with pytest.raises(apsw.FullError):
+        mirror.write("memory/a.md", "first\nsecond\n", caller="alice", record=record)
+    monkeypatch.undo()
+    assert (mirror.files_dir / "memory" / "a.md").read_text() == "first\n"
+    assert sorted(p.name for p in (mirror.files_dir / "memory").iterdir()) == ["a.md"]
+    assert mirror.recall("alice", "k1") is None and mirror.revision() == first.revision
+    assert [v.change for v in mirror.history.versions("memory/a.md")] == ["write"]  # no change "by disk"
+    mirror.write("memory/a.md", "first\nsecond\n", caller="alice", record=record)
+    assert (mirror.files_dir / "memory" / "a.md").read_text() == "first\nsecond\n"
+
+
+@ON_DISK_COPY
+def test_a_new_file_whose_state_is_not_committed_is_not_left_on_disk(
+    mirror: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mirror_mirror, "fault_point", _failing_at("mirror.write.published"))
+    with pytest.raises(apsw.FullError):
+        mirror.write("memory/new.md", "text", caller="alice")
+    monkeypatch.undo()
+    assert list((mirror.files_dir / "memory").iterdir()) == [] and mirror.list() == []
+
+
+@ON_DISK_COPY
+def test_a_delete_whose_state_is_not_committed_keeps_the_file(mirror: Mirror, monkeypatch: pytest.MonkeyPatch) -> None:
+    written = mirror.write("memory/a.md", "keep me", caller="alice")
+    monkeypatch.setattr(mirror_mirror, "fault_point", _failing_at("mirror.delete.unlinked"))
+    with pytest.raises(apsw.FullError):
+        mirror.delete("memory/a.md", caller="alice")
+    monkeypatch.undo()
+    assert sorted(p.name for p in (mirror.files_dir / "memory").iterdir()) == ["a.md"]
+    assert (kept := mirror.read("memory/a.md")) is not None and kept.revision == written.revision
+
+
+@ON_DISK_COPY
+def test_a_write_whose_commit_cannot_grow_the_state_file_leaves_the_file_as_it_was(mirror: Mirror) -> None:
+    mirror.write("memory/a.md", "first\n", caller="alice")
+    mirror._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the next commit must append to the empty log
+    before = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, hard))  # the staged file fits, a page of the log does not
+    try:
+        with pytest.raises(apsw.IOError):
+            mirror.write("memory/a.md", "first\nsecond\n", caller="alice")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, before)
+    assert (mirror.files_dir / "memory" / "a.md").read_text() == "first\n"
+    assert [v.change for v in mirror.history.versions("memory/a.md")] == ["write"]
 
 
 def test_state_survives_reopening_and_carries_a_schema_version(tmp_path: Path, clock: Clock) -> None:

@@ -179,6 +179,23 @@ def test_no_heading_can_go_below_level_six():
 
 
 @pytest.mark.parametrize(
+    ("parts", "entry"),
+    [(("Decisions",), None), (("Notes", "Decisions"), None), (("Notes",), None), (("Notes",), "09:30")],
+)
+def test_text_under_a_heading_is_refused_when_it_would_land_in_a_code_fence_that_is_never_closed(parts, entry):
+    cut_short = "# Notes\n\nSome text.\n\n```sh\nmake deploy"
+    with pytest.raises(InvalidArgumentError, match="code fence opened on line 5 and never closed"):
+        append(cut_short, parts, "we pick sqlite", where="x.md", entry=entry)
+
+
+def test_text_before_a_code_fence_that_is_never_closed_and_after_a_closed_one_is_still_written():
+    before = append("# A\none\n\n# B\n```\nopen", ("A",), "two", where="x.md")
+    assert before.text == "# A\none\n\ntwo\n\n# B\n```\nopen"
+    closed = append("# A\n```\ncode\n```\n", ("B",), "two", where="x.md")
+    assert closed.text == "# A\n```\ncode\n```\n\n## B\n\ntwo\n" and closed.heading == "A > B"
+
+
+@pytest.mark.parametrize(
     ("value", "message"),
     [
         ("", "must name a heading"),

@@ -238,6 +238,8 @@ def test_append_with_a_stale_expected_hash_is_refused(service: MemoryService) ->
         ({"content": "x", "idempotency_key": ""}, "idempotency_key"),
         ({"content": "x", "path": "notes.txt"}, "memory file"),
         ({"content": "x", "topic": 3}, "topic"),
+        ({"content": "x", "topic": "deploy \ud800"}, "topic is not valid Unicode"),
+        ({"content": "x", "path": "memory/a.md", "topic": "a\x00b"}, "topic must not contain NUL"),
     ],
 )
 def test_bad_write_arguments_are_clear_errors(service: MemoryService, kwargs: dict[str, object], message: str) -> None:

@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 from channel.authz import ChannelUser
+from server.errors import SecretsRefusedError
+from server.memory.history import HistoryService
 from server.memory.service import CallerContext, MemoryService
+from server.sync.service import SyncService
+from syncproto.messages import PushChange
 from tests.fakes.embedder import HashingEmbedder
 
 pytestmark = pytest.mark.usefixtures("backend")  # every test runs on SQLite and on PostgreSQL
@@ -52,5 +56,49 @@ def test_an_operator_may_turn_redaction_off(tmp_path: Path) -> None:
     try:
         written = service.write(ALICE, f"key {AWS_KEY}", path="memory/raw.md")
         assert written.redacted == {} and AWS_KEY in service.get(ALICE, "memory/raw.md").content
+    finally:
+        service.close()
+
+
+def test_a_secret_in_a_written_path_is_refused_without_showing_it(tmp_path: Path) -> None:
+    service = MemoryService(tmp_path / "data", HashingEmbedder())
+    try:
+        with pytest.raises(SecretsRefusedError) as refused:
+            service.write(ALICE, "the deploy notes", path=f"memory/{TOKEN}.md", idempotency_key="k1")
+        assert TOKEN not in str(refused.value) and "memory/[redacted:github-token].md" in str(refused.value)
+        with pytest.raises(SecretsRefusedError):
+            service.write(ALICE, "we pick sqlite", path=f"memory/aws-{AWS_KEY}.md", heading="Decisions")
+        assert service.list(ALICE).files == []
+    finally:
+        service.close()
+
+
+def test_a_pushed_file_whose_name_holds_a_secret_is_rejected_and_reaches_no_other_laptop(tmp_path: Path) -> None:
+    service = MemoryService(tmp_path / "data", HashingEmbedder())
+    try:
+        sync = SyncService(service)
+        _, [result] = sync.push(ALICE, [PushChange(f"memory/aws-{AWS_KEY}.md", None, "harmless text\n")])
+        assert result.status == "rejected" and result.message is not None
+        assert AWS_KEY not in result.message and "memory/aws-[redacted:aws-key].md" in result.message
+        assert service.list(ALICE).files == [] and sync.changes(ALICE, 0).changes == []
+    finally:
+        service.close()
+
+
+def test_a_file_named_with_a_secret_before_names_were_checked_is_not_restored(tmp_path: Path) -> None:
+    path = f"memory/{TOKEN}.md"
+    unchecked = MemoryService(tmp_path / "data", HashingEmbedder(), redact_writes=False)
+    try:
+        unchecked.write(ALICE, "old notes", path=path)
+        unchecked.delete(ALICE, path)  # the operator cleans up; the version stays in the history
+        version = HistoryService(unchecked).history(ALICE, path=path).versions[-1].version
+    finally:
+        unchecked.close()
+    service = MemoryService(tmp_path / "data", HashingEmbedder())
+    try:
+        with pytest.raises(SecretsRefusedError) as refused:
+            HistoryService(service).restore(ALICE, path, version)
+        assert TOKEN not in str(refused.value)
+        assert service.list(ALICE).files == []
     finally:
         service.close()
