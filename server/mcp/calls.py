@@ -84,13 +84,19 @@ async def run_with_progress(ctx: Context, job: Callable[[Progress, Callable[[], 
         finally:  # cancelled: by the client (or the server shutting down), or below once the job is done
             stop.set()
 
+    failure: Exception | None = None
     async with anyio.create_task_group() as watching:
         watching.start_soon(watch)
         async with anyio.create_task_group() as forwarding:  # ends once every notification has gone out
             forwarding.start_soon(forward)
             with send:
-                result = await anyio.to_thread.run_sync(job, progress, stop.is_set)
+                try:
+                    result = await anyio.to_thread.run_sync(job, progress, stop.is_set)
+                except Exception as exc:  # raised out here: inside, a task group would wrap it in an ExceptionGroup
+                    failure = exc
         watching.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
     return result
 
 

@@ -373,6 +373,8 @@ BAD_ARGUMENTS = [
     ("memory_list", {"prefix": "/abs"}, "relative"),
     ("memory_delete", {"path": "memory/../MEMORY.md"}, "'..'"),
     ("memory_sync", {"force": "maybe"}, "force"),
+    ("memory_sync", {"path": "../../etc"}, "relative path"),  # refusals of the service, not of the arguments' types
+    ("memory_sync", {"path": "memory/a\x00b.md"}, "path"),
 ]
 
 
@@ -398,6 +400,7 @@ async def test_a_read_only_caller_can_read_and_search_but_not_write_delete_or_re
                 {"path": "MEMORY.md", "mode": "replace", "content": "x", "expected_hash": written["hash"]},
             ),
             await client.call_tool("memory_delete", {"path": "MEMORY.md"}),
+            await client.call_tool("memory_sync", {"force": True}),
         ]
     for refusal in refusals:
         assert "only read" in error(refusal)
