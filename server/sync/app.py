@@ -91,7 +91,7 @@ def sync_routes(service: MemoryService) -> list[Route]:
             remaining = deadline - time.monotonic()
             done = answer.changes or answer.reset or answer.more  # more: only transcripts so far, ask again
             if done or remaining <= 0 or feed.stopped:
-                return JSONResponse(answer.as_json(), headers=_NO_STORE)
+                return _Json(answer.as_json(), headers=_NO_STORE)
             with anyio.move_on_after(min(remaining, RECHECK_SECONDS)):
                 await signal.wait()
 
@@ -99,7 +99,7 @@ def sync_routes(service: MemoryService) -> list[Route]:
         caller = _caller(request)
         document = await _json_body(request)
         revision, results = await _in_thread(sync.push, caller, parse_push(document))
-        return JSONResponse({"revision": revision, "results": [r.as_json() for r in results]}, headers=_NO_STORE)
+        return _Json({"revision": revision, "results": [r.as_json() for r in results]}, headers=_NO_STORE)
 
     uploads = SessionUploads(service)
 
@@ -107,7 +107,7 @@ def sync_routes(service: MemoryService) -> list[Route]:
         caller = _caller(request)
         document = await _json_body(request)
         upload = parse_upload(document, service.settings.scan.max_file_bytes)
-        return JSONResponse(await _in_thread(uploads.upload, caller, upload), headers=_NO_STORE)
+        return _Json(await _in_thread(uploads.upload, caller, upload), headers=_NO_STORE)
 
     return [
         Route(CHANGES_PATH, _answering_errors(changes), methods=["GET"]),
@@ -160,5 +160,16 @@ def _answering_errors(endpoint: Callable[[Request], Awaitable[Response]]) -> Cal
     return answered
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=_NO_STORE)
+class _Json(JSONResponse):
+    """A JSON answer that a lone surrogate cannot break: a hostile request's path, echoed in a rejection or an error,
+    is escaped (\\ud800), as JSON allows, where encoding it as UTF-8 failed and lost the whole answer."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def _error(status: int, code: str, message: str) -> _Json:
+    return _Json({"error": {"code": code, "message": message}}, status_code=status, headers=_NO_STORE)

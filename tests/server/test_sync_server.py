@@ -214,6 +214,22 @@ async def test_a_bad_path_or_text_is_rejected_alone_and_the_rest_of_the_push_is_
     assert [c["path"] for c in (await pull(laptops["bob"]))["changes"]] == ["memory/fine.md"]
 
 
+async def test_a_pushed_path_that_is_no_unicode_text_is_rejected_alone_and_the_answer_still_arrives(laptops):
+    changes = [
+        {"path": "memory/\ud800.md", "base": None, "content": "x"},  # a lone surrogate: no client of ours sends it
+        {"path": "memory/ok.md", "base": None, "content": "ok\n"},
+    ]
+    response = await laptops["alice"].post("/sync/push", content=json.dumps({"changes": changes}).encode())
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [(r["path"], r["status"]) for r in results] == [
+        ("memory/\ud800.md", "rejected"),
+        ("memory/ok.md", "applied"),
+    ]
+    refused = await laptops["alice"].post("/sync/sessions", content=b'{"\\ud800": 1}')
+    assert refused.status_code == 400 and "unknown field" in refused.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
