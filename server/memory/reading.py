@@ -81,9 +81,12 @@ def read_lines(
     )
 
 
+MAX_VERSION = 2**63 - 1  # revisions are 64-bit integers in SQLite and PostgreSQL; a larger one failed there
+
+
 def check_version(version: object) -> int:
-    """A version number as the tools take it: a whole number from 1."""
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    """A version number as the tools take it: a whole number from 1 (to MAX_VERSION)."""
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
         raise InvalidArgumentError("version must be a whole number from 1 (a version listed by memory_history)")
     return version
 
