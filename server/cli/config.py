@@ -10,16 +10,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from redaction import redact
 from server.errors import InvalidArgumentError
 from server.index.embeddings.select import read_secret, read_secret_file
 from server.index.tuning import CALIBRATED_MIN_SCORE
 from server.settings import CONFIG_VARIABLE, SECRETS, Settings
 
 COMMAND_LINE = "command line"
+
+
+_PASSWORD_PARAMETER = re.compile(r"(?i)([?&][^=&#]*password=)[^&#]*")  # libpq's password, sslpassword
 
 
 def register(commands: Any) -> None:
@@ -111,9 +115,10 @@ def _min_score(value: float | None) -> object:
 def cmd_config(args: argparse.Namespace) -> int:
     values = effective(args.settings, args, os.environ)
     if args.json:
-        print(json.dumps({key: {"value": value, "origin": where} for key, (value, where) in values.items()}, indent=2))
+        answer = {key: {"value": _shown(value), "origin": _shown(where)} for key, (value, where) in values.items()}
+        print(json.dumps(answer, indent=2))
         return 0
-    shown = {key: (_text(value), where) for key, (value, where) in values.items()}
+    shown = {key: (without_secrets(_text(value)), without_secrets(where)) for key, (value, where) in values.items()}
     key_width = max(len(key) for key in shown)
     value_width = min(60, max(len(text) for text, _ in shown.values()))
     for key, (text, where) in shown.items():
@@ -144,6 +149,16 @@ def _text(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def without_secrets(text: str) -> str:
+    """`text` with every secret the redaction rules recognise replaced by its marker: what this command and a
+    configuration error print, since a value (a key pasted into the wrong setting) or an error about it may hold one."""
+    return redact(text).text
+
+
+def _shown(value: object) -> object:
+    return without_secrets(value) if isinstance(value, str) else value
+
+
 def _secret_origin(env: Mapping[str, str], name: str) -> str:
     """'set, from file PATH' / 'set, from NAME' / 'not set' / 'unusable: why' — never the key itself."""
     try:
@@ -159,7 +174,12 @@ def _secret_origin(env: Mapping[str, str], name: str) -> str:
 
 
 def _without_userinfo(url: str) -> str:
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
+    """`url` with its user and password, and any `password=` parameter's value, shown as `***`. The user part runs to
+    an '@' before the first '/', as libpq reads it: a password may hold '?' or '#', where urlsplit would stop."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
         return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+    end = rest.find("/")
+    at = rest.rfind("@", 0, len(rest) if end < 0 else end)
+    rest = rest if at < 0 else "***" + rest[at:]
+    return scheme + separator + _PASSWORD_PARAMETER.sub(r"\1***", rest)

@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env(os.environ, config_file=_config_option(argv))
     except InvalidArgumentError as exc:
-        print(f"memory-server: configuration error: {exc}", file=sys.stderr)
+        print(f"memory-server: configuration error: {config_cli.without_secrets(str(exc))}", file=sys.stderr)
         return 2
     args = build_parser(settings).parse_args(argv)
     logs.configure(args.log_level, settings.log_format)

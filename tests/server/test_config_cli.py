@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from server.cli.main import main
 from server.settings import VARIABLES, file_key
 
@@ -45,6 +47,39 @@ def test_the_effective_configuration_masks_every_secret(tmp_path, monkeypatch, c
     assert main(["config"]) == 0
     table = capsys.readouterr().out
     assert "voyage_api_key" in table and VOYAGE_KEY not in table and OPENAI_KEY not in table
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://memory:hun?ter#2@db.internal/memory",  # libpq reads the password up to the '@'
+        "postgresql://db.internal/memory?user=memory&password=hunter2",
+        "postgresql://memory@db.internal/memory?sslmode=verify-full&sslpassword=hunter2",
+    ],
+)
+def test_a_database_password_is_masked_however_the_url_spells_it(url, monkeypatch, capsys):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", url)
+    assert main(["config", "--json"]) == 0
+    shown = values_of(capsys.readouterr().out)["database_url"]
+    assert "hunter" not in str(shown) and "ter#2" not in str(shown) and "db.internal" in str(shown)
+
+
+PASTED_KEY = "sk-proj-" + "Ab1Cd2Ef3Gh4" * 8  # the shape of a real OpenAI key, which the redaction rules know
+
+
+def test_a_key_pasted_into_the_wrong_setting_is_never_printed_back(tmp_path, monkeypatch, capsys):
+    config = tmp_path / "memory.toml"
+    config.write_text(f'openai_api_key_file = "{PASTED_KEY}"\n')
+    config.chmod(0o600)
+    assert main(["--config", str(config), "config", "--json"]) == 0
+    shown = capsys.readouterr().out
+    assert "unusable: OPENAI_API_KEY_FILE" in shown and PASTED_KEY not in shown
+    assert main(["--config", str(config), "config"]) == 0
+    assert PASTED_KEY not in capsys.readouterr().out
+    config.write_text(f'metrics_host = "{PASTED_KEY}"\n')
+    assert main(["--config", str(config), "config"]) == 2
+    refused = capsys.readouterr().err
+    assert "MEMORY_METRICS_HOST must be a loopback address" in refused and PASTED_KEY not in refused
 
 
 def test_an_unusable_key_file_is_reported_without_failing(tmp_path, monkeypatch, capsys):
