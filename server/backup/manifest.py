@@ -29,7 +29,8 @@ def seal(manifest: dict[str, Any]) -> bytes:
 
 
 def unseal(data: bytes) -> dict[str, Any]:
-    """The manifest in `data`, checked: sealed, ours, of a version this server reads, its member list well formed."""
+    """The manifest in `data`, checked: sealed, ours, of a version this server reads, every field it is read for
+    (members, indexes, created_at, server_key) of the shape `take_backup` writes."""
     try:
         outer = json.loads(data.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
@@ -48,7 +49,21 @@ def unseal(data: bytes) -> dict[str, Any]:
         raise DamagedArchiveError("the manifest's member list is malformed")
     if not isinstance(manifest.get("archive_sha256"), str):
         raise DamagedArchiveError("the manifest does not seal the archive")
+    indexes = manifest.get("indexes")
+    if not isinstance(indexes, dict) or not all(_is_summary(summary) for summary in indexes.values()):
+        raise DamagedArchiveError("the manifest's index list is malformed")
+    if not isinstance(manifest.get("created_at"), str) or not isinstance(manifest.get("server_key"), bool):
+        raise DamagedArchiveError("the manifest does not say when it was taken or whether it holds the server key")
     return manifest
+
+
+def _is_summary(summary: object) -> bool:
+    """What `take_backup` records of an index: {"revision": int, "files": int}."""
+    return (
+        isinstance(summary, dict)
+        and set(summary) == {"revision", "files"}
+        and all(isinstance(summary[key], int) and not isinstance(summary[key], bool) for key in summary)
+    )
 
 
 def _is_entry(entry: object) -> bool:

@@ -101,9 +101,7 @@ def _scratch_folder(preferred: Path) -> Path:
 def check_unpacked(archive: Path, staging: Path) -> dict[str, Any]:
     """Unpack `archive` into `staging` and check it whole (hashes, databases, files against state)."""
     manifest = unpack_archive(archive, staging)
-    indexes = manifest.get("indexes")
-    if not isinstance(indexes, dict):
-        raise DamagedArchiveError("the manifest lists no indexes")
+    indexes = manifest["indexes"]  # its shape checked with the seal (`manifest.unseal`)
     found = {entry.name for entry in (staging / "indexes").iterdir()} if (staging / "indexes").is_dir() else set()
     if found != set(indexes):
         raise DamagedArchiveError("the manifest's indexes are not the archive's")

@@ -6,9 +6,12 @@ sha256, and the `versions` table holds the bytes of every memory file the mirror
 transaction as the row). What it does not hold (session transcripts, which have no versions, and files recorded
 before the table existed) is read from the disk and kept only if its sha256 is the one the copy records; when a
 file changed in between, the whole index is copied again (`ATTEMPTS`). So the files and the state agree by
-construction. The search index (`index.sqlite3`) is copied the same way right after the state; where it differs
-from it (changes in flight, indexed just after they were recorded), the restored server's freshness check on a
-search re-indexes those files.
+construction. A file whose disk content still differs from a recorded state that did not move between two copies
+was changed behind the mirror (edited or removed by hand), not by a write in flight: its change is recorded as the
+server records one it finds on a read (`Mirror.read`, as by "(disk)"), and the next copy holds the disk's content.
+The search index (`index.sqlite3`) is copied the same way right after the state; where it differs from it (changes
+in flight, indexed just after they were recorded), the restored server's freshness check on a search re-indexes
+those files.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from pathlib import Path
 import apsw
 
 from server.backup.archive import INDEX_FILES, KEY_FILES, SETTINGS, TIMESTAMPS, Member
-from server.errors import BackupError, UnsafePathError
+from server.errors import BackupError, InvalidArgumentError, MemoryServerError, UnsafePathError
 from server.index.store import BUSY_TIMEOUT_MS, load_vec, vec_available
 from server.mirror import queries as q
 from server.mirror.files import take_snapshot
-from server.mirror.state import state_of
+from server.mirror.mirror import Mirror
+from server.mirror.state import FileState, state_of
 from syncproto.wire import sha256_hex
 
 log = logging.getLogger(__name__)
@@ -79,6 +83,7 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
     """A consistent copy of the index in `directory` under `work`, its files' contents in `blobs` (by sha256)."""
     name = directory.name
     blobs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    unmoved: set[FileState] = set()  # the states the last copy could not find the content of
     for attempt in range(1, ATTEMPTS + 1):
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True, mode=0o700)
@@ -94,8 +99,12 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
                 if attempt == ATTEMPTS:
                     raise BackupError(
                         f"index {name!r}: {len(changed)} files kept changing during {ATTEMPTS} copies "
-                        f"(first: {changed[0]}); try again when the server is quieter"
+                        f"(first: {changed[0].path}); try again when the server is quieter"
                     )
+                behind = [state.path for state in changed if state in unmoved]
+                if behind:
+                    _record_disk_changes(directory, behind)
+                unmoved = set(changed)
                 time.sleep(RETRY_PAUSE * attempt)
                 continue
         break
@@ -108,10 +117,33 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
     return copied
 
 
-def _copy_files(directory: Path, state: Path, blobs: Path, copied: IndexCopy) -> list[str]:
-    """Put the content of every live file of the state copy in `blobs`; the paths whose content was neither in
+def _record_disk_changes(directory: Path, paths: list[str]) -> None:
+    """Record what is on disk at `paths` in the index's live state, as the server does when it reads one. A failure
+    (the server writing that file at this very moment) is left to the next copy."""
+    try:
+        mirror = Mirror(directory)
+    except (MemoryServerError, apsw.Error) as exc:
+        log.warning("backup: %s: cannot record changes made on disk (%s)", directory.name, exc)
+        return
+    try:
+        for path in paths:
+            log.info("backup: %s: %s was changed on disk behind the server; recording it", directory.name, path)
+            try:
+                mirror.read(path)  # records the disk's content (or its absence) first
+            except UnsafePathError as exc:
+                raise BackupError(f"{path} cannot be read in the mirror: {exc}") from None
+            except InvalidArgumentError:
+                pass  # recorded, though the server cannot serve it as text (over its cap, not UTF-8)
+            except (MemoryServerError, apsw.Error) as exc:
+                log.warning("backup: %s: cannot record %s (%s)", directory.name, path, exc)
+    finally:
+        mirror.close()
+
+
+def _copy_files(directory: Path, state: Path, blobs: Path, copied: IndexCopy) -> list[FileState]:
+    """Put the content of every live file of the state copy in `blobs`; the states whose content was neither in
     the copy nor on the disk any more (changed since)."""
-    changed: list[str] = []
+    changed: list[FileState] = []
     db = apsw.Connection(str(state))  # our own copy
     try:
         copied.revision = int(db.execute(*q.current_revision()).fetchall()[0][0])  # type: ignore[arg-type]
@@ -120,7 +152,7 @@ def _copy_files(directory: Path, state: Path, blobs: Path, copied: IndexCopy) ->
             assert live.hash is not None, "live rows have a hash"
             blob = blobs / live.hash
             if not blob.exists() and not _keep_content(db, directory / "files", live.path, live.hash, blob):
-                changed.append(live.path)
+                changed.append(live)
                 continue
             copied.files += 1
             copied.members.append(Member(f"indexes/{copied.name}/files/{live.path}", blob))

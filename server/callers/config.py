@@ -78,6 +78,8 @@ class CallerEntry:
 
     def __post_init__(self) -> None:
         check_name(self.name, "caller")
+        for key in (*self.keys, *self.revoked_keys):
+            _check_comment(key)
         for index, access in self.grants.items():
             check_name(index, "index")
             parse_access(index, access)
@@ -161,6 +163,15 @@ class CallersConfig:
 
     def _with(self, entry: CallerEntry) -> CallersConfig:
         return CallersConfig((*(e for e in self.callers if e.name != entry.name), entry))
+
+
+def _check_comment(key: PublicKey) -> None:
+    """The list is stored as UTF-8 text (the file or the database's row): a comment that is not (a lone surrogate,
+    how Python passes on a non-UTF-8 command-line argument) is refused here, for both."""
+    try:
+        key.comment.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CallersFileError(f"the comment of key {key.fingerprint} is not valid UTF-8 text") from None
 
 
 def _claim(seen: dict[bytes, str], key: PublicKey, where: str) -> None:

@@ -93,11 +93,7 @@ def write_callers(path: Path, config: CallersConfig) -> None:
     prepare_keys_dir(path.parent)
     if path.is_symlink():
         raise CallersFileError(f"refusing to replace {path}: it is a symlink; edit the file it points to")
-    try:
-        data = render_callers(config).encode("utf-8")
-    except UnicodeEncodeError:
-        raise CallersFileError("a key comment is not valid UTF-8 text") from None
-    atomic_write(path, data, FILE_MODE)
+    atomic_write(path, render_callers(config).encode("utf-8"), FILE_MODE)  # CallerEntry refuses non-UTF-8 comments
 
 
 def update_callers(path: Path, change: Callable[[CallersConfig], CallersConfig]) -> tuple[CallersConfig, CallersConfig]:

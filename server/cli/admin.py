@@ -78,6 +78,11 @@ def register(commands: Any) -> None:
         description="Servers on a database read the callers from it; the file is imported on their first start "
         "only. This imports it again (a key revoked in the database cannot become active this way).",
     )
+    load.add_argument(
+        "--allow-no-keys",
+        action="store_true",
+        help="import even a file that lets no key connect (every device is locked out)",
+    )
     load.set_defaults(func=_translated(cmd_callers_import))
 
 
@@ -210,7 +215,8 @@ def cmd_callers_import(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("callers import needs MEMORY_DATABASE_URL: without it the server reads the file")
     from server.postgres.callers import imported, update_shared_callers
 
-    _, after = update_shared_callers(url, _callers_path(args), imported(_callers_path(args)))
+    change = imported(_callers_path(args), allow_no_keys=args.allow_no_keys)
+    _, after = update_shared_callers(url, _callers_path(args), change)
     print(f"imported {len(after.callers)} callers from {_callers_path(args)} into the database")
     print(APPLIED)
     return 0

@@ -16,7 +16,7 @@ from server.cli import backup as backup_cli
 from server.cli import config as config_cli
 from server.cli import migrate as migrate_cli
 from server.cli import selfcheck, serve
-from server.errors import EngineError, InvalidArgumentError
+from server.errors import EngineError, InvalidArgumentError, MemoryServerError
 from server.index.embeddings.base import Embedder
 from server.index.engine import MemoryIndex
 from server.index.hits import SearchResult
@@ -122,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EngineError as exc:
         print(f"memory-server: error: {exc}", file=sys.stderr)
         return 1
+    except MemoryServerError as exc:  # the rest of the tree (an unsafe keys folder...): the operator's to fix
+        print(f"memory-server: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

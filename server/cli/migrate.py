@@ -1,9 +1,10 @@
 """`memory-server migrate --to postgres`: an SQLite deployment's indexes copied into the PostgreSQL database at
 `MEMORY_DATABASE_URL`, to serve them from several replicas (docs/deploy.md, "Past one machine").
 
-Run it with the server stopped. Each index is copied in one transaction into an empty schema; an index already in
-the database is refused before anything is copied, so a finished migration is never run twice and a failed one
-can simply be run again. The data folder is left as it was (its `index.sqlite3` stays a usable search cache).
+Run it with the server stopped. Each index is copied in one transaction into an empty schema. An index the
+database already holds exactly (copied by an earlier run) is skipped, and one holding anything else is refused
+before anything is copied, so a failed migration can simply be run again and a finished one changes nothing. The
+data folder is left as it was (its `index.sqlite3` stays a usable search cache).
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ def register(commands: Any) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from server.postgres.from_sqlite import not_empty, read_sqlite_index, sqlite_indexes, target_content, write_index
+    from server.postgres.from_sqlite import (
+        copied,
+        not_empty,
+        read_sqlite_index,
+        sqlite_indexes,
+        target_content,
+        write_index,
+    )
 
     url = args.settings.database_url
     if not url:
@@ -49,11 +57,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         raise InvalidArgumentError(f"no index {', '.join(map(repr, missing))} in {args.data_dir / 'indexes'}")
     if not names:
         raise InvalidArgumentError(f"{args.data_dir / 'indexes'} holds no index to migrate")
+    done: dict[str, tuple[int, int]] = {}
     for name in names:  # every target is looked at before anything is copied
         held = target_content(url, name)
         if held is not None:
-            raise InvalidArgumentError(not_empty(name, *held))
-    for name in names:
+            if not copied(url, args.data_dir, name):
+                raise InvalidArgumentError(not_empty(name, *held))
+            done[name] = held
+    for name, (revision, files) in done.items():
+        print(f"{name}: already in the database (revision {revision}, {files} files); skipped", flush=True)
+    for name in (name for name in names if name not in done):
         carried = write_index(url, read_sqlite_index(args.data_dir, name))
         rows = ", ".join(f"{count} {table}" for table, count in carried.rows.items())
         print(
@@ -61,7 +74,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             flush=True,
         )
     print(
-        f"migrated {len(names)} index(es) into PostgreSQL. Serve with MEMORY_DATABASE_URL set; the search index "
+        f"migrated {len(names) - len(done)} index(es) into PostgreSQL"
+        f"{f' ({len(done)} already there)' if done else ''}. Serve with MEMORY_DATABASE_URL set; the search index "
         "is rebuilt from the files by each server that lacks one."
     )
     return 0

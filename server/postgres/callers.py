@@ -73,12 +73,22 @@ def active_keys(config: CallersConfig) -> set[bytes]:
     return {key.x25519 for entry in config.callers for key in entry.keys}
 
 
-def imported(path: Path) -> Callable[[CallersConfig], CallersConfig]:
+def imported(path: Path, *, allow_no_keys: bool = False) -> Callable[[CallersConfig], CallersConfig]:
     """A change that replaces the shared callers with `callers.toml` at `path`, keeping every key revoked in the
-    database revoked: refused when the file would let one in, and kept in `revoked_keys` when the file omits it."""
-    config, _ = read_callers(path)
+    database revoked: refused when the file would let one in, and kept in `revoked_keys` when the file omits it.
+
+    A missing file is an error, not an empty list (a wrong `--keys-dir` must not lock every device out), and so is
+    a file with no active key while the database has some, unless `allow_no_keys`."""
+    config, signature = read_callers(path)
+    if signature is None:
+        raise CallersFileError(f"no callers file at {path}: nothing was imported; check --keys-dir")
 
     def change(before: CallersConfig) -> CallersConfig:
+        if not allow_no_keys and active_keys(before) and not active_keys(config):
+            raise CallersFileError(
+                f"{path} lets no key connect, so importing it would lock out every device the database lets in: "
+                "nothing was imported; pass --allow-no-keys to do so on purpose"
+            )
         revoked = {key.x25519: key for entry in before.callers for key in entry.revoked_keys}
         for key in active_keys(config) & revoked.keys():
             raise CallersFileError(f"{path} lists key {revoked[key].fingerprint} as active, but it was revoked")

@@ -7,15 +7,19 @@ history with its stored versions (merge bases), idempotency records and each cal
 (`index.sqlite3`) is not copied: it stays in the data folder as each replica's local cache, rebuilt from the files
 when missing. An index is copied in one transaction, into an empty schema only, streamed row by row (its size is
 not bounded by the memory of the machine running the copy); nothing is written to the SQLite side but the
-mirror's own record of disk changes.
+mirror's own record of disk changes. An index whose schema already holds exactly its content (`copied`: a rerun
+after another index failed) is left as it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -111,6 +115,39 @@ def target_content(url: str, name: str) -> tuple[int, int] | None:
     return None if revision == 0 and files == 0 else (revision, files)
 
 
+def copied(url: str, data_dir: Path, name: str) -> bool:
+    """True when index `name`'s schema at `url` holds what its SQLite state does once its disk changes are recorded:
+    the same revision and the same state (hash, revision) of every path, tombstones included. An index is copied in
+    one transaction, so that is a finished copy of this data folder, which a rerun skips; anything else (a replica
+    wrote since, another deployment's data) differs."""
+    directory = data_dir / "indexes" / name
+    mirror = Mirror(directory)
+    try:
+        mirror.reconcile_all()
+    finally:
+        mirror.close()
+    with _read_only(directory / STATE_FILE) as state:
+        state.execute("BEGIN")
+        revision = int(state.execute("SELECT value FROM meta WHERE key = 'revision'").fetchall()[0][0])  # type: ignore[arg-type]
+        source = _states_digest(state.execute("SELECT path, hash, revision FROM files ORDER BY path"))
+        state.execute("COMMIT")
+    db = PgConnection(url, schema_of(name))
+    try:
+        held = int(db.execute("SELECT revision FROM meta WHERE id = 1").fetchall()[0][0])
+        # COLLATE "C" orders by code point, as SQLite's BINARY does for UTF-8
+        target = _states_digest(db.execute('SELECT path, hash, revision FROM files ORDER BY path COLLATE "C"'))
+    finally:
+        db.close()
+    return (held, target) == (revision, source)
+
+
+def _states_digest(rows: Iterable[Any]) -> str:
+    digest = hashlib.sha256()
+    for path, file_hash, revision in rows:
+        digest.update(json.dumps([str(path), file_hash, int(revision)]).encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
 def write_index(url: str, source: SqliteIndex) -> Carried:
     """Copy `source` into its schema at `url` in one transaction, row by row from one snapshot of its state (no
     more than one file or row in memory at once); InvalidArgumentError when the schema holds anything
@@ -174,8 +211,9 @@ def _carry(state: apsw.Connection, db: PgConnection, table: str) -> int:
 def not_empty(name: str, revision: int, files: int) -> str:
     return (
         f"index {name!r} already holds {files} file(s) at revision {revision} in the database (schema "
-        f"{schema_of(name)}): nothing was copied. A finished migration is not run twice; to start again, drop "
-        "that schema (DROP SCHEMA ... CASCADE) or use an empty database"
+        f"{schema_of(name)}), not what the data folder holds: nothing was copied. An index copied by an earlier "
+        "run is skipped only while the two match; to start again, drop that schema (DROP SCHEMA ... CASCADE) or "
+        "use an empty database"
     )
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from server.errors import InvalidArgumentError
 from server.memory.intake import redacted
 from server.memory.service import CallerContext, MemoryService
+from server.memory.text import utf8
 from server.mirror.paths import session_file_path
 from syncproto.wire import MAX_PARTS_PER_UPLOAD, MAX_SESSION_PARTS, SESSION_ID
 
@@ -72,7 +73,7 @@ def parse_upload(document: object, max_part_bytes: int) -> SessionUpload:
             raise InvalidArgumentError(f"{where}: part {number} appears twice")
         if not isinstance(content, str) or not content.strip():
             raise InvalidArgumentError(f"{where}.content must be non-empty text")
-        if len(content.encode("utf-8", "surrogatepass")) > max_part_bytes:
+        if len(utf8(content, f"{where}.content")) > max_part_bytes:  # the rule the mirror's write applies
             raise InvalidArgumentError(f"{where} is larger than {max_part_bytes} bytes; split it into more parts")
         seen.add(number)
         parsed.append((number, content))
@@ -90,12 +91,11 @@ class SessionUploads:
             mirror = handle.mirror
             results: list[dict[str, object]] = []
             removed: list[str] = []
+            parts = self._stored(upload, mirror.max_file_bytes)  # every part checked before any is written
             with mirror.holding_changes():  # readers hear of it once it is searchable
                 with mirror.lock:
-                    for number, content in upload.parts:
+                    for number, content in parts:
                         path = session_file_path(caller.name, upload.day, upload.session, number)
-                        if self.service.redact_writes:  # the proxy redacted already; an old or altered one may not
-                            content = redacted(content)
                         state = mirror.write(path, content, caller=caller.name)
                         results.append({"path": path, "hash": state.hash})
                     # Parts run 1..n without gaps: the ones past the count are count+1, count+2, ... while they exist.
@@ -115,3 +115,23 @@ class SessionUploads:
                 len(removed),
             )
             return {"results": results, "removed": removed}
+
+    def _stored(self, upload: SessionUpload, max_bytes: int) -> list[tuple[int, str]]:
+        """The parts as they will be stored, redacted when `redact_writes` (the proxy redacted already; an old or
+        altered one may not); InvalidArgumentError naming a part that redaction took over the file cap.
+
+        Such a part is refused, with nothing stored, rather than cut or stored over the cap (which no reader of the
+        file would then take): a current proxy splits into parts of half the default cap after redacting with the
+        same rules, so only an old or altered one meets this, and a 400 sets the transcript aside on the laptop."""
+        if not self.service.redact_writes:
+            return list(upload.parts)
+        parts: list[tuple[int, str]] = []
+        for position, (number, content) in enumerate(upload.parts):
+            content = redacted(content)
+            if len(utf8(content, f"parts[{position}].content")) > max_bytes:
+                raise InvalidArgumentError(
+                    f"parts[{position}] (part {number}) is larger than {max_bytes} bytes once the secrets in it are "
+                    "redacted; nothing was stored. Update memory-proxy: it redacts before splitting"
+                )
+            parts.append((number, content))
+        return parts

@@ -125,12 +125,49 @@ def test_a_transcript_changed_after_the_state_copy_is_copied_again_at_its_new_co
 
 def test_a_file_that_keeps_changing_fails_the_backup_and_leaves_no_archive(folder, monkeypatch):
     monkeypatch.setattr(snapshot, "RETRY_PAUSE", 0.0)
-    session = folder / "data" / "indexes" / "team" / "files" / SESSION
-    session.write_text("edited behind the server's back, never recorded\n", "utf-8")
+    copy = snapshot.copy_database
+    writes = iter(range(1000))
 
+    def copy_then_write(source: Path, target: Path, *, vec: bool = False) -> bool:
+        done = copy(source, target, vec=vec)
+        if source.name == "state.sqlite3":  # the server writes the transcript again after every copy
+            service = MemoryService(folder / "data", HashingEmbedder())
+            try:
+                service.indexes.get("team").mirror.write(SESSION, f"write {next(writes)}\n", caller="alice")
+            finally:
+                service.close()
+        return done
+
+    monkeypatch.setattr(snapshot, "copy_database", copy_then_write)
     with pytest.raises(BackupError, match="kept changing"):
         _backup(folder)
     assert sorted(p.name for p in folder.iterdir()) == ["data", "keys"]
+
+
+@pytest.mark.parametrize("edit", ["removed", "edited"])
+def test_a_transcript_changed_on_disk_behind_the_server_is_recorded_and_backed_up_as_the_disk_holds_it(
+    folder, monkeypatch, edit
+):
+    monkeypatch.setattr(snapshot, "RETRY_PAUSE", 0.0)
+    session = folder / "data" / "indexes" / "team" / "files" / SESSION
+    if edit == "removed":
+        session.unlink()
+    else:
+        session.write_text("edited behind the server's back\n", "utf-8")
+
+    manifest = take_backup(
+        folder / "data", folder / "keys", folder / "b.tar", settings="", server_key=True, server_version="t"
+    )
+
+    assert manifest["indexes"]["team"] == {"revision": 15, "files": 13 if edit == "edited" else 12}
+    with tarfile.open(folder / "b.tar") as tar:
+        names = tar.getnames()
+        if edit == "removed":
+            assert f"indexes/team/files/{SESSION}" not in names
+        else:
+            member = tar.extractfile(f"indexes/team/files/{SESSION}")
+            assert member is not None and member.read() == b"edited behind the server's back\n"
+    verify_archive(folder / "b.tar")
 
 
 def test_verify_passes_a_sound_archive_and_names_a_flipped_byte(folder, capsys):
@@ -221,8 +258,12 @@ def _rewritten(target: Path, members: dict[str, bytes]) -> Path:
     for number, (name, data) in enumerate(members.items()):
         (work / str(number)).write_bytes(data)
         listed.append(Member(name, work / str(number)))
-    write_archive(target, listed, {"indexes": {"team": {}}}, work)
+    write_archive(target, listed, _manifest({"team": {"revision": 14, "files": 13}}), work)
     return target
+
+
+def _manifest(indexes: object) -> dict[str, object]:
+    return {"created_at": "2026-05-01T00:00:00Z", "server_version": "forged", "indexes": indexes, "server_key": True}
 
 
 def _tar(target: Path, entries: list[tuple[str, bytes]], links: tuple[tuple[str, str, bytes], ...] = ()) -> Path:
@@ -279,6 +320,42 @@ def test_a_sparse_member_is_refused_before_its_holes_are_written(tmp_path, victi
     with pytest.raises(DamagedArchiveError, match="sparse file"):
         restore_archive(archive, tmp_path / "data", victim / "keys")
     assert written == [] and not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    "indexes", [{"team": 5}, {"team": {"revision": "14", "files": 13}}, {"team": {"revision": 14}}, ["team"]]
+)
+def test_a_sealed_manifest_of_the_wrong_shape_is_refused_by_verify_and_restore_before_anything_is_written(
+    folder, tmp_path, capsys, indexes
+):
+    forged = tmp_path / "forged.tar"
+    work = tmp_path / "forged"
+    work.mkdir()
+    listed = []
+    for number, (name, data) in enumerate(_members(_backup(folder)).items()):
+        (work / str(number)).write_bytes(data)
+        listed.append(Member(name, work / str(number)))
+    write_archive(forged, listed, _manifest(indexes), work)
+    capsys.readouterr()
+
+    assert main(["backup", "--verify", str(forged)]) == 1
+    assert "the manifest's index list is malformed" in capsys.readouterr().err
+    target = tmp_path / "restored"
+    assert main(["--data-dir", str(target / "data"), "--keys-dir", str(target / "keys"), "restore", str(forged)]) == 1
+    assert "the manifest's index list is malformed; nothing was written" in capsys.readouterr().err
+    assert not (target / "data").exists() and not (target / "keys").exists()
+
+
+def test_restore_with_a_keys_folder_others_may_write_is_refused_clearly_and_writes_nothing(folder, tmp_path, capsys):
+    archive = _backup(folder)
+    keys = tmp_path / "shared-keys"
+    keys.mkdir()
+    keys.chmod(0o775)
+    capsys.readouterr()
+
+    assert main(["--data-dir", str(tmp_path / "new"), "--keys-dir", str(keys), "restore", str(archive)]) == 2
+    assert "chmod go-w" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists() and list(keys.iterdir()) == []
 
 
 @pytest.mark.parametrize("kind", [tarfile.SYMTYPE, tarfile.LNKTYPE])

@@ -4,6 +4,7 @@ have authenticated, the real mirror and index (hashing embedder)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -159,3 +160,36 @@ async def test_an_oversized_part_is_refused_and_a_read_only_caller_may_not_uploa
     response = await laptops["reader"].post("/sync/sessions", json=body)
     assert response.status_code == 403
     assert service.list(caller("alice")).files == []
+
+
+def stored(service: MemoryService) -> dict[str, str]:
+    me = caller("alice")
+    return {f.path: service.get(me, f.path).content for f in service.list(me).files}
+
+
+@pytest.mark.parametrize(("bad", "message"), [("bad\x00part", "NUL"), ("bad\ud800part", "lone surrogates")])
+async def test_an_upload_refused_for_one_part_changes_none_of_the_others(laptops, service, bad, message):
+    await upload(laptops["alice"], 2, (1, transcript("old", "zebra giraffe")), (2, transcript("old", "two", part=2)))
+    before = stored(service)
+    parts = [{"number": 1, "content": transcript("new", "kangaroo koala")}, {"number": 2, "content": bad}]
+    body = json.dumps({"session": SESSION, "day": DAY, "count": 2, "parts": parts})  # escapes the surrogate
+    response = await laptops["alice"].post(
+        "/sync/sessions", content=body.encode(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400 and "parts[1].content" in response.text and message in response.text
+    assert stored(service) == before
+    assert paths(service, "kangaroo koala", ["sessions"]) == []
+
+
+async def test_a_part_that_redaction_takes_over_the_cap_is_refused_by_name_before_anything_is_stored(laptops, service):
+    service.redact_writes = True
+    cap = service.settings.scan.max_file_bytes
+    await upload(laptops["alice"], 2, (1, transcript("old", "one")), (2, transcript("old", "two", part=2)))
+    before = stored(service)
+    grows = "# two\npassword=abc\n" + "y" * (cap - 25)  # within the cap as sent, over it once redacted
+    body = {"session": SESSION, "day": DAY, "count": 2, "parts": [
+        {"number": 1, "content": transcript("new", "one")}, {"number": 2, "content": grows},
+    ]}  # fmt: skip
+    response = await laptops["alice"].post("/sync/sessions", json=body)
+    assert response.status_code == 400 and "parts[1] (part 2)" in response.text and "redacted" in response.text
+    assert stored(service) == before

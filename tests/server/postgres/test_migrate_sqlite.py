@@ -120,6 +120,27 @@ def test_an_unreadable_file_stops_its_index_with_its_name_and_copies_nothing(
     assert team.revision() == 0 and team.reconcile_all() == []
 
 
+def test_a_rerun_after_a_failed_index_skips_the_indexes_already_copied_and_copies_the_rest(
+    data_dir: Path, database: str, opened: dict[str, PgFileStore], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = data_dir / "indexes" / "team" / "files" / "memory" / "binary.md"
+    binary.write_bytes(b"\xff\xfe not utf-8\n")
+    assert migrate(data_dir) == 2  # solo (first by name) copied, team refused
+    binary.unlink()
+    capsys.readouterr()
+
+    assert migrate(data_dir) == 0
+    out = capsys.readouterr().out
+    assert "solo: already in the database (revision 1, 1 files); skipped" in out and "team: revision" in out
+    solo = opened["solo"] = PgFileStore(database, "solo", tmp_path / "replica" / "files")
+    only = solo.read("memory/only.md")
+    assert solo.revision() == 1 and only is not None and only.text == "one file\n"
+    team = opened["team"] = PgFileStore(database, "team", tmp_path / "replica2" / "files")
+    notes = team.read("memory/notes.md")
+    assert notes is not None and notes.text == "first\nsecond\n"
+    assert migrate(data_dir) == 0  # a finished migration run again changes nothing
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

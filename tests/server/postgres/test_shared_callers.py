@@ -127,3 +127,47 @@ def test_a_broken_callers_file_stops_the_first_start_on_a_database_with_a_clear_
     settings = Settings.from_env({"MEMORY_DATABASE_URL": postgres_url})
     with pytest.raises(InvalidArgumentError, match=r"callers\.toml.*first start"):
         channel_state(settings, callers_file.parent, PrivateKey.generate("server"))
+
+
+def test_callers_import_of_a_missing_file_is_refused_and_changes_nothing(
+    postgres_url, callers_file, monkeypatch, capsys
+):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", postgres_url)
+    update_shared_callers(postgres_url, callers_file, granted("alice"))
+    wrong = callers_file.parent.parent / "no-such-keys"
+    assert main(["--keys-dir", str(wrong), "callers", "import"]) == 2
+    assert "no callers file" in capsys.readouterr().err
+    with psycopg.connect(postgres_url) as conn:
+        row = conn.execute("SELECT version, document FROM channel.callers").fetchone()
+    assert row is not None and row[0] == 2 and ALICE.line().split()[1] in row[1]  # the import, then alice
+
+
+def test_callers_import_that_would_lock_every_device_out_needs_allow_no_keys(
+    postgres_url, callers_file, monkeypatch, capsys
+):
+    monkeypatch.setenv("MEMORY_DATABASE_URL", postgres_url)
+    keys = ["--keys-dir", str(callers_file.parent)]
+    update_shared_callers(postgres_url, callers_file, granted("alice"))
+    write_callers(callers_file, CallersConfig())
+    assert main([*keys, "callers", "import"]) == 2
+    assert "--allow-no-keys" in capsys.readouterr().err
+    replica = SharedCallers(postgres_url, callers_file)
+    try:
+        assert replica.lookup(ALICE.x25519) is not None
+        assert main([*keys, "callers", "import", "--allow-no-keys"]) == 0
+        assert replica.reload() and replica.lookup(ALICE.x25519) is None
+    finally:
+        replica.close()
+
+
+@pytest.mark.parametrize("backend", ["file", "database"])
+def test_a_key_comment_that_is_not_utf8_is_refused_the_same_way_by_both_backends(
+    backend, postgres_url, callers_file, monkeypatch, capsys
+):
+    if backend == "database":
+        monkeypatch.setenv("MEMORY_DATABASE_URL", postgres_url)
+    line = " ".join(ALICE.line().split(" ")[:2]) + " ren\udce9@laptop"  # how argv passes on a Latin-1 byte
+    keys = ["--keys-dir", str(callers_file.parent)]
+    assert main([*keys, "callers", "add", "alice", "--key", line, "--grant", "notes=rw"]) == 2
+    assert "not valid UTF-8 text" in capsys.readouterr().err
+    assert not callers_file.exists()
