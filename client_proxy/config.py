@@ -66,22 +66,24 @@ def proxy_home(env: Mapping[str, str]) -> Path:
 
 
 def validate_server_url(url: str) -> str:
-    """An http(s) base URL without credentials, query or fragment; returned without a trailing slash."""
+    """An http(s) base URL without credentials, query or fragment; returned without a trailing slash.
+
+    A refusal never shows the URL: its query or user part may hold a token or a password pasted by mistake."""
     if not url or any(ch.isspace() or not ch.isprintable() for ch in url):
-        raise ConfigError(f"server URL {url!r} must be one URL without spaces")
+        raise ConfigError("server URL must be one URL without spaces or control characters")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
-        raise ConfigError(f"server URL {url!r} must start with https:// (or http://)")
+        raise ConfigError("server URL must start with https:// (or http://)")
     if "@" in parts.netloc:
         raise ConfigError("server URL must not hold a user or password: this device proves itself with its key")
     if "?" in url or "#" in url:
-        raise ConfigError(f"server URL {url!r} must not have a query (?) or fragment (#)")
+        raise ConfigError("server URL must not have a query (?) or fragment (#)")
     try:
         parts.port  # noqa: B018 - raises on a malformed port
     except ValueError:
-        raise ConfigError(f"server URL {url!r} has an invalid port") from None
+        raise ConfigError("server URL has an invalid port (a number from 1 to 65535 after the host's ':')") from None
     if not parts.hostname:
-        raise ConfigError(f"server URL {url!r} has no host")
+        raise ConfigError("server URL has no host, e.g. https://memory.example.com")
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
@@ -93,12 +95,7 @@ def parse_server_key(line: str) -> PublicKey:
 
 
 def check_device_name(name: str) -> str:
-    if not valid_name(name):
-        raise ConfigError(
-            f"invalid device name {name!r}: use lowercase letters, digits, '_', '.', '-' (at most 64, "
-            "starting with a letter or digit), e.g. alice-laptop"
-        )
-    return name
+    return _check_name("device name", name, "alice-laptop")
 
 
 def default_device_name(user: str, host: str) -> str:
@@ -109,10 +106,16 @@ def default_device_name(user: str, host: str) -> str:
 
 
 def check_index_name(name: str) -> str:
+    return _check_name("index name", name, "notes")
+
+
+def _check_name(what: str, name: str, example: str) -> str:
+    """`name` if it is a valid caller or index name. The refusal does not repeat the name: a value that does not
+    fit is as likely a secret pasted into the wrong setting (a key line, a token) as a typo."""
     if not valid_name(name):
         raise ConfigError(
-            f"invalid index name {name!r}: use lowercase letters, digits, '_', '.', '-' (at most 64, "
-            "starting with a letter or digit), e.g. notes"
+            f"invalid {what}: use lowercase letters, digits, '_', '.', '-' (at most 64, starting with a letter "
+            f"or digit, no '..'), e.g. {example}"
         )
     return name
 
@@ -233,10 +236,10 @@ def _sync_fields(document: Mapping[str, object], path: Path) -> tuple[bool | Non
         raise ConfigError(f'{path}: sync_exclude must be a list of strings, e.g. ["memory/private/**"]')
     if len(patterns) > MAX_EXCLUDE_PATTERNS:
         raise ConfigError(f"{path}: sync_exclude may hold at most {MAX_EXCLUDE_PATTERNS} patterns")
-    for pattern in patterns:
+    for number, pattern in enumerate(patterns, 1):
         problem = pattern_problem(pattern)
-        if problem:
-            raise ConfigError(f"{path}: sync_exclude pattern {pattern!r}: {problem}")
+        if problem:  # named by position, not shown: a secret pasted there must not be printed back
+            raise ConfigError(f"{path}: sync_exclude pattern {number}: {problem}")
     return sync, tuple(patterns)
 
 

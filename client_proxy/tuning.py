@@ -56,7 +56,7 @@ class LaptopTuning:
             raw = env.get(variable, "").strip()
             if raw:
                 if not (raw.isascii() and raw.isdigit()):
-                    raise ConfigError(f"{variable} must be a whole number, not {raw!r}")
+                    raise ConfigError(f"{variable} must be a whole number (digits only)")
                 values[key], origins[key] = _in_range(key, int(raw), variable), "env"
             elif key in from_file:
                 values[key], origins[key] = from_file[key], "file"

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from client_proxy.claude.hooks import EVENTS, main_hook
 from client_proxy.claude.install import LOCAL_SETTINGS_FILE, MCP_FILE, SETTINGS_FILE, install
 from client_proxy.config import check_index_name
+from client_proxy.sync.state import state_home
+
+RECORDS_FOLDER = "claude-install"  # in the state folder: the files install-claude created, which --remove may delete
 
 VERBS = {
     "added": "added to",
@@ -49,7 +53,8 @@ def add_init_option(init: argparse.ArgumentParser) -> None:
 def cmd_install_claude(args: argparse.Namespace) -> int:
     project = Path(args.project or ".")
     index = check_index_name(args.index) if args.index else None
-    changes = install(project, index, remove=args.remove, local=args.local)
+    records = state_home(os.environ) / RECORDS_FOLDER
+    changes = install(project, index, remove=args.remove, local=args.local, records=records)
     for change in changes:
         what = "MCP server" if change.path.name == MCP_FILE.name else "hooks"
         print(f"{what} {VERBS[change.status]} {change.path}")

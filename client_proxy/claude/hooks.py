@@ -23,6 +23,7 @@ from typing import IO, Any, Final
 from channel.files import atomic_write
 from client_proxy.claude import reminders
 from client_proxy.claude.reminders import Tally
+from client_proxy.errors import ProxyError
 from client_proxy.forward.local_zone import local_timezone
 from client_proxy.project.context import build_context, local_today
 from client_proxy.sync.state import state_home
@@ -39,7 +40,7 @@ def run_hook(event: str, stdin: IO[bytes], stdout: IO[str], env: Mapping[str, st
     """Answer one hook call; always 0 (a hook must not break the session), except a missing project folder."""
     payload = read_payload(stdin)
     if event == "session-start":
-        project = Path(env.get("CLAUDE_PROJECT_DIR") or payload.get("cwd") or ".")
+        project = Path(env.get("CLAUDE_PROJECT_DIR") or text_field(payload, "cwd") or ".")
         today = local_today(dt.datetime.now(dt.UTC), local_timezone(env))
         stdout.write(build_context(project, today) + reminders.session_start_extra(payload))
     elif event == "pre-compact":
@@ -57,15 +58,28 @@ def read_payload(stdin: IO[bytes]) -> dict[str, Any]:
         return {}
     try:
         document = json.loads(stdin.read(MAX_PAYLOAD_BYTES + 1)[:MAX_PAYLOAD_BYTES])
-    except (ValueError, OSError):
+    except (ValueError, RecursionError, OSError):
         return {}
     return document if isinstance(document, dict) else {}
 
 
+def text_field(payload: Mapping[str, Any], name: str) -> str | None:
+    """A payload field usable as a name or a path: a non-empty string without NUL that UTF-8 can encode (a lone
+    surrogate cannot be); None for anything else, which the hook then treats as absent."""
+    value = payload.get(name)
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
+
+
 def stop(payload: dict[str, Any], folder: Path) -> dict[str, str] | None:
     """The Stop hook: read the transcript on from where the last call stopped, count, maybe remind."""
-    session, transcript = payload.get("session_id"), payload.get("transcript_path")
-    if not isinstance(session, str) or not isinstance(transcript, str) or not session:
+    session, transcript = text_field(payload, "session_id"), text_field(payload, "transcript_path")
+    if session is None or transcript is None:
         return None
     tally_path = folder / (hashlib.sha256(session.encode()).hexdigest()[:32] + ".json")
     tally = _load_tally(tally_path)
@@ -104,4 +118,12 @@ def _load_tally(path: Path) -> Tally:
 
 
 def main_hook(event: str) -> int:
-    return run_hook(event, sys.stdin.buffer, sys.stdout, os.environ)
+    """`memory-proxy hook EVENT` as Claude Code runs it: 0 whatever the payload, so the session never breaks; a
+    fault of the hook itself is logged (the one exception: a missing project folder, which the user must fix)."""
+    try:
+        return run_hook(event, sys.stdin.buffer, sys.stdout, os.environ)
+    except ProxyError:
+        raise
+    except Exception:
+        log.warning("memory-proxy hook %s failed; answering nothing", event, exc_info=True)
+        return 0

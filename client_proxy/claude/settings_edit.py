@@ -101,7 +101,8 @@ def server_entry(index: str | None) -> Json:
 
 def add_server(document: Json, index: str | None) -> Json:
     """`.mcp.json` with our server under `SERVER_NAME`, naming `index` (None: keep the index an entry of ours
-    names, else none); refused when that name holds another program."""
+    names, else none); refused when that name holds another program. An entry of ours keeps everything the user
+    gave it (`env`, a full path to the program, other arguments): only its `--index` is ours to change."""
     new = copy.deepcopy(_checked_mcp(document))
     servers = new.setdefault("mcpServers", {})
     current = servers.get(SERVER_NAME)
@@ -110,9 +111,27 @@ def add_server(document: Json, index: str | None) -> Json:
             f'.mcp.json already has an MCP server named "{SERVER_NAME}" that is not memory-proxy; '
             "rename or remove it, then run this again"
         )
-    if current is None or index is not None:
+    if current is None:
         servers[SERVER_NAME] = server_entry(index)
+    elif index is not None:
+        current["args"] = _with_index(current.get("args") or ["run"], index)
     return new
+
+
+def _with_index(args: list[Any], index: str) -> list[Any]:
+    """`memory-proxy run` arguments naming `index`: any `--index` they held is replaced, in its place, else added."""
+    kept: list[Any] = []
+    place: int | None = None
+    words = iter(args)
+    for word in words:
+        if word == "--index" or (isinstance(word, str) and word.startswith("--index=")):
+            place = len(kept) if place is None else place
+            if word == "--index":
+                next(words, None)  # its value
+        else:
+            kept.append(word)
+    at = len(kept) if place is None else place
+    return [*kept[:at], "--index", index, *kept[at:]]
 
 
 def remove_server(document: Json) -> Json:

@@ -16,12 +16,15 @@ from typing import NamedTuple
 from channel.errors import ChannelError, KeyFileError
 from channel.keys import read_private_key
 from client_proxy.claude import settings_edit
-from client_proxy.claude.install import LOCAL_SETTINGS_FILE, MCP_FILE, SETTINGS_FILE, read_json
+from client_proxy.claude.install import LOCAL_SETTINGS_FILE, MAX_SETTINGS_BYTES, MCP_FILE, SETTINGS_FILE, read_json
 from client_proxy.config import CONFIG_FILE, DEVICE_KEY_FILE, ProxyConfig
 from client_proxy.errors import ConfigError, ProxyError
 from client_proxy.settings import RunSettings
 from client_proxy.sync.state import StateStore
 from client_proxy.transcripts.files import claude_home
+
+# ~/.claude.json is Claude Code's own state, with every project's history in it: it grows well past a settings file.
+MAX_CLAUDE_STATE_BYTES = 256 * 1024 * 1024
 
 
 class Result(NamedTuple):
@@ -111,7 +114,7 @@ def _server_places(project: Path, env: Mapping[str, str]) -> list[str]:
         places.append(str(project / MCP_FILE))
     home = Path(env.get("HOME") or Path.home())
     for path in dict.fromkeys([claude_home(env) / ".claude.json", home / ".claude.json"]):
-        document = _json_or_empty(path)
+        document = _json_or_empty(path, MAX_CLAUDE_STATE_BYTES)
         by_project = document.get("projects", {})
         local = by_project.get(str(project.absolute())) if isinstance(by_project, dict) else None
         if settings_edit.registered_server(document) or settings_edit.registered_server(local):
@@ -119,8 +122,8 @@ def _server_places(project: Path, env: Mapping[str, str]) -> list[str]:
     return places
 
 
-def _json_or_empty(path: Path) -> dict[str, object]:
+def _json_or_empty(path: Path, max_bytes: int = MAX_SETTINGS_BYTES) -> dict[str, object]:
     try:
-        return read_json(path) or {}
+        return read_json(path, max_bytes) or {}
     except ProxyError:
         return {}

@@ -10,7 +10,11 @@ are stamped as the SDK's client would (`client_proxy.forward.stamping`). What it
 - when the server no longer knows the MCP session (it restarted, or the session idled out: HTTP 404 on a request
   that carried the session id), the client's original `initialize` is sent again (under an id of the proxy's own,
   its answer kept here), then `notifications/initialized`, and the failed message is sent once more. The server
-  never ran it, so this is the one retry; nothing the server may have executed is ever sent twice;
+  never ran it, so this is the one retry; nothing the server may have executed is ever sent twice. A message that
+  arrives while the session is lost waits for the new one (at most `REOPEN_WAIT`), or opens it itself when the
+  last attempt failed, so it never goes out without a session;
+- a request whose MCP headers cannot be computed (a lone surrogate in a tool name cannot be encoded) is answered
+  with an error of its own; the other messages are not affected;
 - a `notifications/cancelled` for a request of the `server/discover` generation closes that request's stream
   instead of being posted (the 2026 HTTP wire cancels that way), as the SDK's transport does.
 """
@@ -46,6 +50,7 @@ from client_proxy.forward.upstream import Deliver, Failure, SessionExpiredError,
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT: Final = 2.0  # seconds to end the MCP session on the way out
+REOPEN_WAIT: Final = 30.0  # seconds a message waits for a lost MCP session to be opened again
 INITIALIZED: Final = Message(
     b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
@@ -74,6 +79,7 @@ class Forwarder:
         self._initialize: Message | None = None  # the client's own, kept to open a new session
         self._in_flight: dict[RequestId, _InFlight] = {}
         self._reopen_lock = anyio.Lock()
+        self._session_lost = False  # the server dropped our session; the next message must open a new one first
         self._reopen_ids = itertools.count(1)
         self._listener = anyio.CancelScope()
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -102,17 +108,31 @@ class Forwarder:
             return
         log.debug("client -> %s", _name(message))
         if message.is_request:
-            self._start_request(message)
-        elif not self._cancelled_here(message):
-            await self._forward(message, self._stamper.headers_for(message))
+            await self._start_request(message)
+        elif not self._cancelled_here(message) and (headers := self._headers_for(message)) is not None:
+            await self._forward(message, headers)
             if message.method == "notifications/initialized":
                 self._start_listening()
 
-    def _start_request(self, message: Message) -> None:
+    def _headers_for(self, message: Message) -> dict[str, str] | None:
+        """The message's MCP headers, stamped in arrival order as the SDK transport does; None when they cannot be
+        computed from what the client sent (the stamper's state is then as before)."""
+        try:
+            return self._stamper.headers_for(message)
+        except Exception:  # one malformed message must not end the connection
+            log.warning("cannot compute the MCP headers of %s: not sent", _name(message), exc_info=True)
+            return None
+
+    async def _start_request(self, message: Message) -> None:
         assert self._tasks is not None and message.id is not None
+        headers = self._headers_for(message)
+        if headers is None:
+            await self._out(
+                error_line(message.id, INVALID_REQUEST, "Invalid Request: its MCP headers cannot be encoded")
+            )
+            return
         if message.method == "initialize":
             self._initialize = message
-        headers = self._stamper.headers_for(message)  # stamped in arrival order, as the SDK transport does
         superseded = self._in_flight.get(message.id)
         if superseded is not None:  # a reused id: its older stream must not answer for the new request
             superseded.scope.cancel()
@@ -147,12 +167,15 @@ class Forwarder:
     async def _forward(self, message: Message, headers: dict[str, str]) -> Failure | None:
         """POST one message, recovering an expired session once; a `Failure` when a request got no answer."""
         deliver = self._deliverer(message)
-        sent_in = self._upstream.session_id
         try:
+            failure = await self._session_ready(message)
+            if failure is not None:
+                return failure
+            sent_in = self._upstream.session_id
             try:
                 return await self._upstream.post(message, headers, deliver)
             except SessionExpiredError:
-                if message.is_response or message.method in _SESSION_BOUND:
+                if not _needs_session(message):
                     return None
                 failure = await self._reopen(sent_in, for_initialize=message.method == "initialize")
                 if failure is not None:
@@ -169,15 +192,25 @@ class Forwarder:
             log.warning("%s not delivered: %s", _name(message), failure.message)
         return failure
 
+    async def _session_ready(self, message: Message) -> Failure | None:
+        """While the session is lost, wait for the task opening a new one (or open it, when the last attempt
+        failed), so that `message` goes in the new session rather than in none; a `Failure` after `REOPEN_WAIT`."""
+        if not self._session_lost or message.method == "initialize" or not _needs_session(message):
+            return None
+        with anyio.move_on_after(REOPEN_WAIT):
+            return await self._reopen(None, for_initialize=False)
+        return Failure(SERVER_UNAVAILABLE, "timed out waiting for the server to open a new MCP session")
+
     async def _reopen(self, stale: str | None, *, for_initialize: bool) -> Failure | None:
         """Open a new MCP session with the client's own `initialize`, unless another task already has."""
         async with self._reopen_lock:
-            if self._upstream.session_id != stale:
+            if self._upstream.session_id != stale or (stale is None and not self._session_lost):
                 return None
             self._upstream.session_id = None
             self._listener.cancel()
             if for_initialize or self._initialize is None:
                 return None  # the message itself opens the session
+            self._session_lost = True
             log.info("the server no longer knows our MCP session (restarted, or idle too long): opening a new one")
             request = with_id(self._initialize, f"memory-proxy-reopen-{next(self._reopen_ids)}")
             answer: Message | None = None
@@ -197,6 +230,7 @@ class Forwarder:
             assert answer is not None
             self._stamper.observe(request, answer)
             await self._upstream.post(INITIALIZED, self._stamper.headers_for(INITIALIZED), self._out_message)
+            self._session_lost = False
             self._start_listening()
             return None
 
@@ -232,6 +266,11 @@ class Forwarder:
             log.info("stdout closed: shutting down")
             if self._tasks is not None:
                 self._tasks.cancel_scope.cancel()
+
+
+def _needs_session(message: Message) -> bool:
+    """Whether the message is worth sending in a new session: not a response or a notification bound to the old."""
+    return not (message.is_response or message.method in _SESSION_BOUND)
 
 
 def _name(message: Message) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from client_proxy.claude import reminders
 from client_proxy.claude.hooks import run_hook
 from client_proxy.claude.reminders import EDITS_BEFORE_REMINDER, STOP_REMINDER
+from client_proxy.cli import main
 
 
 def _hook(event: str, payload: object, tmp_path: Path, **env: str) -> str:
@@ -128,3 +130,45 @@ def test_session_start_prints_the_memory_and_after_a_compaction_the_reminder(tmp
 
 def test_pre_compact_tells_the_user_what_happens(tmp_path: Path) -> None:
     assert _hook("pre-compact", {"trigger": "auto"}, tmp_path) == reminders.PRE_COMPACT_NOTE + "\n"
+
+
+MALFORMED = [
+    b"[" * 100_000,  # nested past the JSON reader's recursion limit
+    b'{"cwd": 5, "session_id": 7, "transcript_path": ["t"]}',
+    b'{"cwd": "/tmp/a\\u0000b", "session_id": "s", "transcript_path": "/tmp/a\\u0000b"}',
+    b'{"cwd": "\\ud800", "session_id": "\\ud800", "transcript_path": "/etc/hostname"}',
+    b"\xff\xfe not even UTF-8",
+]
+
+
+@pytest.mark.parametrize("event", ["session-start", "pre-compact", "stop"])
+@pytest.mark.parametrize("payload", MALFORMED, ids=["deep", "wrong-types", "nul", "lone-surrogate", "not-utf8"])
+def test_every_hook_exits_0_on_a_malformed_payload_and_session_start_still_loads_the_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], event: str, payload: bytes
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "MEMORY.md").write_text("# Memory\n\nWe deploy with make ship.\n", "utf-8")
+    monkeypatch.chdir(project)  # Claude Code runs hooks in the project folder
+    monkeypatch.delenv("CLAUDE_PROJECT_DIR", raising=False)
+    monkeypatch.setenv("MEMORY_PROXY_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(payload)))
+
+    assert main(["hook", event]) == 0
+
+    out = capsys.readouterr().out
+    assert ("We deploy with make ship." in out) == (event == "session-start")
+
+
+def test_an_unexpected_fault_inside_a_hook_is_logged_and_the_hook_still_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: object) -> str:
+        raise RuntimeError("a fault of our own")
+
+    monkeypatch.setattr("client_proxy.claude.hooks.build_context", broken)
+    monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"{}")))
+
+    assert main(["hook", "session-start"]) == 0
+    assert "memory-proxy hook session-start failed" in caplog.text

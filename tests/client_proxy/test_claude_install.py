@@ -19,6 +19,14 @@ from tests.conftest import REPO
 FIXTURES = REPO / "tests" / "data" / "claude"
 
 
+@pytest.fixture(autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where install notes the files it created: never the user's own state folder, nor the project."""
+    folder = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("MEMORY_PROXY_STATE_HOME", str(folder))
+    return folder
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A project with the user's own `.claude/settings.json` and `.mcp.json` (copies of the fixtures)."""
@@ -99,6 +107,85 @@ def test_remove_keeps_a_claude_folder_that_holds_the_users_own_files(tmp_path: P
 
     assert not (tmp_path / ".claude" / "settings.json").exists()
     assert [path.name for path in (tmp_path / ".claude").iterdir()] == ["commands"]
+
+
+def test_remove_never_deletes_a_file_the_user_made_even_one_it_leaves_empty(tmp_path: Path) -> None:
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text("{}\n", "utf-8")
+    (tmp_path / ".mcp.json").write_text('{"mcpServers": {}}\n', "utf-8")
+    _install(tmp_path, "--index", "team")
+
+    assert _install(tmp_path, "--remove") == 0
+
+    assert _load(tmp_path / ".claude" / "settings.json") == {}
+    assert _load(tmp_path / ".mcp.json") == {}  # the emptied `mcpServers` goes, the file stays
+
+
+def test_changing_the_index_keeps_the_users_env_program_path_and_other_arguments(project: Path) -> None:
+    entry = {
+        "type": "stdio",
+        "command": "/home/u/.local/bin/memory-proxy",
+        "args": ["run", "--index", "old", "--project", "/work/app"],
+        "env": {"MEMORY_PROXY_HOME": "~/.config/memory-proxy-work"},
+    }
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"memory": entry}}), "utf-8")
+
+    assert _install(project, "--index", "notes") == 0
+
+    assert _load(project / ".mcp.json")["mcpServers"]["memory"] == {
+        **entry,
+        "args": ["run", "--index", "notes", "--project", "/work/app"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run"], ["run", "--index", "new"]),
+        (["run", "--index=old", "--no-sync"], ["run", "--index", "new", "--no-sync"]),
+        (["run", "--no-sync", "--index", "a", "--index", "b"], ["run", "--no-sync", "--index", "new"]),
+        (["run", "--index"], ["run", "--index", "new"]),
+    ],
+)
+def test_the_index_argument_is_replaced_in_place_or_added(args: list[str], expected: list[str]) -> None:
+    document = {"mcpServers": {"memory": {"command": "memory-proxy", "args": args}}}
+    assert settings_edit.add_server(document, "new")["mcpServers"]["memory"]["args"] == expected
+
+
+def test_a_lone_surrogate_in_the_settings_is_written_back_escaped_and_both_files_are_written(project: Path) -> None:
+    settings = project / ".claude" / "settings.json"
+    settings.write_bytes(b'{"permissions": {"allow": ["Bash(echo \\ud83d)"]}}\n')  # as JavaScript may write it
+
+    assert _install(project, "--index", "team") == 0
+
+    written = settings.read_bytes()
+    assert b'"Bash(echo \\ud83d)"' in written
+    assert _load(settings)["permissions"] == {"allow": ["Bash(echo \ud83d)"]}
+    assert "Stop" in settings_edit.installed_hooks(_load(settings))
+    assert "memory" in _load(project / ".mcp.json")["mcpServers"]
+
+
+@pytest.mark.parametrize(
+    ("number", "fault"),
+    [
+        (b"1e400", "holds the number 1e400, beyond the range JSON readers keep"),
+        (b"-1E+999", "holds the number -1E+999, beyond the range JSON readers keep"),
+        (b"NaN", "holds NaN, which is not a JSON number"),
+        (b"1" * 5000, "holds an integer too long to read"),
+        (b"[" * 100_000, "is nested too deeply to read"),
+    ],
+)
+def test_a_value_that_could_not_be_written_back_as_read_is_refused_and_nothing_changes(
+    project: Path, capsys: pytest.CaptureFixture[str], number: bytes, fault: str
+) -> None:
+    settings = project / ".claude" / "settings.json"
+    settings.write_bytes(b'{"env": {"X": "1"}, "feedbackSurveyRate": ' + number + b"}\n")
+    before = settings.read_bytes(), (project / ".mcp.json").read_bytes()
+
+    assert _install(project, "--index", "team") == 2
+
+    assert f"{settings} {fault}: fix or move it" in capsys.readouterr().err
+    assert (settings.read_bytes(), (project / ".mcp.json").read_bytes()) == before
 
 
 def test_a_settings_file_that_is_not_json_is_refused_and_nothing_changes(

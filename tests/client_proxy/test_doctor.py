@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,10 +13,10 @@ import anyio
 import pytest
 
 from channel.keys import PrivateKey, read_private_key, write_private_key
-from client_proxy.claude.install import install
+from client_proxy.claude.install import MAX_SETTINGS_BYTES, install
 from client_proxy.config import DEVICE_KEY_FILE, prepare_home, render_config, write_config
 from client_proxy.doctor import remote
-from client_proxy.doctor.checks import Result
+from client_proxy.doctor.checks import Result, check_claude
 from client_proxy.doctor.command import diagnose, report
 from client_proxy.sync.state import StateStore
 from tests.fakes.embedder import HashingEmbedder
@@ -182,6 +183,21 @@ def test_a_sound_set_up_with_claude_code_closed_passes_with_a_warning_about_file
     )
     assert lines[number + 1].startswith("      hint: start Claude Code in the project")
     assert text.endswith("all checks passed\n")
+
+
+def test_a_server_registered_in_a_claude_json_grown_past_a_settings_files_size_is_found(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    install(project, None)
+    (project / ".mcp.json").unlink()  # registered in user scope instead: `claude mcp add --scope user`
+    history = {f"/p/{n}": {"history": [{"display": "x" * 1000}]} for n in range(5000)}  # about 5 MiB
+    server = {"type": "stdio", "command": "memory-proxy", "args": ["run"]}
+    (tmp_path / ".claude.json").write_text(json.dumps({"mcpServers": {"memory": server}, "projects": history}))
+    assert (tmp_path / ".claude.json").stat().st_size > MAX_SETTINGS_BYTES
+
+    result = check_claude(project, {"HOME": str(tmp_path), "CLAUDE_CONFIG_DIR": str(tmp_path)})
+
+    assert result.ok is True and f"MCP server in {tmp_path / '.claude.json'}" in result.line
 
 
 def test_a_clock_far_from_the_servers_is_named() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import stat
@@ -203,7 +204,7 @@ def ready(run, home):
         ('server_url = "https://m"\nserver_key = "x"\ndevice_name = "a"\nport = 1\n', "unknown field 'port'"),
         ('server_url = "https://m"\ndevice_name = "a"\n', "server_key must be a string, and is missing"),
         ('server_url = 1\nserver_key = "x"\ndevice_name = "a"\n', "server_url must be a string"),
-        (render_config("ftp://m", SERVER, "a"), "proxy.toml: server URL 'ftp://m' must start with https://"),
+        (render_config("ftp://m", SERVER, "a"), "proxy.toml: server URL must start with https://"),
         (render_config("https://m", SERVER, "A B"), "proxy.toml: invalid device name"),
         ('server_url = "https://m"\nserver_key = "nope"\ndevice_name = "a"\n', "proxy.toml: server key: a public"),
     ],
@@ -213,6 +214,29 @@ def test_a_malformed_proxy_toml_is_refused_with_the_file_and_the_fault(ready, te
     with pytest.raises(ConfigError, match=message) as caught:
         ProxyConfig.load(ready)
     assert str(ready) in str(caught.value)
+
+
+SECRET = PrivateKey.generate("laptop").file_text().split()[1]  # a private key's base64, pasted by mistake
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("device_name", f"memory-ed25519-private {SECRET}", "invalid device name: use lowercase letters"),
+        ("index", f"memory-ed25519-private {SECRET}", "invalid index name: use lowercase letters"),
+        ("server_url", f"https://memory.lan/?token={SECRET}", "server URL must not have a query"),
+        ("server_url", f"https://bob:{SECRET}@memory.lan", "server URL must not hold a user or password"),
+        ("server_url", f"https://memory.lan:{SECRET}", "server URL has an invalid port"),
+        ("server_url", f"memory.lan/{SECRET}", "server URL must start with https://"),
+        ("sync_exclude", ["notes/**", f"/{SECRET}"], "sync_exclude pattern 2: a pattern is a relative path"),
+    ],
+)
+def test_a_refused_setting_is_named_with_its_fault_but_its_value_is_never_shown(ready, setting, value, message):
+    values = {"server_url": "https://memory.lan", "server_key": SERVER.line(), "device_name": "alice", setting: value}
+    (ready / "proxy.toml").write_text("".join(f"{name} = {json.dumps(v)}\n" for name, v in values.items()))
+    with pytest.raises(ConfigError, match=message) as caught:
+        ProxyConfig.load(ready)
+    assert SECRET not in str(caught.value) and SECRET[:12] not in str(caught.value)
 
 
 def test_a_proxy_toml_others_may_write_is_refused(ready):

@@ -118,13 +118,18 @@ async def test_answers_that_are_no_answer_become_failures_naming_what_happened()
 # -- the forwarder's recovery ----------------------------------------------------------------------------------------
 
 
+MISSING_SESSION = {"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32600, "message": "Missing session ID"}}
+
+
 class Script:
-    """A server that loses its sessions on `restart()` and can be `down`; it records what it was sent."""
+    """A server that loses its sessions on `restart()`, can be `down` or refuse new sessions, and answers 400 to a
+    message without a session id, as the SDK's does; it records what it was sent."""
 
     def __init__(self) -> None:
         self.sessions = 0
         self.live: str | None = None
         self.down = False
+        self.refusing = False
         self.sent: list[tuple[str | None, dict]] = []
 
     def restart(self) -> None:
@@ -139,10 +144,14 @@ class Script:
         session = sent.headers.get("mcp-session-id")
         self.sent.append((session, message))
         if message.get("method") == "initialize":
+            if self.refusing:
+                return httpx2.Response(503)
             self.sessions += 1
             self.live = f"s-{self.sessions}"
             answer = result(message["id"], {"protocolVersion": "2025-11-25"})
             return httpx2.Response(200, json=answer, headers={"mcp-session-id": self.live})
+        if session is None:
+            return httpx2.Response(400, json=MISSING_SESSION)
         if session != self.live:
             return httpx2.Response(404, json=SESSION_LOST)
         if "id" not in message:
@@ -163,8 +172,10 @@ async def forward(script: Script, *lines: bytes) -> list[dict]:
     async def feed():  # a client that waits for each answer before it sends on
         requests = 0
         for line in lines:
-            if line in (b"restart", b"down", b"up"):
-                script.restart() if line == b"restart" else setattr(script, "down", line == b"down")
+            if line in (b"restart", b"down", b"up", b"refuse", b"accept"):
+                script.restart() if line == b"restart" else None
+                script.down = line == b"down" or (script.down and line != b"up")
+                script.refusing = line == b"refuse" or (script.refusing and line != b"accept")
             else:
                 requests += parse(line).is_request
                 yield line
@@ -221,3 +232,82 @@ async def test_while_the_server_is_down_each_request_gets_an_error_and_the_next_
         },
     }
     assert [answer["id"] for answer in written] == [1, 2, 3] and "result" in written[2]  # nothing for the notification
+
+
+class SlowReopen(Script):
+    """A Script whose initialize after a restart is held until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reopening = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self, sent: httpx2.Request) -> httpx2.Response:  # type: ignore[override]
+        if self.sessions and self.live is None and b'"method":"initialize"' in sent.content:
+            self.reopening.set()
+            await self.release.wait()
+        return super().__call__(sent)
+
+
+async def test_a_request_arriving_while_the_lost_session_is_reopened_waits_and_goes_in_the_new_session():
+    script = SlowReopen()
+    written: list[dict] = []
+
+    async def write(line: bytes) -> None:
+        written.append(json.loads(line))
+
+    async def answered(count: int) -> None:
+        while len(written) < count:
+            await anyio.lowlevel.checkpoint()
+
+    async def feed():
+        yield INITIALIZE
+        await answered(1)
+        yield INITIALIZED
+        script.restart()
+        yield request("tools/list", 2).raw  # refused: it triggers the reopen, which the server holds
+        await script.reopening.wait()
+        yield request("tools/list", 3).raw  # arrives during the reopen
+        await anyio.wait_all_tasks_blocked()
+        script.release.set()
+        await answered(3)
+
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(script), base_url="http://memory")
+    with anyio.fail_after(5):
+        await Forwarder(Upstream(client), write, URL).run(feed())
+
+    assert sorted(answer["id"] for answer in written) == [1, 2, 3] and all("result" in answer for answer in written)
+    assert [session for session, message in script.sent if message.get("id") == 3] == ["s-2"]  # once, never without
+
+
+async def test_after_a_failed_reopen_the_next_request_opens_the_session_again():
+    script = Script()
+    written = await forward(
+        script,
+        INITIALIZE,
+        INITIALIZED,
+        b"restart",
+        b"refuse",
+        request("tools/list", 2).raw,
+        b"accept",
+        request("tools/list", 3).raw,
+    )
+    assert written[1]["id"] == 2 and written[1]["error"]["message"] == "the server refused the request (HTTP 503)"
+    assert written[2] == result(3, {"echo": None})
+    assert (None, "initialize", "memory-proxy-reopen-2") in [(s, m.get("method"), m.get("id")) for s, m in script.sent]
+
+
+async def test_a_request_whose_mcp_headers_cannot_be_encoded_gets_its_own_error_and_the_next_one_is_forwarded():
+    lone_surrogate = (
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"\\ud800",'
+        b'"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}'
+    )
+    script = Script()
+    written = await forward(script, INITIALIZE, INITIALIZED, lone_surrogate, request("tools/list", 3).raw)
+    assert written[1] == {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "error": {"code": -32600, "message": "Invalid Request: its MCP headers cannot be encoded"},
+    }
+    assert written[2] == result(3, {"echo": None})
+    assert [message.get("id") for _, message in script.sent if "id" in message] == [1, 3]  # id 2 never sent
