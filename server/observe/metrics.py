@@ -5,9 +5,12 @@
   life are included (`/sync/changes` is a pull, `/sync/push` a push);
 - requests at the channel (`/v1/handshake`, `/v1/tunnel`, `/healthz`) by exact status: refused handshakes show
   up as 403, rate-limited ones as 429; and the live channel sessions;
-- per index, read from its files at scrape time: files per source and chunks in `index.sqlite3`, chunks still
-  waiting for a vector (the embedding backlog), a running vector rebuild, the files in the mirror, and the size of
-  `index.sqlite3` and `state.sqlite3` (with their WAL files);
+- per index, read from its database at scrape time, opened by the server or not: files per source and chunks in
+  the search index, chunks still waiting for a vector (the embedding backlog), a running vector rebuild, the files
+  in the mirror, and the database's size. With SQLite that is `index.sqlite3` and `state.sqlite3` under the data
+  folder (`read_index_sizes`, sizes with their WAL files); with PostgreSQL, every index schema in the database
+  (`server.observe.pg_sizes`, the size of the whole schema). Both count the same `IndexCounts`
+  (`server.index.stats`);
 - the embedding provider and model in use, the server version, the process start time.
 
 Labels never hold memory text, paths or caller names: routes come from a fixed list, index names are the
@@ -198,16 +201,20 @@ def _number(value: float) -> str:
 # collectors --------------------------------------------------------------------------------------------------
 
 
+IndexSizes = Callable[[Visible], list["IndexSize"]]  # the sizes of the indexes a reader may see
+
+
 @dataclass(frozen=True)
 class IndexSize:
     name: str
-    files: dict[str, int]  # per source, in index.sqlite3
+    files: dict[str, int]  # per source, in the search index
     chunks: int
     pending_vectors: int | None  # None: unknown (no sqlite-vec here)
     rebuilding: bool
     mirror_files: int | None  # None: no state.sqlite3 yet
-    index_bytes: int
-    state_bytes: int
+    # On disk, per database: "index" (index.sqlite3, rebuildable) and "state" (state.sqlite3, sync history) with
+    # SQLite; "schema" with PostgreSQL, where one schema holds both.
+    database_bytes: dict[str, int]
 
 
 def read_index_sizes(data_dir: Path, visible: Visible) -> list[IndexSize]:
@@ -244,8 +251,7 @@ def _index_size(directory: Path) -> IndexSize:
         pending_vectors=counts.pending_vectors,
         rebuilding=counts.rebuilding,
         mirror_files=mirror_files,
-        index_bytes=_bytes(directory / "index.sqlite3"),
-        state_bytes=_bytes(directory / "state.sqlite3"),
+        database_bytes={"index": _bytes(directory / "index.sqlite3"), "state": _bytes(directory / "state.sqlite3")},
     )
 
 
@@ -299,19 +305,21 @@ def index_families(sizes: Sequence[IndexSize]) -> list[Family]:
         ),
         gauge(
             "memory_index_database_bytes",
-            "Size on disk of index.sqlite3 (rebuildable) and state.sqlite3 (sync history), WAL included.",
+            "Size on disk: SQLite's index.sqlite3 (database=index, rebuildable) and state.sqlite3 (database=state, sync"
+            " history), WAL included; PostgreSQL's whole index schema (database=schema), indexes and TOAST included.",
             (
                 Sample((("index", s.name), ("database", kind)), size)
                 for s in sizes
-                for kind, size in (("index", s.index_bytes), ("state", s.state_bytes))
+                for kind, size in sorted(s.database_bytes.items())
             ),
         ),
     ]
 
 
-def index_collector(data_dir: Path) -> Callable[[Visible], list[Family]]:
-    """A collector reading every visible index's size under `data_dir` at scrape time."""
-    return lambda visible: index_families(read_index_sizes(data_dir, visible))
+def index_collector(read: IndexSizes) -> Callable[[Visible], list[Family]]:
+    """A collector reading every visible index's size with `read` at scrape time (`read_index_sizes` of a data
+    folder, or `server.observe.pg_sizes.read_pg_index_sizes` of a database)."""
+    return lambda visible: index_families(read(visible))
 
 
 def info_collector(version: str, provider: str, model: str) -> Callable[[Visible], list[Family]]:

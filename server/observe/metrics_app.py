@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import socket
@@ -29,8 +30,16 @@ from channel.asgi import ASGIApp, Message, Receive, Scope, Send
 from channel.authz import ChannelUser
 from server.errors import InvalidArgumentError
 from server.index.embeddings.chain import as_chain
+from server.indexes.storage import SqliteBackend
 from server.memory.service import SERVER_VERSION, MemoryService
-from server.observe.metrics import CONTENT_TYPE, Metrics, index_collector, info_collector
+from server.observe.metrics import (
+    CONTENT_TYPE,
+    IndexSizes,
+    Metrics,
+    index_collector,
+    info_collector,
+    read_index_sizes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +55,23 @@ def service_metrics(service: MemoryService) -> Metrics:
     working = [state for state in as_chain(service.embedder).states() if state.state == "ok"]
     provider, model = (working[0].provider, working[0].model) if working else ("none", "none")
     metrics.collectors.append(info_collector(SERVER_VERSION, provider, model))
-    metrics.collectors.append(index_collector(service.data_dir))
+    metrics.collectors.append(index_collector(index_sizes(service)))
     return metrics
+
+
+def index_sizes(service: MemoryService) -> IndexSizes:
+    """Where the service's indexes are counted from: the SQLite files under the data folder, or the PostgreSQL
+    database (never SQLite files a PostgreSQL server may have left in its data folder, migrated or not)."""
+    backend = service.indexes.backend
+    if isinstance(backend, SqliteBackend):
+        return functools.partial(read_index_sizes, backend.data_dir)
+    from server.postgres.backend import PgBackend  # psycopg is imported only by a server that uses it
+
+    if isinstance(backend, PgBackend):
+        from server.observe.pg_sizes import read_pg_index_sizes
+
+        return functools.partial(read_pg_index_sizes, backend.url)
+    return lambda visible: []  # another backend (a test's): its indexes are not counted
 
 
 class _AnswerObserver:

@@ -370,8 +370,20 @@ def counts_by_source() -> Query:
 
 
 def schema_bytes() -> Query:
+    """The size of every table of the search path's schema (an index's: its files, history and search index), with
+    its indexes and TOAST."""
     return (
         "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n"
         " ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')",
+        (),
+    )
+
+
+def index_schemas() -> Query:
+    """The schemas holding an index's search tables (`schema_of`'s `index_` prefix), by name; a schema still being
+    created by `migrations.migrate` is not seen before its transaction commits."""
+    return (
+        "SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid WHERE c.relname = 'search_meta'"
+        " AND c.relkind = 'r' AND starts_with(n.nspname, 'index_') ORDER BY n.nspname",
         (),
     )

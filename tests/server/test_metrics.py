@@ -141,9 +141,9 @@ def test_index_sizes_agree_with_the_engines_status_and_count_the_embedding_backl
     for index, status in statuses.items():
         size = sizes[index]
         assert size.files == status.files and size.chunks == sum(status.chunks.values())
-        assert size.pending_vectors == status.pending_vectors and size.index_bytes == status.database_bytes
+        assert size.pending_vectors == status.pending_vectors and size.database_bytes["index"] == status.database_bytes
         assert size.mirror_files == sum(status.files.values()) == 2
-        assert size.state_bytes > 0 and not size.rebuilding
+        assert size.database_bytes["state"] > 0 and not size.rebuilding
     assert sizes["alice-notes"].pending_vectors == 0 and sizes["team"].pending_vectors == 2
     assert [s.name for s in read_index_sizes(tmp_path, lambda index: index == "team")] == ["team"]
     assert read_index_sizes(tmp_path / "nothing-here", lambda _index: True) == []
