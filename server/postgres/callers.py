@@ -8,12 +8,20 @@ transaction. Each replica's `SharedCallers` reloads on
 that notice (a listening thread, `server.postgres.notify`) and, should a notice be lost, compares the version at
 most every CHECK_EVERY seconds on the next lookup: a revoked key is refused everywhere within a second.
 
+That check runs on the server's event loop, under the session store's outage guard
+(`server.postgres.sessions.Outage`): with the database out of reach it costs one connection attempt per backoff,
+not one per lookup. Meanwhile the list last read keeps answering until STALE_AFTER seconds past the last check
+the database answered (a revocation is a write to that database, so none was missed before then); after that a
+lookup raises `StoreUnavailable` (a 503) until a check succeeds, so a key revoked while this replica cannot see
+the database is not let in for longer than that.
+
 The document is parsed with the file's own rules (`server.callers.config`); a version that does not parse is
 never written, and one damaged by hand keeps the last good table, as with the file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -22,16 +30,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from channel.authz import Identity
+from channel.errors import StoreUnavailable
 from server.callers.config import CallerEntry, CallersConfig, CallersFileError, parse_callers, render_callers
 from server.callers.file import read_callers
 from server.mirror.state import utc_now
 from server.postgres.channel_schema import CALLERS_CHANNEL, open_channel_db
 from server.postgres.connection import PgConnection
 from server.postgres.notify import ChangeListener
+from server.postgres.sessions import Outage
 
 log = logging.getLogger("server.callers.config")
 
 CHECK_EVERY = 0.5  # seconds between version checks on lookup, should a notice be lost
+STALE_AFTER = 1.0  # seconds past the last check the database answered that the list is still used (then: 503s)
 
 
 def import_callers(db: PgConnection, path: Path) -> bool:
@@ -143,6 +154,8 @@ class SharedCallers:
         self._check_every, self._clock = check_every, clock
         self._lock = threading.Lock()
         self._db = open_channel_db(url)
+        self._outage = Outage(clock)
+        self._confirmed = 0.0  # when the database last answered a check or a reload
         self._version = -1
         self._config = CallersConfig()
         self._table = self._config.table()
@@ -175,18 +188,27 @@ class SharedCallers:
     def lookup(self, static_key: bytes) -> Identity | None:
         if self._clock() >= self._next_check:
             self._check()
+        if self._clock() - self._confirmed > STALE_AFTER:
+            raise StoreUnavailable()
         return self._table.lookup(static_key)
 
     def _check(self) -> None:
-        with self._lock:
+        """Compare the version with the database's, reading the list again when it changed. On the event loop: under
+        the outage guard, and not waiting for a reload the listener's thread has under way (it brings the news)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             now = self._clock()
             if now < self._next_check:
                 return
             self._next_check = now + self._check_every
-            row = self._db.execute("SELECT version FROM callers").fetchone()
-            version = int(row[0]) if row else 0
-        if version != self._version:
-            self.reload()
+            with contextlib.suppress(StoreUnavailable), self._outage.guard(self._db):
+                row = self._db.execute("SELECT version FROM callers").fetchone()
+                if (int(row[0]) if row else 0) != self._version:
+                    self._read()
+                self._confirmed = now
+        finally:
+            self._lock.release()
 
     def _noticed(self) -> None:
         self.reload()
@@ -194,21 +216,27 @@ class SharedCallers:
     def reload(self) -> bool:
         """Read the shared callers now; True when they are in use, False when the last good table stays."""
         with self._lock:
-            self._next_check = self._clock() + self._check_every
-            try:
-                config, version = read_shared_callers(self._db)
-            except CallersFileError as exc:
-                if self.error != str(exc):
-                    log.error("the callers in the database are invalid (%s); still using the last good ones", exc)
-                self.error = str(exc)
-                return False
-            if version != self._version:
-                keys = sum(len(entry.keys) for entry in config.callers)
-                log.info(
-                    "callers version %d from the database: %d callers, %d active keys",
-                    version,
-                    len(config.callers),
-                    keys,
-                )
-            self._config, self._table, self._version, self.error = config, config.table(), version, None
-            return True
+            return self._read()
+
+    def _read(self) -> bool:
+        now = self._clock()
+        self._next_check = now + self._check_every
+        try:
+            config, version = read_shared_callers(self._db)
+        except CallersFileError as exc:
+            self._confirmed = now  # the database answered: what it holds is damaged, the last good list stays
+            if self.error != str(exc):
+                log.error("the callers in the database are invalid (%s); still using the last good ones", exc)
+            self.error = str(exc)
+            return False
+        if version != self._version:
+            keys = sum(len(entry.keys) for entry in config.callers)
+            log.info(
+                "callers version %d from the database: %d callers, %d active keys",
+                version,
+                len(config.callers),
+                keys,
+            )
+        self._config, self._table, self._version, self.error = config, config.table(), version, None
+        self._confirmed = now
+        return True

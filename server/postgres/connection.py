@@ -72,7 +72,8 @@ def translated(doing: str) -> Iterator[None]:
 class PgConnection:
     """A connection in autocommit mode, its search path set to one schema; every call is serialised. A connection
     lost (the database restarted, a proxy cut it) is opened again: a statement outside a transaction (a read:
-    every write here runs in one) or a BEGIN that finds it lost is tried once more on a new one."""
+    every write here runs in one) or a BEGIN that finds it lost is tried once more on a new one. A connection that
+    cannot be made is not tried twice in one call (each attempt may wait the whole connect timeout)."""
 
     def __init__(self, url: str, schema: str | None = None, settings: Mapping[str, str] | None = None) -> None:
         """`settings`: run-time parameters (`statement_timeout`...) set on every connection made, the first and
@@ -104,11 +105,12 @@ class PgConnection:
         """Run one statement (`?` placeholders); its cursor, rows fetched or iterated."""
         text = statements if bindings is None else placeholders(statements)
         with self._lock:
+            was_open = not self._conn.closed
             try:
                 with translated("running a statement"):
                     cursor = self._usable().execute(text, bindings)
             except EngineError:
-                if self._transactions or not self._conn.closed:
+                if self._transactions or not self._conn.closed or not was_open:  # a failed connect: not twice
                     raise
                 with translated("running a statement"):
                     cursor = self._usable().execute(text, bindings)
@@ -130,10 +132,11 @@ class PgConnection:
 
     def _begin(self) -> contextlib.AbstractContextManager[Any]:
         """A transaction begun; when the connection turns out lost at BEGIN (nothing done yet), on a new one."""
+        was_open = not self._conn.closed
         try:
             return self._begin_once()
         except EngineError:
-            if self._transactions or not self._conn.closed:
+            if self._transactions or not self._conn.closed or not was_open:
                 raise
             return self._begin_once()
 

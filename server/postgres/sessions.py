@@ -10,7 +10,9 @@ replicas is decided by the database, each in one statement or one transaction:
 - a handshake: the msg1 timestamp grows per key (an upsert that only raises it), and the caps per caller and in
   total hold under an advisory lock taken by every opening;
 - response nonces: each replica leases blocks of the session's send counter (`send_next`), so two replicas never
-  seal under one nonce, and the counters still grow within each response, as clients check;
+  seal under one nonce, and the counters still grow within each response, as clients check. A request's commit
+  leases the next block when fewer than SEND_RESERVE nonces are left, so its answer can be sealed even if the
+  database is lost while the request runs; a lease that fails leaves the session to lease again on the next frame;
 - ending: a session evicted, expired or of a revoked key is deleted; a replica's cached copy is checked again at
   least every RECHECK_SECONDS (and every request checks liveness in its commit anyway).
 """
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 RECHECK_SECONDS = 1.0  # a cached session is looked up again after this long (ended elsewhere: noticed by then)
 TOUCH_SECONDS = 5.0  # an open stream writes `last_used` at most this often (idle expiry is minutes)
 SEND_BLOCK = 1 << 16  # response nonces leased at a time
+SEND_RESERVE = SEND_BLOCK // 2  # a request's commit leases a block when fewer are left (a 2**63 space: waste is free)
 OUTAGE_FIRST_SECONDS, OUTAGE_MAX_SECONDS = 1.0, 30.0  # calls refused at once after the database is lost
 SKEW_NS = int(2 * CLOCK_WINDOW * 1e9)  # a recorded timestamp this far ahead is from before the clock check
 
@@ -56,9 +59,11 @@ request AS (
     WHERE EXISTS (SELECT 1 FROM counter)
     ON CONFLICT DO NOTHING RETURNING request_id),
 touched AS (
-    UPDATE sessions SET last_used = GREATEST(last_used, ?) WHERE id = ? AND EXISTS (SELECT 1 FROM request)
-    RETURNING id)
-SELECT (SELECT count(*) FROM live), (SELECT count(*) FROM counter), (SELECT count(*) FROM request)
+    UPDATE sessions SET last_used = GREATEST(last_used, ?), send_next = send_next + ?
+    WHERE id = ? AND EXISTS (SELECT 1 FROM request)
+    RETURNING send_next)
+SELECT (SELECT count(*) FROM live), (SELECT count(*) FROM counter), (SELECT count(*) FROM request),
+    (SELECT send_next FROM touched)
 """
 _RAISE_TIMESTAMP = """
 INSERT INTO timestamps(static_key, latest) VALUES(?, ?)
@@ -68,10 +73,11 @@ RETURNING latest
 """
 
 
-class _Outage:
-    """The database out of reach: every call runs on the server's event loop, so while its connection is lost
-    calls are refused at once (503s) rather than each waiting up to the connect timeout; one call tries again after
-    a backoff that doubles from OUTAGE_FIRST_SECONDS to OUTAGE_MAX_SECONDS, and the first that answers ends it."""
+class Outage:
+    """The database out of reach: every call of the channel's (sessions, callers) runs on the server's event loop,
+    so while a connection is lost calls are refused at once (503s) rather than each waiting up to the connect
+    timeout; one call tries again after a backoff that doubles from OUTAGE_FIRST_SECONDS to OUTAGE_MAX_SECONDS, and
+    the first that answers ends it."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
@@ -96,6 +102,33 @@ class _Outage:
 
 class _Refused(Exception):
     """Rolls back a handshake's transaction that may not open its session."""
+
+
+class _Nonces:
+    """A session's response nonces on this replica: the rest of the block it leased last (`lease` takes the next,
+    giving its end). A lease that fails takes nothing and keeps nothing, so the next frame leases again."""
+
+    def __init__(self, lease: Callable[[], int]) -> None:
+        self._lease = lease
+        self._next = self._end = 0
+
+    def __iter__(self) -> _Nonces:
+        return self
+
+    def __next__(self) -> int:
+        if self._next >= self._end:
+            self.leased(self._lease())  # StoreUnavailable, or Revoked once the session is gone
+        self._next += 1
+        return self._next - 1
+
+    def wanted(self) -> int:
+        """How many nonces a request's commit should lease with it: a block, or none while enough are left."""
+        return SEND_BLOCK if self._end - self._next < SEND_RESERVE else 0
+
+    def leased(self, end: int) -> None:
+        """Use the block ending at `end`; never one ending lower than the one in use, so the counters only grow."""
+        if end > self._end:
+            self._next, self._end = max(end - SEND_BLOCK, self._next), end
 
 
 @dataclass
@@ -130,7 +163,7 @@ class PgSessionStore:
         # log is flushed in order, so a replay record can be lost in a crash of the database only if nothing the
         # request changed survived it either. Every other write (files, callers) keeps waiting for the disk.
         self._db: PgConnection = open_channel_db(url, {"synchronous_commit": "off"})
-        self._outage = _Outage(clock)
+        self._outage = Outage(clock)
         self._cache: dict[bytes, _Cached] = {}
         self._lock = threading.Lock()  # the cache, for the metrics collector's thread
 
@@ -193,7 +226,7 @@ class PgSessionStore:
             return False
         for gone in evicted:
             self._forget(gone)
-        session.send_counters = self._leased(session.id)
+        session.send_counters = self._nonces(session.id)
         self._remember(_Cached(session, now, now))
         return True
 
@@ -229,7 +262,7 @@ class PgSessionStore:
             expires_at=float(row[4]),
             last_used=float(row[5]),
         )
-        session.send_counters = self._leased(session_id)
+        session.send_counters = self._nonces(session_id)
         self._remember(_Cached(session, now, now))
         return session
 
@@ -237,9 +270,11 @@ class PgSessionStore:
         if not session.window.accept(counter):  # a copy that came to this replica before: no query needed
             return "replayed-counter"
         now = self._clock()
-        bindings = (session.id, now, now - self.idle, counter, request_id, now, now, session.id)
+        nonces = session.send_counters if isinstance(session.send_counters, _Nonces) else None
+        lease = nonces.wanted() if nonces is not None else 0
+        bindings = (session.id, now, now - self.idle, counter, request_id, now, now, lease, session.id)
         row = self._run(_COMMIT, bindings).fetchone()
-        live, counted, opened = (int(value) for value in row) if row else (0, 0, 0)
+        live, counted, opened, send_next = row if row else (0, 0, 0, None)
         if not live:
             self._forget(session.id)
             return "no-session"
@@ -247,6 +282,8 @@ class PgSessionStore:
             return "replayed-counter"
         if not opened:
             return "repeated-request"
+        if lease and nonces is not None and send_next is not None:  # the answer's nonces, before the app runs
+            nonces.leased(int(send_next))
         session.last_used = now
         cached = self._cache.get(session.id)
         if cached is not None:
@@ -281,17 +318,19 @@ class PgSessionStore:
                 del self._cache[sid]
         return ended
 
-    def _leased(self, session_id: bytes) -> Iterator[int]:
-        """Response nonces from blocks this replica leased; Revoked once the session is gone."""
-        while True:
+    def _nonces(self, session_id: bytes) -> _Nonces:
+        """Response nonces from blocks this replica leases (see `_Nonces`)."""
+
+        def lease() -> int:
             row = self._run(
                 "UPDATE sessions SET send_next = send_next + ? WHERE id = ? RETURNING send_next",
                 (SEND_BLOCK, session_id),
             ).fetchone()
             if row is None:
                 raise Revoked()
-            end = int(row[0])
-            yield from range(end - SEND_BLOCK, end)
+            return int(row[0])
+
+        return _Nonces(lease)
 
     def _remember(self, entry: _Cached) -> None:
         with self._lock:

@@ -1,12 +1,16 @@
-"""The PostgreSQL search index's tests share this: index "proj" opened as a server opens it."""
+"""The PostgreSQL tests share this: index "proj" opened as a server opens it, and the test's database made out of
+reach as when it restarts."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from server.index.engine_settings import EngineSettings
 from server.postgres.files import PgFileStore
@@ -34,3 +38,20 @@ def open_index(postgres_url: str, tmp_path: Path) -> Iterator[Callable[..., Open
     for index, store in opened:
         index.close()
         store.close()
+
+
+@pytest.fixture
+def reachable(postgres_server: str, postgres_url: str) -> Iterator[Callable[[bool], None]]:
+    """`reachable(False)`: the test's database refuses connections and every one open is cut, as while it restarts;
+    `reachable(True)`: it takes them again (as it does at the end of the test)."""
+    database = urlsplit(postgres_url).path.lstrip("/")
+
+    def allow(allowed: bool) -> None:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            change = sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}")
+            admin.execute(change.format(sql.Identifier(database), sql.Literal(allowed)))
+            if not allowed:
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+
+    yield allow
+    allow(True)

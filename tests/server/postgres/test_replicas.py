@@ -7,17 +7,18 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
 import httpx2
-import psycopg
 import pytest
-from psycopg import sql
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from channel.authz import CallerDirectory
 from channel.constants import HANDSHAKE_PATH, TUNNEL_PATH
@@ -156,17 +157,8 @@ async def test_a_key_revoked_on_one_replica_is_refused_by_both_within_a_second(p
 
 
 async def test_a_database_out_of_reach_gets_a_503_and_the_server_carries_on_once_it_is_back(
-    shared: Replicas, postgres_server: str, postgres_url: str
+    shared: Replicas, reachable: Callable[[bool], None]
 ):
-    database = urlsplit(postgres_url).path.lstrip("/")
-
-    def reachable(allowed: bool) -> None:
-        with psycopg.connect(postgres_server, autocommit=True) as admin:
-            change = sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}")
-            admin.execute(change.format(sql.Identifier(database), sql.Literal(allowed)))
-            if not allowed:  # and every connection to it cut
-                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
-
     async with shared.client() as client:
         assert (await client.post("/count")).status_code == 200
         await anyio.to_thread.run_sync(reachable, False)
@@ -177,3 +169,35 @@ async def test_a_database_out_of_reach_gets_a_503_and_the_server_carries_on_once
             await anyio.to_thread.run_sync(reachable, True)
         assert refused.value.status == 503
         assert (await client.post("/count")).json() == {"count": 2}
+
+
+async def test_a_database_lost_while_a_request_runs_still_gets_its_answer_and_the_session_serves_on(
+    postgres_url: str, reachable: Callable[[bool], None]
+):
+    # The answer's nonces are leased with the request's commit, before the app runs: before, the first frame
+    # leased them, the lease failed, and every later answer of the session on this replica was cut too.
+    ran: list[str] = []
+
+    async def restarting(request: Request) -> JSONResponse:
+        ran.append(request.url.path)
+        await anyio.to_thread.run_sync(reachable, False)
+        return JSONResponse({"ran": len(ran)})
+
+    async def count(request: Request) -> JSONResponse:
+        ran.append(request.url.path)
+        return JSONResponse({"ran": len(ran)})
+
+    app = Starlette(
+        routes=[Route("/restarting", restarting, methods=["POST"]), Route("/count", count, methods=["POST"])]
+    )
+    now = [time.time()]  # the store's clock stands still: no recheck of the cached session falls in the outage
+    store = PgSessionStore(postgres_url, SERVER, lambda: now[0])
+    directory = MutableDirectory(table(caller("alice", DEVICE, notes="rw")))
+    try:
+        with serve_channel(app, directory, server_key=SERVER, sessions=store) as running:
+            async with running.client(DEVICE) as client:
+                assert (await client.post("/restarting")).json() == {"ran": 1}
+                await anyio.to_thread.run_sync(reachable, True)
+                assert [(await client.post("/count")).json()["ran"] for _ in range(2)] == [2, 3]
+    finally:
+        store.close()

@@ -9,12 +9,13 @@ import psycopg
 import pytest
 
 from channel.constants import SESSION_IDLE, SESSION_LIFETIME
+from channel.errors import StoreUnavailable
 from channel.keys import PrivateKey
 from channel.session import Session
 from server.errors import EngineError
 from server.postgres.channel_schema import STATEMENT_TIMEOUT_MS, open_channel_db
 from server.postgres.sealing import KeySealer, hkdf_sha256
-from server.postgres.sessions import SEND_BLOCK, PgSessionStore
+from server.postgres.sessions import OUTAGE_FIRST_SECONDS, SEND_BLOCK, SEND_RESERVE, PgSessionStore
 from tests.channel.test_session import Clock, session
 from tests.postgres_support import cut_all
 
@@ -129,6 +130,46 @@ def test_two_replicas_never_seal_responses_under_the_same_nonce(replicas, clock)
     mine = [session.next_send_counter() for _ in range(3)]
     theirs = [there.next_send_counter() for _ in range(3)]
     assert mine == [0, 1, 2] and theirs == [SEND_BLOCK, SEND_BLOCK + 1, SEND_BLOCK + 2]
+
+
+def test_a_request_leases_its_answers_nonces_with_its_commit_so_a_database_lost_meanwhile_does_not_cut_it(
+    replicas, clock, reachable
+):
+    store = replicas()
+    session = new_session(clock)
+    assert store.open(session, stamp(clock))
+    assert store.commit_request(session, 0, b"q" * 16) is None
+    reachable(False)  # while the inner app runs
+    assert [session.next_send_counter() for _ in range(3)] == [0, 1, 2]
+
+
+def test_a_nonce_lease_that_failed_is_tried_again_on_the_next_frame_once_the_database_is_back(
+    replicas, clock, reachable
+):
+    store = replicas()
+    session = new_session(clock)
+    assert store.open(session, stamp(clock))
+    reachable(False)
+    with pytest.raises(StoreUnavailable):
+        session.next_send_counter()
+    reachable(True)
+    clock.now += OUTAGE_FIRST_SECONDS  # the outage's backoff passed
+    first = session.next_send_counter()
+    assert [session.next_send_counter() for _ in range(2)] == [first + 1, first + 2]
+
+
+def test_a_commit_leases_a_new_block_only_when_few_nonces_are_left_and_the_nonces_keep_growing(replicas, clock):
+    store = replicas()
+    session = new_session(clock)
+    assert store.open(session, stamp(clock))
+    assert store.commit_request(session, 0, b"a" * 16) is None
+    assert session.next_send_counter() == 0
+    assert store.commit_request(session, 1, b"b" * 16) is None  # plenty left: none leased
+    assert session.next_send_counter() == 1
+    for _ in range(SEND_BLOCK - SEND_RESERVE - 1):
+        session.next_send_counter()
+    assert store.commit_request(session, 2, b"c" * 16) is None  # fewer than SEND_RESERVE left: the next block
+    assert session.next_send_counter() == SEND_BLOCK
 
 
 def test_ending_a_key_ends_its_sessions_on_every_replica(replicas, clock):

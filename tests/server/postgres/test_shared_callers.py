@@ -3,26 +3,37 @@ callers.toml, edited by the `memory-server callers` commands, heard by every rep
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
+import httpx2
 import psycopg
 import pytest
 
+from channel.constants import HANDSHAKE_PATH
+from channel.errors import StoreUnavailable
+from channel.handshake import create_initiation
 from channel.keys import PrivateKey
 from server.callers.config import CallersConfig
 from server.callers.file import write_callers
 from server.cli.main import main
 from server.cli.serve import channel_state
 from server.errors import InvalidArgumentError
-from server.postgres.callers import SharedCallers, update_shared_callers
+from server.postgres.callers import CHECK_EVERY, STALE_AFTER, SharedCallers, update_shared_callers
 from server.postgres.channel_schema import CALLERS_CHANNEL
+from server.postgres.sessions import OUTAGE_MAX_SECONDS, PgSessionStore
 from server.settings import Settings
+from tests.channel.apps import AppState, inner_app
+from tests.channel.conftest import serve_channel
 
-ALICE = PrivateKey.generate("alice@laptop").public
+DEVICE = PrivateKey.generate("alice@laptop")
+ALICE = DEVICE.public
 BOB = PrivateKey.generate("bob@laptop").public
 HEARD_WITHIN = 1.0  # seconds
 
@@ -171,3 +182,73 @@ def test_a_key_comment_that_is_not_utf8_is_refused_the_same_way_by_both_backends
     assert main([*keys, "callers", "add", "alice", "--key", line, "--grant", "notes=rw"]) == 2
     assert "not valid UTF-8 text" in capsys.readouterr().err
     assert not callers_file.exists()
+
+
+def test_a_check_the_database_cannot_answer_keeps_the_last_list_for_a_second_then_lookups_are_unavailable(
+    postgres_url, callers_file, reachable
+):
+    # A revocation is a write to that database, so the list the last answered check read misses none; past
+    # STALE_AFTER this replica may be the only one not seeing it, and refuses (503s) rather than let a key in.
+    update_shared_callers(postgres_url, callers_file, granted("alice"))
+    now = [0.0]
+    replica = SharedCallers(postgres_url, callers_file, clock=lambda: now[0])
+    try:
+        reachable(False)
+        now[0] += CHECK_EVERY
+        identity = replica.lookup(ALICE.x25519)
+        assert identity is not None and identity.name == "alice"
+        now[0] += STALE_AFTER
+        with pytest.raises(StoreUnavailable):
+            replica.lookup(ALICE.x25519)
+        reachable(True)
+        now[0] += OUTAGE_MAX_SECONDS  # past any backoff: the next check reaches the database
+        assert replica.lookup(ALICE.x25519) is not None
+    finally:
+        replica.close()
+
+
+def test_lookups_while_the_database_is_out_of_reach_try_one_connection_per_backoff_not_one_each(
+    postgres_url, callers_file, reachable, monkeypatch
+):
+    # Lookups run on the event loop, and each connection attempt may wait the whole connect timeout.
+    update_shared_callers(postgres_url, callers_file, granted("alice"))
+    now = [0.0]
+    replica = SharedCallers(postgres_url, callers_file, clock=lambda: now[0])
+    attempts: list[float] = []
+    connect = replica._db._connect
+
+    def counted() -> object:
+        attempts.append(now[0])
+        return connect()
+
+    monkeypatch.setattr(replica._db, "_connect", counted)
+    try:
+        reachable(False)
+        for _ in range(8):  # a lookup at every check for 4 s
+            now[0] += CHECK_EVERY
+            with contextlib.suppress(StoreUnavailable):
+                replica.lookup(ALICE.x25519)
+        assert attempts == [0.5, 1.5, 3.5]  # the backoff doubling from 1 s, one attempt each
+    finally:
+        replica.close()
+
+
+@pytest.mark.anyio
+async def test_a_handshake_while_the_database_is_out_of_reach_gets_the_stores_503_not_a_500(
+    postgres_url, callers_file, reachable
+):
+    await anyio.to_thread.run_sync(update_shared_callers, postgres_url, callers_file, granted("alice"))
+    server_key = PrivateKey.generate("memory-server")
+    callers = SharedCallers(postgres_url, callers_file, check_every=0)  # each lookup checks the database
+    store = PgSessionStore(postgres_url, server_key, time.time)
+    try:
+        with serve_channel(inner_app(AppState()), callers, server_key=server_key, sessions=store) as running:
+            await anyio.to_thread.run_sync(reachable, False)
+            hello = create_initiation(DEVICE, server_key.public, time.time_ns(), os.urandom)[0]
+            async with httpx2.AsyncClient() as http:
+                with anyio.fail_after(10):
+                    answer = await http.post(running.url + HANDSHAKE_PATH, content=hello)
+        assert (answer.status_code, answer.headers.get("retry-after")) == (503, "1")
+    finally:
+        callers.close()
+        store.close()
