@@ -134,11 +134,9 @@ CREATE INDEX embedding_cache_used_at ON embedding_cache(used_at);
 """
 
 
-def _rebuild_hnsw(m: int, ef_construction: int) -> str:
-    """Every vector table's HNSW index by cosine distance built again with these parameters: the live model's
-    table and one a rebuild is filling. The build reads the whole table (many minutes at a million chunks). A
-    migration passes the values it was written with, never `search_queries.hnsw_index`'s constants, which may
-    change later."""
+def _on_every_vector_table(body: str) -> str:
+    """A block running the PL/pgSQL `body` (the table's name in `t.name`) for every vector table of the schema: the
+    live model's and one a rebuild is filling."""
     return f"""
 DO $$
 DECLARE t record;
@@ -146,12 +144,20 @@ BEGIN
     FOR t IN SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname ~ '^vectors_[0-9]+$'
     LOOP
-        EXECUTE format('DROP INDEX IF EXISTS %I', t.name || '_hnsw');
-        EXECUTE format('CREATE INDEX %I ON %I USING hnsw (embedding vector_cosine_ops)'
-            ' WITH (m = {m}, ef_construction = {ef_construction})', t.name || '_hnsw', t.name);
+{body}
     END LOOP;
 END $$;
 """
+
+
+def _rebuild_hnsw(m: int, ef_construction: int) -> str:
+    """Every vector table's HNSW index by cosine distance built again with these parameters. The build reads the
+    whole table (many minutes at a million chunks). A migration passes the values it was written with, never
+    `search_queries.hnsw_index`'s constants, which may change later."""
+    return _on_every_vector_table(f"""\
+        EXECUTE format('DROP INDEX IF EXISTS %I', t.name || '_hnsw');
+        EXECUTE format('CREATE INDEX %I ON %I USING hnsw (embedding vector_cosine_ops)'
+            ' WITH (m = {m}, ef_construction = {ef_construction})', t.name || '_hnsw', t.name);""")
 
 
 # Migration 3 built the index again with m=32, ef_construction=128 instead of pgvector's defaults (16, 64), which
@@ -167,23 +173,20 @@ M004_HNSW_EF256 = _rebuild_hnsw(32, 256)
 # databases are en_US.utf8) 'memory/deploy.md' sorts after 'memory0', so a search's path-prefix range found nothing,
 # and listings came out in another order than SQLite's. Lexemes are cut to 200 characters
 # (`search_queries.MAX_LEXEME_CHARS` when this was written): a btree key holds at most about 2.7 kB.
-M005_BYTE_PATHS_SHORT_LEXEMES = """
+M005_BYTE_PATHS_SHORT_LEXEMES = (
+    """
 ALTER TABLE files ALTER COLUMN path TYPE TEXT COLLATE "C";
 ALTER TABLE history ALTER COLUMN path TYPE TEXT COLLATE "C";
 ALTER TABLE indexed_files ALTER COLUMN path TYPE TEXT COLLATE "C";
-DO $$
-DECLARE t record;
-BEGIN
-    FOR t IN SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname ~ '^vectors_[0-9]+$'
-    LOOP
-        EXECUTE format('ALTER TABLE %I ALTER COLUMN path TYPE TEXT COLLATE "C"', t.name);
-    END LOOP;
-END $$;
-WITH long AS (DELETE FROM chunk_terms WHERE length(lexeme) > 200 RETURNING lexeme, chunk_id, tf)
+"""
+    + _on_every_vector_table(
+        """        EXECUTE format('ALTER TABLE %I ALTER COLUMN path TYPE TEXT COLLATE "C"', t.name);"""
+    )
+    + """WITH long AS (DELETE FROM chunk_terms WHERE length(lexeme) > 200 RETURNING lexeme, chunk_id, tf)
 INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT left(lexeme, 200), chunk_id, sum(tf) FROM long GROUP BY 1, 2
 ON CONFLICT (lexeme, chunk_id) DO UPDATE SET tf = chunk_terms.tf + excluded.tf;
 """
+)
 
 MIGRATIONS: tuple[str, ...] = (
     M001_FILES,
