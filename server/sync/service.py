@@ -15,6 +15,7 @@ from server.errors import InvalidArgumentError
 from server.indexes.storage import FileStore
 from server.memory.intake import refuse_secrets
 from server.memory.service import CallerContext, MemoryService
+from server.memory.text import utf8
 from server.mirror.mirror import ABSENT, FileState, IdempotencyRecord, MirrorFile
 from server.mirror.paths import normalise_memory_path
 from server.sync.conflicts import conflict_path
@@ -151,7 +152,7 @@ def _change(mirror: FileStore, row: FileState) -> dict[str, object] | None:
 def _write(
     mirror: FileStore, caller: str, path: str, base: str | None, content: str, current: MirrorFile | None
 ) -> PushResult:
-    digest = sha256_hex(_encoded(content))
+    digest = sha256_hex(utf8(content, "content"))
     if current is not None and current.hash == digest:
         return PushResult(path, "unchanged", current.hash, current.revision)
     record = IdempotencyRecord(caller, _PUSH_KEY + path, f"{base or ''} {digest}", "")
@@ -233,10 +234,3 @@ def _delete(mirror: FileStore, caller: str, path: str, base: str | None, current
     mirror.delete(path, caller=caller, expected_hash=current.hash)
     gone = mirror.state(path)
     return PushResult(path, "deleted", None, gone.revision if gone else 0)
-
-
-def _encoded(content: str) -> bytes:
-    try:
-        return content.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgumentError("content is not valid Unicode text (lone surrogates)") from None
