@@ -9,7 +9,7 @@ that notice (a listening thread, `server.postgres.notify`) and, should a notice 
 most every CHECK_EVERY seconds on the next lookup: a revoked key is refused everywhere within a second.
 
 That check runs on the server's event loop, under the session store's outage guard
-(`server.postgres.sessions.Outage`): with the database out of reach it costs one connection attempt per backoff,
+(`server.postgres.outage.Outage`): with the database out of reach it costs one connection attempt per backoff,
 not one per lookup. Meanwhile the list last read keeps answering until STALE_AFTER seconds past the last check
 the database answered (a revocation is a write to that database, so none was missed before then); after that a
 lookup raises `StoreUnavailable` (a 503) until a check succeeds, so a key revoked while this replica cannot see
@@ -37,7 +37,7 @@ from server.mirror.state import utc_now
 from server.postgres.channel_schema import CALLERS_CHANNEL, open_channel_db
 from server.postgres.connection import PgConnection
 from server.postgres.notify import ChangeListener
-from server.postgres.sessions import Outage
+from server.postgres.outage import Outage
 
 log = logging.getLogger("server.callers.config")
 

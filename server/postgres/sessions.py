@@ -19,24 +19,23 @@ replicas is decided by the database, each in one statement or one transaction:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg import Cursor
 
 from channel.constants import CLOCK_WINDOW, MAX_SESSIONS, MAX_SESSIONS_PER_CALLER, SESSION_IDLE, SESSION_LIFETIME
-from channel.errors import StoreUnavailable
 from channel.keys import PrivateKey
 from channel.sealer import Revoked
 from channel.session import Session
 from server.errors import EngineError
 from server.postgres.channel_schema import open_channel_db
 from server.postgres.connection import PgConnection
+from server.postgres.outage import Outage
 from server.postgres.sealing import KeySealer
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,6 @@ RECHECK_SECONDS = 1.0  # a cached session is looked up again after this long (en
 TOUCH_SECONDS = 5.0  # an open stream writes `last_used` at most this often (idle expiry is minutes)
 SEND_BLOCK = 1 << 16  # response nonces leased at a time
 SEND_RESERVE = SEND_BLOCK // 2  # a request's commit leases a block when fewer are left (a 2**63 space: waste is free)
-OUTAGE_FIRST_SECONDS, OUTAGE_MAX_SECONDS = 1.0, 30.0  # calls refused at once after the database is lost
 SKEW_NS = int(2 * CLOCK_WINDOW * 1e9)  # a recorded timestamp this far ahead is from before the clock check
 
 _COMMIT = """
@@ -71,33 +69,6 @@ ON CONFLICT(static_key) DO UPDATE SET latest = EXCLUDED.latest
 WHERE timestamps.latest < EXCLUDED.latest OR timestamps.latest - EXCLUDED.latest > ?
 RETURNING latest
 """
-
-
-class Outage:
-    """The database out of reach: every call of the channel's (sessions, callers) runs on the server's event loop,
-    so while a connection is lost calls are refused at once (503s) rather than each waiting up to the connect
-    timeout; one call tries again after a backoff that doubles from OUTAGE_FIRST_SECONDS to OUTAGE_MAX_SECONDS, and
-    the first that answers ends it."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._until = 0.0
-        self._backoff = OUTAGE_FIRST_SECONDS
-
-    @contextlib.contextmanager
-    def guard(self, db: PgConnection) -> Iterator[None]:
-        """The database's failures as the channel's StoreUnavailable (a 503 for the peer; the cause is logged)."""
-        if self._clock() < self._until:
-            raise StoreUnavailable()
-        try:
-            yield
-        except EngineError as exc:
-            if db.backend_pid() is None:  # the connection is gone, not one statement refused
-                self._until = self._clock() + self._backoff
-                log.warning("postgres: the channel's database is out of reach; refusing for %.0f s", self._backoff)
-                self._backoff = min(2 * self._backoff, OUTAGE_MAX_SECONDS)
-            raise StoreUnavailable() from exc
-        self._backoff = OUTAGE_FIRST_SECONDS
 
 
 class _Refused(Exception):

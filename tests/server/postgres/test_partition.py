@@ -18,7 +18,8 @@ from channel.errors import StoreUnavailable
 from channel.keys import PrivateKey
 from server.errors import EngineError
 from server.postgres.connection import CONNECT_OPTIONS, PgConnection
-from server.postgres.sessions import OUTAGE_MAX_SECONDS, PgSessionStore
+from server.postgres.outage import OUTAGE_MAX_SECONDS
+from server.postgres.sessions import PgSessionStore
 from tests.faults.relay import Relay
 
 USER_TIMEOUT_MS = 2_000  # the product's 15 s, shortened for the test

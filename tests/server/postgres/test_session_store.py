@@ -14,8 +14,9 @@ from channel.keys import PrivateKey
 from channel.session import Session
 from server.errors import EngineError
 from server.postgres.channel_schema import STATEMENT_TIMEOUT_MS, open_channel_db
+from server.postgres.outage import OUTAGE_FIRST_SECONDS
 from server.postgres.sealing import KeySealer, hkdf_sha256
-from server.postgres.sessions import OUTAGE_FIRST_SECONDS, SEND_BLOCK, SEND_RESERVE, PgSessionStore
+from server.postgres.sessions import SEND_BLOCK, SEND_RESERVE, PgSessionStore
 from tests.channel.test_session import Clock, session
 from tests.postgres_support import cut_all
 

@@ -27,7 +27,8 @@ from server.cli.serve import channel_state
 from server.errors import InvalidArgumentError
 from server.postgres.callers import CHECK_EVERY, STALE_AFTER, SharedCallers, update_shared_callers
 from server.postgres.channel_schema import CALLERS_CHANNEL
-from server.postgres.sessions import OUTAGE_MAX_SECONDS, PgSessionStore
+from server.postgres.outage import OUTAGE_MAX_SECONDS
+from server.postgres.sessions import PgSessionStore
 from server.settings import Settings
 from tests.channel.apps import AppState, inner_app
 from tests.channel.conftest import serve_channel
