@@ -13,13 +13,12 @@ import logging
 from server.errors import EngineError
 from server.mirror.state import count_live_files
 from server.observe.metrics import IndexSize, Visible
-from server.postgres.connection import PgConnection
+from server.postgres.connection import INDEX_SCHEMA_PREFIX, PgConnection
 from server.postgres.search_status import index_counts, index_schemas, reading_schema, schema_bytes
 
 log = logging.getLogger(__name__)
 
 STATEMENT_TIMEOUT_MS = 5000
-SCHEMA_PREFIX = "index_"  # `server.postgres.connection.schema_of`
 
 
 def read_pg_index_sizes(url: str, visible: Visible) -> list[IndexSize]:
@@ -30,7 +29,7 @@ def read_pg_index_sizes(url: str, visible: Visible) -> list[IndexSize]:
         sizes = []
         for schema in index_schemas(db):
             # The index's name; of a name too long for a schema (past 57 characters), its start and digest.
-            name = schema.removeprefix(SCHEMA_PREFIX)
+            name = schema.removeprefix(INDEX_SCHEMA_PREFIX)
             if not visible(name):
                 continue
             try:

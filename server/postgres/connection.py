@@ -45,10 +45,13 @@ CONNECT_OPTIONS: dict[str, Any] = {  # psycopg.connect keywords
 MAX_IDENTIFIER = 63  # bytes of a PostgreSQL name; longer ones are cut, so two long index names could meet
 
 
+INDEX_SCHEMA_PREFIX = "index_"
+
+
 def schema_of(index: str) -> str:
     """The schema holding index `index`: `index_<name>`, or for a long name its start and a digest of all of it.
     Index names are plain (`server.index.naming`: a-z, 0-9, `_.-`), so the schema needs no quote escaped."""
-    schema = f"index_{validate_name(index)}"
+    schema = f"{INDEX_SCHEMA_PREFIX}{validate_name(index)}"
     if len(schema) <= MAX_IDENTIFIER:
         return schema
     return f"{schema[: MAX_IDENTIFIER - 17]}_{sha256_hex(index.encode())[:16]}"

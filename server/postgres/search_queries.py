@@ -15,6 +15,7 @@ import re
 
 from server.index.queries import Filters, chunk_conditions, file_conditions, label_conditions
 from server.mirror.queries import Query
+from server.postgres.connection import INDEX_SCHEMA_PREFIX
 
 K1, B = 1.2, 0.75
 HEADING_WEIGHT = 0.5  # as the engine's `bm25(chunks_fts, 1.0, 0.5)`
@@ -384,6 +385,6 @@ def index_schemas() -> Query:
     created by `migrations.migrate` is not seen before its transaction commits."""
     return (
         "SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid WHERE c.relname = 'search_meta'"
-        " AND c.relkind = 'r' AND starts_with(n.nspname, 'index_') ORDER BY n.nspname",
-        (),
+        " AND c.relkind = 'r' AND starts_with(n.nspname, ?) ORDER BY n.nspname",
+        (INDEX_SCHEMA_PREFIX,),
     )
