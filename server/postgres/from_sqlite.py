@@ -25,6 +25,7 @@ import apsw
 
 from server.errors import EngineError, InvalidArgumentError, MemoryServerError
 from server.index.naming import NAME_PATTERN
+from server.mirror import queries as mirror_queries
 from server.mirror.files import encoded
 from server.mirror.mirror import Mirror
 from server.mirror.state import STATE_COLUMNS
@@ -128,12 +129,12 @@ def copied(url: str, data_dir: Path, name: str) -> bool:
         mirror.close()
     with _read_only(directory / STATE_FILE) as state:
         state.execute("BEGIN")
-        revision = int(state.execute("SELECT value FROM meta WHERE key = 'revision'").fetchall()[0][0])  # type: ignore[arg-type]
+        revision = int(state.execute(*mirror_queries.current_revision()).fetchall()[0][0])  # type: ignore[arg-type]
         source = _states_digest(state.execute("SELECT path, hash, revision FROM files ORDER BY path"))
         state.execute("COMMIT")
     db = PgConnection(url, schema_of(name))
     try:
-        held = int(db.execute("SELECT revision FROM meta WHERE id = 1").fetchall()[0][0])
+        held = int(db.execute(*q.current_revision()).fetchall()[0][0])
         # COLLATE "C" orders by code point, as SQLite's BINARY does for UTF-8
         target = _states_digest(db.execute('SELECT path, hash, revision FROM files ORDER BY path COLLATE "C"'))
     finally:
@@ -160,7 +161,7 @@ def write_index(url: str, source: SqliteIndex) -> Carried:
         migrate(db, schema)
         with _read_only(source.directory / STATE_FILE) as state, db:
             state.execute("BEGIN")  # one snapshot of the SQLite state for every read below
-            revision = int(state.execute("SELECT value FROM meta WHERE key = 'revision'").fetchall()[0][0])  # type: ignore[arg-type]
+            revision = int(state.execute(*mirror_queries.current_revision()).fetchall()[0][0])  # type: ignore[arg-type]
             held = int(db.execute(*q.lock_revision()).fetchall()[0][0])
             files = int(db.execute("SELECT count(*) FROM files WHERE hash IS NOT NULL").fetchall()[0][0])
             if held or files:
