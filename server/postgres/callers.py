@@ -43,6 +43,7 @@ log = logging.getLogger("server.callers.config")
 
 CHECK_EVERY = 0.5  # seconds between version checks on lookup, should a notice be lost
 STALE_AFTER = 1.0  # seconds past the last check the database answered that the list is still used (then: 503s)
+RELOAD_WAIT = 0.5  # seconds a check waits for a reload the listener's thread has under way (it answers the same)
 
 
 def import_callers(db: PgConnection, path: Path) -> bool:
@@ -194,8 +195,9 @@ class SharedCallers:
 
     def _check(self) -> None:
         """Compare the version with the database's, reading the list again when it changed. On the event loop: under
-        the outage guard, and not waiting for a reload the listener's thread has under way (it brings the news)."""
-        if not self._lock.acquire(blocking=False):
+        the outage guard. A reload the listener's thread has under way is waited for, up to RELOAD_WAIT: it brings
+        the news and confirms the list, so a lookup after an idle spell is not refused as stale while it runs."""
+        if not self._lock.acquire(timeout=RELOAD_WAIT):
             return
         try:
             now = self._clock()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +26,7 @@ from server.callers.file import write_callers
 from server.cli.main import main
 from server.cli.serve import channel_state
 from server.errors import InvalidArgumentError
-from server.postgres.callers import CHECK_EVERY, STALE_AFTER, SharedCallers, update_shared_callers
+from server.postgres.callers import CHECK_EVERY, RELOAD_WAIT, STALE_AFTER, SharedCallers, update_shared_callers
 from server.postgres.channel_schema import CALLERS_CHANNEL
 from server.postgres.outage import OUTAGE_MAX_SECONDS
 from server.postgres.sessions import PgSessionStore
@@ -205,6 +206,36 @@ def test_a_check_the_database_cannot_answer_keeps_the_last_list_for_a_second_the
         now[0] += OUTAGE_MAX_SECONDS  # past any backoff: the next check reaches the database
         assert replica.lookup(ALICE.x25519) is not None
     finally:
+        replica.close()
+
+
+def test_a_lookup_after_an_idle_spell_waits_for_a_reload_under_way_instead_of_refusing_as_stale(
+    postgres_url, callers_file
+):
+    # The listener's thread may be reading the list (a notice came) just as the first lookup after more than
+    # STALE_AFTER of quiet arrives; that reload confirms the list, so the lookup waits for it, not a 503.
+    update_shared_callers(postgres_url, callers_file, granted("alice"))
+    now = [0.0]
+    replica = SharedCallers(postgres_url, callers_file, clock=lambda: now[0])
+    holding, done = threading.Event(), threading.Event()
+
+    def reloading() -> None:
+        with replica._lock:
+            holding.set()
+            done.wait(HEARD_WITHIN)
+            replica._read()
+
+    thread = threading.Thread(target=reloading)
+    try:
+        now[0] += 2 * STALE_AFTER
+        thread.start()
+        assert holding.wait(HEARD_WITHIN)
+        threading.Timer(RELOAD_WAIT / 5, done.set).start()  # the reload ends while the lookup waits for it
+        identity = replica.lookup(ALICE.x25519)
+        assert identity is not None and identity.name == "alice"
+    finally:
+        done.set()
+        thread.join()
         replica.close()
 
 
