@@ -245,7 +245,7 @@ class TranscriptUploader:
             return None
         redaction = redact(render_markdown(transcript, laptop=self.laptop))
         session = transcript.session_id
-        if not SESSION_ID.fullmatch(session):  # Claude Code's are UUIDs
+        if not SESSION_ID.fullmatch(session) or redact(session).total:  # Claude Code's are UUIDs; an id names files
             session = hashlib.sha256(session.encode("utf-8", "replace")).hexdigest()[:32]
         first = transcript.started or datetime.fromtimestamp(os.stat(path).st_mtime, UTC)
         day = first.astimezone(UTC).date().isoformat()

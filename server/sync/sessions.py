@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 
 from server.errors import InvalidArgumentError
-from server.memory.intake import redacted
+from server.memory.intake import redacted, refuse_secret_path
 from server.memory.service import CallerContext, MemoryService
 from server.memory.text import utf8
 from server.mirror.paths import session_file_path
@@ -118,13 +118,17 @@ class SessionUploads:
 
     def _stored(self, upload: SessionUpload, max_bytes: int) -> list[tuple[int, str]]:
         """The parts as they will be stored, redacted when `redact_writes` (the proxy redacted already; an old or
-        altered one may not); InvalidArgumentError naming a part that redaction took over the file cap.
+        altered one may not); InvalidArgumentError naming a part that redaction took over the file cap, and
+        SecretsRefusedError for a session id holding a secret (it names the files, and a name cannot be redacted).
 
         Such a part is refused, with nothing stored, rather than cut or stored over the cap (which no reader of the
         file would then take): a current proxy splits into parts of half the default cap after redacting with the
         same rules, so only an old or altered one meets this, and a 400 sets the transcript aside on the laptop."""
         if not self.service.redact_writes:
             return list(upload.parts)
+        refuse_secret_path(
+            f"session {upload.session}", "Nothing was stored. Update memory-proxy: it sends such an id hashed"
+        )
         parts: list[tuple[int, str]] = []
         for position, (number, content) in enumerate(upload.parts):
             content = redacted(content)

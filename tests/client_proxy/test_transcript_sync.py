@@ -262,6 +262,16 @@ async def test_every_planted_secret_is_redacted_before_upload_and_no_look_alike_
     assert damaged == []
 
 
+async def test_a_session_id_holding_a_secret_leaves_the_laptop_hashed(api, service, project, tmp_path):
+    secret = "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8"  # an id names the server's files, and a name cannot be redacted
+    lines = [user_line("What broke the nightly build?", cwd=str(project), ts=at(0), session=secret)]
+    write_session(project_folder(tmp_path / "claude", project), secret, lines)
+    assert await uploader(api, project, tmp_path).pass_once()
+    files = stored(service)
+    assert len(files) == 1 and not any(secret in path or secret in text for path, text in files.items())
+    assert "nightly build" in next(iter(files.values()))
+
+
 async def test_a_read_only_device_stops_uploading_at_the_first_refusal(service, project, tmp_path):
     write_session(project_folder(tmp_path / "claude", project), SESSION, conversation(project, 2))
     reader = ChannelUser("reader", "SHA256:reader", {INDEX: "r"}, INDEX, "r")

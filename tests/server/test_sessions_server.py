@@ -193,3 +193,12 @@ async def test_a_part_that_redaction_takes_over_the_cap_is_refused_by_name_befor
     response = await laptops["alice"].post("/sync/sessions", json=body)
     assert response.status_code == 400 and "parts[1] (part 2)" in response.text and "redacted" in response.text
     assert stored(service) == before
+
+
+async def test_a_session_id_holding_a_secret_is_refused_without_echoing_it_and_nothing_is_stored(laptops, service):
+    service.redact_writes = True
+    secret = "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8"  # a GitHub token's shape fits a session id's characters
+    body = {"session": secret, "day": DAY, "count": 1, "parts": [{"number": 1, "content": transcript("t", "one")}]}
+    response = await laptops["alice"].post("/sync/sessions", json=body)
+    assert response.status_code == 400 and "github-token" in response.text and secret not in response.text
+    assert service.list(caller("alice")).files == []
