@@ -12,6 +12,7 @@ import errno
 import hashlib
 import logging
 import os
+import re
 import secrets
 import stat
 import time
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 _READ_BLOCK = 1 << 20
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_HIDDEN_NAME = re.compile(r"\.[0-9a-f]{16}\.tmp")  # what `_hidden_name` makes, and nothing else
 
 
 @dataclass(frozen=True)
@@ -121,24 +123,30 @@ def folder(files_dir: Path, path: str, *, create: bool = False) -> Iterator[int]
         os.close(fd)
 
 
-def walk(files_dir: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """(path, lstat) of every regular memory file under `files/`; links and hidden names are skipped."""
+def walk(files_dir: Path, *, sweep_before_ns: int | None = None) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, lstat) of every regular memory file under `files/`; links and hidden names are skipped.
+
+    With `sweep_before_ns`, the mirror's own hidden files (`_hidden_name`) last modified before it are removed on
+    the way: what a write or delete the process did not live to finish left behind. The caller holds the mirror's
+    lock, so none of its own is under way; the history keeps every recorded text, so none holds the only copy."""
     try:
         root = _open_dir(str(files_dir), None, "the mirror folder")
     except UnsafePathError:
         log.error("mirror folder %s is not a plain folder; listing nothing", files_dir)
         return
     try:
-        yield from _walk_dir(root, "")
+        yield from _walk_dir(root, "", sweep_before_ns)
     finally:
         os.close(root)
 
 
-def _walk_dir(fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
+def _walk_dir(fd: int, prefix: str, sweep_before_ns: int | None) -> Iterator[tuple[str, os.stat_result]]:
     with os.scandir(fd) as entries:
         names = sorted((e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False)) for e in entries)
     for name, is_dir, is_file in names:
         if name.startswith("."):
+            if sweep_before_ns is not None and is_file and _HIDDEN_NAME.fullmatch(name):
+                _sweep(fd, f"{prefix}{name}", sweep_before_ns)
             continue
         relpath = f"{prefix}{name}"
         if is_dir and (prefix or name in (*memory_folders(), SESSIONS_DIR)):
@@ -147,7 +155,7 @@ def _walk_dir(fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
             except (UnsafePathError, FileNotFoundError):
                 continue
             try:
-                yield from _walk_dir(child, relpath + "/")
+                yield from _walk_dir(child, relpath + "/", sweep_before_ns)
             finally:
                 os.close(child)
         elif is_file:
@@ -159,6 +167,17 @@ def _walk_dir(fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
                 continue
             if stat.S_ISREG(info.st_mode):
                 yield relpath, info
+
+
+def _sweep(fd: int, relpath: str, before_ns: int) -> None:
+    name = relpath.rsplit("/", 1)[-1]
+    try:
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISREG(info.st_mode) and info.st_mtime_ns < before_ns:
+            os.unlink(name, dir_fd=fd)
+            log.info("removed %s, left in the mirror by a write or delete that did not finish", relpath)
+    except OSError as exc:
+        log.warning("could not remove %s from the mirror (%s)", relpath, errno.errorcode.get(exc.errno or 0, "error"))
 
 
 def _open_dir(name: str, dir_fd: int | None, shown: str) -> int:

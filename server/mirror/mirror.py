@@ -34,6 +34,7 @@ from server.mirror.files import (
     decoded_text,
     encoded,
     folder,
+    now_ns,
     put_back,
     set_aside,
     take_snapshot,
@@ -79,6 +80,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DISK = "(disk)"  # `updated_by` of changes found on disk rather than made through the service
+LEFTOVER_AGE_NS = 3600 * 10**9  # a hidden file of the mirror's own this old was left by a crash: the walk removes it
 
 
 class Mirror(StateRecords):
@@ -144,7 +146,7 @@ class Mirror(StateRecords):
                 for path, digest, size, mtime in self._db.execute(*q.known_files())
             }
             seen: set[str] = set()
-            for path, info in walk(self.files_dir):
+            for path, info in walk(self.files_dir, sweep_before_ns=now_ns() - LEFTOVER_AGE_NS):
                 seen.add(path)
                 old = known.get(path)
                 if old is not None and (old[1], old[2]) == (info.st_size, info.st_mtime_ns):

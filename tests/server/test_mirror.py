@@ -7,6 +7,7 @@ import os
 import resource
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from server.memory.text import count_lines_of_bytes
 from server.mirror.mirror import (
     ABSENT,
     DISK,
+    LEFTOVER_AGE_NS,
     STATE_SCHEMA_VERSION,
     IdempotencyRecord,
     Mirror,
@@ -177,6 +179,24 @@ def test_a_temporary_file_left_by_a_crash_is_never_taken_for_a_memory_file(mirro
     mirror.write("memory/a.md", "x", caller="alice")
     (mirror.files_dir / "memory" / ".0123456789abcdef.tmp").write_text("half written")
     assert [f.path for f in mirror.list()] == ["memory/a.md"]
+
+
+@ON_DISK_COPY
+def test_hidden_files_a_crash_left_over_an_hour_ago_are_removed_and_nothing_else(mirror: Mirror) -> None:
+    mirror.write("memory/notes/a.md", "x", caller="alice")
+    folder = mirror.files_dir / "memory" / "notes"
+    old = time.time() - LEFTOVER_AGE_NS / 10**9 - 60
+    names = {
+        ".0123456789abcdef.tmp": old,  # a staged write or a deleted file set aside, by a process that died
+        ".fedcba9876543210.tmp": time.time(),  # recent: another process's may be under way
+        ".vim-a.md.swp": old,  # not the mirror's
+        ".0123456789ABCDEF.tmp": old,
+    }
+    for name, mtime in names.items():
+        (folder / name).write_text("left behind")
+        os.utime(folder / name, (mtime, mtime))
+    assert [f.path for f in mirror.list()] == ["memory/notes/a.md"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(set(names) - {".0123456789abcdef.tmp"} | {"a.md"})
 
 
 @ON_DISK_COPY
