@@ -17,7 +17,7 @@ from client_proxy.sync.api import Change, PushChange, PushResult
 from client_proxy.sync.local_files import MAX_SETTLING_NS, LocalFile, LocalFiles, Scan, UnsyncableError
 from client_proxy.sync.plan import Pending
 from client_proxy.sync.scope import UnsafePathError, name_problem
-from client_proxy.sync.state import Base, SyncState
+from client_proxy.sync.state import Base, SyncState, Unapplied
 from syncproto.names import find_collision
 from syncproto.wire import MAX_PUSH_CHANGES, PUSH_BATCH_BYTES, sha256_hex
 
@@ -100,8 +100,10 @@ class Reconciler:
         return False
 
     def apply_change(self, change: Change, *, reset: bool) -> Outcome:
-        """Bring one pulled change to disk if the local file is clean; "dirty" when it must be pushed instead."""
+        """Bring one pulled change to disk if the local file is clean; "dirty" when it must be pushed instead. One
+        that this laptop cannot write now is left in `state.unapplied`, to be pulled again later."""
         path = change.path
+        self.state.unapplied.pop(path, None)  # this change supersedes one left before, whatever becomes of it
         if not self.files.in_scope(path):
             log.debug("sync: not applying %s: outside this folder's sync scope", path)
             return "skipped"
@@ -109,16 +111,22 @@ class Reconciler:
         if not reset and entry is not None and entry.revision >= change.revision:
             return "skipped"  # we already have it (our own push, or a change pulled before)
         if entry is None and (other := find_collision(path, [*self.state.files, *self._on_disk_beside(path)])):
-            self._warn(path, f"not written: on macOS and Windows it is the same file as {other}")
-            return "skipped"
+            # Retried: the other name may go (renamed here, or its deletion on the server pulled after this change).
+            return self._leave(change, f"on macOS and Windows it is the same file as {other}")
         if change.content is not None and sha256_hex(change.content.encode("utf-8")) != change.hash:
+            # Not retried: nothing on this laptop can mend a wrong answer; the file's next change is pulled as usual.
             self._warn(path, "the server sent content that does not match its hash; not applied")
             return "skipped"
         try:
             return self._apply(change, entry, reset=reset)
         except (UnsafePathError, UnsyncableError) as exc:  # this file only: the pull goes on with the others
-            self._warn(path, f"not applying the server's change: {exc}")
-            return "skipped"
+            return self._leave(change, str(exc))
+
+    def _leave(self, change: Change, reason: str) -> Outcome:
+        """Skip a change this laptop cannot write now, and remember it so that a later pull brings it again."""
+        self._warn(change.path, f"not applying the server's change: {reason}")
+        self.state.unapplied[change.path] = Unapplied(change.revision, reason, self._now())
+        return "skipped"
 
     def _apply(self, change: Change, entry: Base | None, *, reset: bool) -> Outcome:
         path = change.path
@@ -246,6 +254,8 @@ class Reconciler:
         )
 
     def _warn(self, path: str, message: str, digest: str | None = None) -> None:
-        if (path, digest or message) not in self._warned:  # once per version, not at every retry
-            self._warned.add((path, digest or message))
-            log.warning("sync: %s: %s", path, message)
+        if (path, digest or message) in self._warned:  # once per version, not at every retry
+            log.debug("sync: %s: %s", path, message)
+            return
+        self._warned.add((path, digest or message))
+        log.warning("sync: %s: %s", path, message)

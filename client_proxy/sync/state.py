@@ -9,11 +9,13 @@ One JSON file per (server URL, index, project folder), named by a short hash of 
      "last_error": {"at": ..., "message": ...} | null, "read_only": false,
      "conflicts": [{"path": "memory/x.md", "copy": "memory/x.conflict-alice-....md", "at": ...}],
      "rejected": {"memory/bad.md": {"hash": "<sha256 or null for a delete>", "message": ..., "at": ...}},
+     "unapplied": {"memory/x.md": {"revision": 56, "message": "cannot be written (...)", "at": ...}},
      "reset_listed": ["memory/a.md", ...] | null}      # a reset listing's paths so far, until its last page
 
 `base` is the hash this laptop last agreed with the server; `size`/`mtime_ns` (or null) are the local file's when
 it was last seen to hold exactly `base`. Pending pushes are not stored: they are the files that differ from their
-base (see `sync_plan`), so the offline queue survives restarts with nothing else written.
+base (see `sync_plan`), so the offline queue survives restarts with nothing else written. `unapplied` holds the
+pulled changes this laptop could not write (see `client_proxy/sync/unapplied.py`); files of older versions have none.
 """
 
 from __future__ import annotations
@@ -77,6 +79,16 @@ class Base:
 
 
 @dataclass
+class Unapplied:
+    """A pulled change that could not be brought to disk here (a folder not writable, a name taken): the pull went
+    on past it, so it is pulled again later, until it applies."""
+
+    revision: int
+    message: str
+    at: str
+
+
+@dataclass
 class SyncState:
     """The whole persisted state of one synced folder; plain data, changed under the syncer's lock."""
 
@@ -95,6 +107,7 @@ class SyncState:
     # The paths of a reset listing (the server restored from a backup) while its pages arrive: kept across restarts,
     # since only its first page says it is a reset, and only its end tells which bases the server no longer knows.
     reset_listed: list[str] | None = None
+    unapplied: dict[str, Unapplied] = field(default_factory=dict)
 
     def add_conflict(self, path: str, copy: str, at: str) -> None:
         self.conflicts = [*self.conflicts, {"path": path, "copy": copy, "at": at}][-MAX_CONFLICTS:]
@@ -139,6 +152,11 @@ class SyncState:
         if listed is not None and not isinstance(listed, list):
             raise StateCorruptError("reset_listed must be a list or null")
         state.reset_listed = None if listed is None else [_path(path) for path in listed]
+        unapplied = data.get("unapplied", {})  # absent in the files of older versions
+        if not isinstance(unapplied, dict):
+            raise StateCorruptError("unapplied must be an object")
+        for path, item in unapplied.items():
+            state.unapplied[_path(path)] = _unapplied(item, path)
         return state
 
 
@@ -182,6 +200,12 @@ def _base(entry: object, path: str) -> Base:
     if not all(value is None or (isinstance(value, int) and not isinstance(value, bool)) for value in (size, mtime)):
         raise StateCorruptError(f"files[{path!r}] size and mtime_ns must be integers or null")
     return Base(entry["base"], _revision(entry.get("revision"), f"files[{path!r}].revision"), size, mtime)
+
+
+def _unapplied(item: object, path: str) -> Unapplied:
+    if not isinstance(item, dict) or not isinstance(item.get("message"), str) or not isinstance(item.get("at"), str):
+        raise StateCorruptError(f"unapplied[{path!r}] must hold a revision, a message and a time")
+    return Unapplied(_revision(item.get("revision"), f"unapplied[{path!r}].revision"), item["message"], item["at"])
 
 
 class StateStore:

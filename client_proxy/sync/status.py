@@ -7,6 +7,7 @@ offline and while `memory-proxy run` is syncing the same folder.
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import asdict
 from typing import Any, Final
 
 from client_proxy.config import ProxyConfig
@@ -62,6 +63,7 @@ def gather(settings: RunSettings, config: ProxyConfig) -> dict[str, Any]:
             "files": sorted(path for path in (scan.files if scan else {}) if fnmatch.fnmatchcase(path, CONFLICT_COPY)),
         },
         "rejected": [{"path": path, **details} for path, details in sorted(current.rejected.items())],
+        "unapplied": [{"path": path, **asdict(item)} for path, item in sorted(current.unapplied.items())],
         "not_synced": [
             {"path": path, "reason": reason} for path, reason in sorted((scan.skipped if scan else {}).items())
         ],
@@ -123,6 +125,11 @@ def render(report: dict[str, Any]) -> str:
     if report["rejected"]:
         lines.append(f"rejected:   {len(report['rejected'])} (fix the file; it is pushed again once it changes)")
         lines += [f"  {item['path']}: {item['message']}" for item in report["rejected"]]
+    if report["unapplied"]:
+        count = len(report["unapplied"])
+        lines.append(f"unapplied:  {count} change{'' if count == 1 else 's'} from the server not written here yet")
+        lines += [f"  {item['path']}: {item['message']} ({item['at']})" for item in report["unapplied"]]
+        lines.append("  (sync pulls them again now and then, and at its next start; fix what stands in the way)")
     if report["not_synced"]:
         lines.append(f"not synced: {len(report['not_synced'])}")
         lines += [f"  {item['path']}: {item['reason']}" for item in report["not_synced"]]

@@ -3,14 +3,17 @@
 On start: one scan and a push of everything pending (the offline queue), then a pull from the stored revision.
 Then two tasks: a long-poll pull loop, and a push loop woken by the watcher (or every `RESCAN` seconds, or at once
 when a pull meets a locally edited file). Every change to the state and to the files happens under one lock. A
-failing server never stops the proxy: local changes stay pending and both loops retry with backoff.
+failing server never stops the proxy: local changes stay pending and both loops retry with backoff. A pulled change
+the disk refuses costs that file only, and is pulled again later (`unapplied.py`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Final
@@ -33,6 +36,7 @@ from client_proxy.sync.local_files import LocalFiles
 from client_proxy.sync.plan import pending_pushes
 from client_proxy.sync.retry import Retry
 from client_proxy.sync.state import StateStore, SyncState, utc_stamp
+from client_proxy.sync.unapplied import UnappliedRetry
 from client_proxy.sync.watcher import Wakeup, Watcher
 from syncproto.faults import fault_point
 from syncproto.paths import memory_folders
@@ -62,6 +66,7 @@ class Syncer:
         watcher: Watcher | None = None,
         rng: random.Random | None = None,
         now: Callable[[], str] = utc_stamp,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
         self._files = files
@@ -70,6 +75,7 @@ class Syncer:
         self._wakeup = wakeup
         self._watcher = watcher
         self._now = now
+        self._clock = clock
         self._retry = Retry(rng)
         self._lock = anyio.Lock()
         self._pushed_once = anyio.Event()
@@ -82,6 +88,8 @@ class Syncer:
         self.push_passes = 0  # completed scans-and-pushes, and pull answers applied (for the log and tests)
         self.pulls = 0
         self._reconciler = Reconciler(files, self.state, now)
+        self._unapplied = UnappliedRetry(clock)
+        self._replaying: int | None = None  # the pull cursor before a retry of unapplied changes moved it back
 
     async def run(self) -> None:
         """Sync until cancelled (once no other proxy syncs this folder); then stop the watcher, flush the state."""
@@ -100,6 +108,7 @@ class Syncer:
         self.state = await anyio.to_thread.run_sync(self._store.load)
         self.state.read_only = False  # the grant may have changed since the last run: find out again
         self._reconciler = Reconciler(self._files, self.state, self._now)
+        self._unapplied = UnappliedRetry(self._clock)
         for path, entry in self.state.files.items():
             if entry.size is not None and entry.mtime_ns is not None:
                 self._files.remember(path, entry.size, entry.mtime_ns, entry.base)
@@ -149,9 +158,11 @@ class Syncer:
 
     async def _pull_loop(self) -> None:
         await self._pushed_once.wait()
-        wait = 0
+        wait, paging = 0, False
         while True:
             try:
+                if not paging:
+                    wait = await self._retry_unapplied(wait)
                 since, folders = self.state.revision, memory_folders()
                 answer = await self._api.changes(since, wait)
                 async with self._lock:
@@ -166,7 +177,19 @@ class Syncer:
             self._succeeded()
             if dirty or memory_folders() != folders:  # the server announced other memory folders: scan them now
                 self._wakeup.poke(urgent=True)
+            paging = answer.more
             wait = 0 if answer.more else LONG_POLL
+
+    async def _retry_unapplied(self, wait: int) -> int:
+        """Between complete pulls: move the cursor back to pull the changes left unapplied again, if they are due
+        (see `unapplied.py`); the next pull's wait, which ends no later than when they are due."""
+        async with self._lock:
+            cursor = self.state.revision
+            if self._unapplied.rewind(self.state):
+                self._replaying = cursor
+                return 0
+            due_in = self._unapplied.due_in(self.state)
+        return wait if due_in is None else min(wait, math.ceil(due_in))
 
     def _pull_progress(self, since: int, answer: Changes) -> None:
         """A pull of several pages (a first sync, a long absence) reports its progress, counted in revisions."""
@@ -281,6 +304,8 @@ class Syncer:
         if answer.reset:  # only a listing's first page says so
             log.warning("sync: the server's history restarted (restored from a backup?): checking every file again")
             self.state.reset_listed = []
+            self.state.unapplied.clear()  # their revisions are of the lost history; the listing brings every path
+            self._replaying = None
         resetting = self.state.reset_listed is not None
         outcomes: Counter[str] = Counter()
         for change in answer.changes:
@@ -291,7 +316,11 @@ class Syncer:
         self.state.last_pull_at = self._now()
         if answer.changes:
             count, summary = len(answer.changes), _summary(outcomes)
-            log.info("sync: pulled %d changes up to revision %d (%s)", count, answer.next, summary)
+            quiet = self._replaying is not None and set(outcomes) == {"skipped"}  # a retry that brought nothing
+            level = logging.DEBUG if quiet else logging.INFO
+            log.log(level, "sync: pulled %d changes up to revision %d (%s)", count, answer.next, summary)
+        if self._replaying is not None and answer.next >= self._replaying:
+            self._replaying = None
         self._save()
         fault_point("proxy.pull.saved")
         return outcomes["dirty"] > 0 or answer.reset or dropped > 0

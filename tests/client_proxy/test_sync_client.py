@@ -18,6 +18,7 @@ from client_proxy import cli
 from client_proxy.config import ProxyConfig
 from client_proxy.errors import ConfigError
 from client_proxy.settings import RunSettings
+from client_proxy.sync.apply import Reconciler
 from client_proxy.sync.local_files import RACY_NS, WRITING_NS, LocalFiles, UnsyncableError, sha256_hex
 from client_proxy.sync.plan import pending_pushes
 from client_proxy.sync.scope import (
@@ -28,9 +29,11 @@ from client_proxy.sync.scope import (
     name_problem,
     safe_target,
 )
-from client_proxy.sync.state import Base, StateStore, state_home
+from client_proxy.sync.state import Base, StateCorruptError, StateStore, SyncState, Unapplied, state_home
+from client_proxy.sync.unapplied import RETRY_FIRST, RETRY_MAX, UnappliedRetry
 from client_proxy.sync.watcher import Wakeup, Watcher
 from syncproto.content import read_capped
+from syncproto.messages import Change
 from tests.proxy_support import init_proxy_home
 
 pytestmark = pytest.mark.anyio
@@ -207,6 +210,46 @@ def test_a_state_file_naming_a_path_no_folder_could_hold_is_still_corrupt(tmp_pa
     store.save(state)
     assert StateStore(home, SERVER, INDEX, project).load() == store.fresh()
     assert list(home.glob("*.corrupt-*"))
+
+
+def test_changes_left_unapplied_survive_a_restart_and_a_state_file_from_before_them_has_none(tmp_path, project):
+    home = tmp_path / "state"
+    store = StateStore(home, SERVER, INDEX, project)
+    state = store.fresh()
+    state.revision = 60
+    state.unapplied["memory/a.md"] = Unapplied(57, "cannot be written (Permission denied)", "2026-11-23T10:15:00Z")
+    store.save(state)
+    assert StateStore(home, SERVER, INDEX, project).load() == state
+
+    older = state.to_json()
+    del older["unapplied"]
+    store.path.write_text(json.dumps(older))
+    loaded = StateStore(home, SERVER, INDEX, project).load()
+    assert loaded.unapplied == {} and loaded.revision == 60
+    assert not list(home.glob("*.corrupt-*"))
+
+
+@pytest.mark.parametrize(
+    "unapplied",
+    [
+        [],
+        None,
+        {"memory/a.md": "cannot be written"},
+        {"memory/a.md": {"revision": -1, "message": "m", "at": "t"}},
+        {"memory/a.md": {"revision": True, "message": "m", "at": "t"}},
+        {"memory/a.md": {"revision": "57", "message": "m", "at": "t"}},
+        {"memory/a.md": {"revision": 57, "message": 3, "at": "t"}},
+        {"memory/a.md": {"revision": 57, "message": "m"}},
+        {"../a.md": {"revision": 57, "message": "m", "at": "t"}},
+    ],
+)
+def test_a_state_file_with_a_malformed_unapplied_change_is_corrupt(tmp_path, project, unapplied):
+    store = StateStore(tmp_path / "state", SERVER, INDEX, project)
+    store.save(store.fresh())
+    data = json.loads(store.path.read_text())
+    store.path.write_text(json.dumps({**data, "unapplied": unapplied}))
+    with pytest.raises(StateCorruptError, match=r"unapplied|not a memory path"):
+        store.read()
 
 
 def test_the_state_folder_follows_the_environment(tmp_path):
@@ -401,6 +444,80 @@ def test_pending_pushes_are_what_differs_from_the_bases(project, tmp_path):
     (project / "memory" / "refused.md").write_text("refused, then fixed\n")
     scan = LocalFiles(project, max_bytes=100).scan(list(state.files))
     assert ("memory/refused.md", "create") in {(item.path, item.kind) for item in pending_pushes(state, scan)}
+
+
+# -- changes left unapplied ---------------------------------------------------------------------------------------
+
+
+def test_a_pulled_change_is_kept_for_a_retry_only_when_something_on_this_laptop_stands_in_its_way(project, caplog):
+    state = SyncState(SERVER, INDEX, str(project))
+    files = LocalFiles(project, exclude=("memory/private/**",), max_bytes=100)
+    at = "2026-11-23T10:15:00Z"
+    reconciler = Reconciler(files, state, lambda: at)
+    (project / "memory" / "Taken.md").write_text("mine\n")  # not synced yet
+    (project / "memory" / "folder.md").mkdir()  # a folder where a file is to go
+
+    def apply(path: str, text: str, revision: int, digest: str | None = None) -> str:
+        return reconciler.apply_change(Change(path, revision, digest or h(text), text), reset=False)
+
+    assert apply("memory/private/p.md", "p\n", 1) == "skipped"  # excluded: by choice
+    assert apply("memory/lying.md", "l\n", 2, h("something else")) == "skipped"  # the server's fault
+    assert apply("memory/taken.md", "theirs\n", 3) == "skipped"
+    assert apply("memory/folder.md", "f\n", 4) == "skipped"
+    assert apply("memory/folder.md", "f\n", 4) == "skipped"
+    assert state.unapplied == {
+        "memory/taken.md": Unapplied(3, "on macOS and Windows it is the same file as memory/Taken.md", at),
+        "memory/folder.md": Unapplied(4, "memory/folder.md is not a regular file", at),
+    }
+    assert caplog.text.count("not applying the server's change: memory/folder.md is not a regular file") == 1
+
+    (project / "memory" / "Taken.md").rename(project / "memory" / "mine.md")
+    (project / "memory" / "folder.md").rmdir()
+    assert apply("memory/taken.md", "theirs\n", 3) == "written"
+    assert apply("memory/folder.md", "f\n", 4) == "written"
+    assert state.unapplied == {}
+
+
+def test_unapplied_changes_are_retried_at_start_then_ever_less_often_while_the_retries_write_none():
+    clock = [0.0]
+    retry = UnappliedRetry(lambda: clock[0])
+    state = SyncState(SERVER, INDEX, "/p", revision=90)
+    left = Unapplied(57, "cannot be written (Permission denied)", "t")
+    state.unapplied = {"memory/a.md": left, "memory/b.md": Unapplied(80, "is not a regular file", "t")}
+
+    assert retry.rewind(state)  # at once: the cause may have gone while sync was off
+    assert state.revision == 56 and state.unapplied == {}
+    delays = []
+    for _ in range(6):
+        state.revision, state.unapplied["memory/a.md"] = 90, left  # pulled again: b.md written, a.md not
+        delay = retry.due_in(state)
+        assert delay is not None
+        clock[0] += delay - 1
+        assert not retry.rewind(state) and state.revision == 90
+        clock[0] += 1
+        assert retry.rewind(state) and state.revision == 56
+        delays.append(delay)
+    assert delays == [RETRY_FIRST, 2 * RETRY_FIRST, 4 * RETRY_FIRST, 8 * RETRY_FIRST, RETRY_MAX, RETRY_MAX]
+
+    state.revision = 90  # written at last
+    assert retry.due_in(state) is None and not retry.rewind(state)
+    state.unapplied["memory/c.md"] = Unapplied(91, "cannot be written (Permission denied)", "t")
+    assert retry.due_in(state) == RETRY_FIRST  # another file: from the start
+
+
+def test_unapplied_changes_wait_for_a_reset_listing_and_never_move_the_pull_forward():
+    clock = [0.0]
+    retry = UnappliedRetry(lambda: clock[0])
+    state = SyncState(SERVER, INDEX, "/p", revision=10, reset_listed=["memory/a.md"])
+    state.unapplied["memory/b.md"] = Unapplied(500, "is not a regular file", "t")  # newer than the pull's `next`
+    assert retry.due_in(state) is None and not retry.rewind(state)  # the listing brings every path anyway
+    state.reset_listed = None
+    assert retry.rewind(state)
+    assert state.revision == 10
+    state.unapplied["memory/b.md"] = Unapplied(0, "is not a regular file", "t")
+    clock[0] += retry.due_in(state) or 0.0
+    assert retry.rewind(state)
+    assert state.revision == 0
 
 
 # -- watcher -------------------------------------------------------------------------------------------------------
@@ -604,6 +721,28 @@ def test_status_shows_pending_conflicts_rejections_and_the_last_error(configured
     assert report["pending"]["count"] == 2
     assert report["conflicts"]["files"] == ["memory/x.conflict-bob-20261123T101500Z.md"]
     assert report["last_pull"] == {"at": "2026-11-23T10:15:00Z", "revision": 61}
+
+
+def test_status_lists_the_servers_changes_not_written_here_yet(configured, project, capsys):
+    store = StateStore(configured, SERVER, INDEX, project.resolve())
+    state = store.fresh()
+    refused = Unapplied(57, "cannot be written (Permission denied)", "2026-11-23T10:15:00Z")
+    state.unapplied["memory/locked/a.md"] = refused
+    store.save(state)
+
+    text = status(capsys, project)
+    assert "unapplied:  1 change from the server not written here yet" in text
+    assert "  memory/locked/a.md: cannot be written (Permission denied) (2026-11-23T10:15:00Z)" in text
+    report = json.loads(status(capsys, project, "--json"))
+    assert report["unapplied"] == [
+        {
+            "path": "memory/locked/a.md",
+            "revision": 57,
+            "message": "cannot be written (Permission denied)",
+            "at": "2026-11-23T10:15:00Z",
+        }
+    ]
+    assert "unapplied:" not in status(capsys, project.parent)  # another folder: nothing waits
 
 
 def test_status_says_when_a_proxy_is_syncing_the_folder_now(configured, project, capsys):

@@ -6,6 +6,7 @@ The multi-process, several-laptop runs are in tests/e2e/test_sync_e2e.py."""
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from client_proxy.sync.retry import Retry
 from client_proxy.sync.scope import DEFAULT_MAX_FILE_BYTES
 from client_proxy.sync.state import StateStore
 from client_proxy.sync.syncer import Syncer
+from client_proxy.sync.unapplied import RETRY_FIRST
 from client_proxy.sync.watcher import Wakeup, Watcher
 from server.app import create_inner_app
 from server.memory.service import MemoryService
@@ -101,6 +103,7 @@ class Rig:
         max_bytes: int = DEFAULT_MAX_FILE_BYTES,
         exclude: tuple[str, ...] = (),
         clock_ns: Callable[[], int] = time.time_ns,
+        clock: Callable[[], float] = time.monotonic,
     ) -> AsyncIterator[Syncer]:
         """The laptop's syncer running (as alice, or a read-only device) until the block ends."""
         transport = self.network if access == "rw" else Switch(self.transport("reader", access))
@@ -114,6 +117,7 @@ class Rig:
                 server_url=URL,
                 wakeup=wakeup,
                 watcher=Watcher(self.project, wakeup),
+                clock=clock,
             )
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(syncer.run)
@@ -440,6 +444,113 @@ def _deny(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
 
     monkeypatch.setattr(os, "lstat", lstat)
     monkeypatch.setattr(os, "scandir", scandir)
+
+
+async def a_pull_begun_after_now(rig: Rig, name: str) -> None:
+    """Wait until a pull that began after this call has been answered: bob writes two files, the second once the
+    first is here (the pull that brought the first may have begun before the call; a long poll ends at once)."""
+    first, second = f"memory/{name}-1.md", f"memory/{name}-2.md"
+    await rig.push(first, "one\n", None)
+    await until(lambda: rig.read(first) == "one\n", f"{first} pulled")
+    await rig.push(second, "two\n", None)
+    await until(lambda: rig.read(second) == "two\n", f"{second} pulled")
+
+
+def _unwritable(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """Nothing can be created in `folder`, as after `chmod a-w` for a non-root user (root ignores permissions)."""
+    real_open = os.open
+
+    def open_(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_CREAT and str(path).startswith(f"{folder}/"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+
+
+async def test_a_pulled_edit_the_disk_refused_is_written_at_the_next_start_once_the_folder_is_writable(
+    rig, monkeypatch
+):
+    rig.write("memory/locked/a.md", "one\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/locked/a.md", "one\n"), "the file on the server")
+    await rig.push("memory/locked/a.md", "one\ntwo\n", h("one\n"))
+    with monkeypatch.context() as patch:
+        _unwritable(patch, rig.project / "memory" / "locked")
+        async with rig.syncing() as syncer:
+            revision = await rig.revision()
+            await until(lambda: syncer.state.revision == revision, "bob's edit pulled")
+        assert rig.read("memory/locked/a.md") == "one\n"
+    # the user has made the folder writable again
+    async with rig.syncing():
+        await until(lambda: rig.read("memory/locked/a.md") == "one\ntwo\n", "bob's edit written at last")
+    assert rig.saved()["unapplied"] == {}
+
+
+async def test_a_pulled_edit_the_disk_refused_is_written_while_syncing_once_the_folder_is_writable_again(
+    rig, monkeypatch
+):
+    clock = [0.0]
+    rig.write("memory/locked/a.md", "one\n")
+    async with rig.syncing(clock=lambda: clock[0]) as syncer:
+        await until(lambda: server_has(rig, "memory/locked/a.md", "one\n"), "the file on the server")
+        with monkeypatch.context() as patch:
+            _unwritable(patch, rig.project / "memory" / "locked")
+            await rig.push("memory/locked/a.md", "one\ntwo\n", h("one\n"))
+            revision = await rig.revision()
+            await until(lambda: syncer.state.revision == revision, "bob's edit pulled")
+            await a_pull_begun_after_now(rig, "before")  # the retry's time is set
+            assert rig.read("memory/locked/a.md") == "one\n"
+        # the user has made the folder writable again; a minute later:
+        clock[0] += RETRY_FIRST
+        await rig.push("memory/wake.md", "wake\n", None)  # ends the long poll under way
+        await until(lambda: rig.read("memory/locked/a.md") == "one\ntwo\n", "bob's edit written at the retry")
+        assert syncer.state.unapplied == {}
+
+
+async def test_a_pulled_file_the_disk_always_refuses_blocks_no_other_and_is_retried_ever_less_often(
+    rig, monkeypatch, caplog
+):
+    _unwritable(monkeypatch, rig.project / "memory" / "locked")
+    clock = [0.0]
+    since: list[int] = []
+    forward = rig.network.handle_async_request
+
+    async def recording(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/sync/changes":
+            since.append(int(request.url.params["since"]))
+        return await forward(request)
+
+    def retries() -> int:  # the pulls that went back to an older revision
+        return sum(later < earlier for earlier, later in itertools.pairwise(since))
+
+    monkeypatch.setattr(rig.network, "handle_async_request", recording)
+    await rig.push("memory/locked/a.md", "a\n", None)
+    async with rig.syncing(clock=lambda: clock[0]) as syncer:
+        await until(lambda: "memory/locked/a.md" in syncer.state.unapplied, "the change left unapplied")
+        await a_pull_begun_after_now(rig, "others")  # other files are pulled and written
+        assert retries() == 0  # none before its time
+
+        clock[0] += RETRY_FIRST
+        await rig.push("memory/wake.md", "wake\n", None)
+        await until(lambda: retries() == 1, "the first retry")
+        await until(lambda: "memory/locked/a.md" in syncer.state.unapplied, "the change left again")
+        await a_pull_begun_after_now(rig, "after")
+        clock[0] += RETRY_FIRST  # the retry brought nothing: the next one waits twice as long
+        await a_pull_begun_after_now(rig, "later")
+        assert retries() == 1
+        clock[0] += RETRY_FIRST
+        await rig.push("memory/wake.md", "wake again\n", h("wake\n"))
+        await until(lambda: retries() == 2, "the second retry")
+        await until(lambda: "memory/locked/a.md" in syncer.state.unapplied, "the change left again")
+
+    assert rig.read("memory/locked/a.md") is None
+    saved = rig.saved()
+    saved_message = saved["unapplied"]["memory/locked/a.md"]["message"]
+    assert saved_message == "cannot be written (Permission denied)"
+    assert saved["revision"] == await rig.revision()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "locked" in r.getMessage()]
+    assert warned == ["sync: memory/locked/a.md: not applying the server's change: " + saved_message]
 
 
 async def test_a_read_only_device_pulls_but_stops_pushing(rig):
