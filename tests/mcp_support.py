@@ -4,6 +4,8 @@ channel, an embedder a test can hold still, and files planted in an index's mirr
 from __future__ import annotations
 
 import dataclasses
+import io
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -28,6 +30,7 @@ from server.index.embeddings.base import InputKind, Vectors
 from server.mcp.tools import TIMEZONE_HEADER, build_mcp_server
 from server.memory.results import SyncOutput
 from server.memory.service import MemoryService
+from server.observe import logs
 from tests.channel.conftest import RunningServer
 from tests.fakes.embedder import HashingEmbedder
 from tests.threaded_uvicorn import ThreadedUvicorn, run_uvicorn
@@ -90,6 +93,24 @@ def text(result: CallToolResult) -> str:
 def error(result: CallToolResult) -> str:
     assert result.is_error, result.structured_content
     return text(result)
+
+
+@contextmanager
+def server_log(level: str) -> Iterator[io.StringIO]:
+    """The server's log as `memory-server` configures it at `level` (text lines), in the stream yielded: the root
+    logger without pytest's capture handlers, as a fresh process has it; restored afterwards."""
+    root = logging.getLogger()
+    handlers, root_level = root.handlers[:], root.level
+    noisy = {name: logging.getLogger(name).level for name in logs.NOISY}
+    stream = io.StringIO()
+    root.handlers = []
+    try:
+        logs.configure(level, "text", stream)
+        yield stream
+    finally:
+        root.handlers, root.level = handlers, root_level
+        for name, old in noisy.items():
+            logging.getLogger(name).setLevel(old)
 
 
 def plant(data_dir: Path, index: str, path: str, content: str) -> Path:

@@ -1,4 +1,8 @@
-"""The types of the MCP tools' shared arguments, with the descriptions an agent reads in the tool schemas."""
+"""The types of the MCP tools' shared arguments, with the descriptions an agent reads in the tool schemas.
+
+Numbers and flags are strict (here and in every tool's own arguments): JSON `true` is not the number 1, nor `"1"` or
+`"yes"` a number or a flag, nor `2.0` a whole number; a float argument takes a JSON integer. The service refuses a
+bool where it wants a number too, but pydantic's lax mode would convert it before the service could see it."""
 
 from __future__ import annotations
 
@@ -28,9 +32,14 @@ Hash = Annotated[
 
 MmrLambda = Annotated[
     float | None,
-    Field(description="diversity: 1 ranks by relevance alone, lower values push near-duplicates down, 0-1"),
+    Field(
+        description="diversity: 1 ranks by relevance alone, lower values push near-duplicates down, 0-1", strict=True
+    ),
 ]
 RecencyHalfLife = Annotated[
-    float | None, Field(description="favour recent daily logs: their scores halve per this many days; 0: off")
+    float | None,
+    Field(description="favour recent daily logs: their scores halve per this many days; 0: off", strict=True),
 ]
-Rerank = Annotated[bool | None, Field(description="reorder the best hits with the server's reranker (if it has one)")]
+Rerank = Annotated[
+    bool | None, Field(description="reorder the best hits with the server's reranker (if it has one)", strict=True)
+]

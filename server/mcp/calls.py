@@ -45,8 +45,9 @@ async def in_thread(
 @contextmanager
 def translated(what: str, kind: type[Exception]) -> Iterator[None]:
     """The one place service errors become MCP errors: the service's own messages are written for callers and
-    never hold secrets, memory text or library exception text; anything else is left to the SDK, which answers
-    with a generic message and logs the traceback."""
+    hold no library exception text, but may echo the caller's arguments or name what a file holds (its headings),
+    so `server.mcp.boundary` redacts them on the way out (only the error's type is logged here). Anything else is
+    left to the SDK, which answers with a generic message and logs the traceback."""
     try:
         yield
     except Exception as exc:

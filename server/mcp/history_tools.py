@@ -30,10 +30,13 @@ def add_history_tools(mcp: MCPServer, history: HistoryService) -> None:
             Field(description="the file (default: the recent changes of every file); with deleted, a path prefix"),
         ] = None,
         deleted: Annotated[
-            bool, Field(description="list the files deleted now (each with restore_version) instead of versions")
+            bool,
+            Field(
+                description="list the files deleted now (each with restore_version) instead of versions", strict=True
+            ),
         ] = False,
-        before: Annotated[int | None, Field(description="next_before of the previous page", ge=1)] = None,
-        limit: Annotated[int, Field(description="versions per page", ge=1, le=MAX_HISTORY_LIMIT)] = 20,
+        before: Annotated[int | None, Field(description="next_before of the previous page", ge=1, strict=True)] = None,
+        limit: Annotated[int, Field(description="versions per page", ge=1, le=MAX_HISTORY_LIMIT, strict=True)] = 20,
     ) -> Annotated[CallToolResult, HistoryOutput]:
         """List past versions of a memory file, newest first: who changed it, when and how (write, push from a
         laptop, merge, conflict copy, delete, restore). Without path, the recent changes of all memory; with
@@ -49,7 +52,7 @@ def add_history_tools(mcp: MCPServer, history: HistoryService) -> None:
     async def memory_restore(
         ctx: Context,
         path: Annotated[str, Field(description="file path inside memory: MEMORY.md or memory/<folders>/<name>.md")],
-        version: Annotated[int, Field(description="the version to bring back, from memory_history", ge=1)],
+        version: Annotated[int, Field(description="the version to bring back, from memory_history", ge=1, strict=True)],
     ) -> Annotated[CallToolResult, RestoreOutput]:
         """Bring back a past version of a memory file (or a deleted file: its restore_version) as a new version.
         It reaches every synced laptop, and is itself undone by restoring the version before it."""

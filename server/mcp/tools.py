@@ -3,8 +3,9 @@
 
 Each handler finds its caller in the HTTP request the channel authenticated (`scope["user"]`), runs the blocking
 service call in a worker thread (never abandoned, so a cancelled or interrupted write still finishes), and turns
-the service's errors into tool errors an agent can act on (`server.mcp.calls`). Nothing here widens what the
-caller may reach: the service works on the index the request names, and checks the grant on every call.
+the service's errors into tool errors an agent can act on (`server.mcp.calls`), every error redacted on its way
+out (`server.mcp.boundary`). Nothing here widens what the caller may reach: the service works on the index the
+request names, and checks the grant on every call.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from mcp_types import (
 from pydantic import Field
 
 from server.error_table import KNOWN_ERRORS, answer_for
-from server.mcp import strict
+from server.mcp import boundary, strict
 from server.mcp.answers import compact, fit_list, fit_search, get_answer
 from server.mcp.arguments import CategoryFilter, FilePath, Hash, Heading, MmrLambda, RecencyHalfLife, Rerank, TagFilter
 from server.mcp.caller import channel_user
@@ -38,6 +39,7 @@ from server.mcp.calls import Progress, in_thread, run_with_progress, tool_caller
 from server.mcp.history_tools import add_history_tools
 from server.mcp.prompts import add_prompts
 from server.memory.history import HistoryService
+from server.memory.reading import read_file
 from server.memory.results import (
     DeleteOutput,
     GetOutput,
@@ -86,13 +88,19 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         ],
         max_results: Annotated[
             int | None,
-            Field(description="hits to return (default: the server's, 8 unless configured)", ge=1, le=MAX_RESULTS),
+            Field(
+                description="hits to return (default: the server's, 8 unless configured)",
+                ge=1,
+                le=MAX_RESULTS,
+                strict=True,
+            ),
         ] = None,
         min_score: Annotated[
             float | None,
             Field(
                 description="drop hits scoring below this, 0-1 (default: none, but an empty answer when even the best"
-                " hit is under the server's measured threshold); 0 shows the closest matches anyway"
+                " hit is under the server's measured threshold); 0 shows the closest matches anyway",
+                strict=True,
             ),
         ] = None,
         sources: Annotated[
@@ -138,10 +146,12 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     async def memory_get(
         ctx: Context,
         path: FilePath,
-        start_line: Annotated[int | None, Field(description="first line to return, 1-based")] = None,
-        end_line: Annotated[int | None, Field(description="last line to return, inclusive")] = None,
+        start_line: Annotated[int | None, Field(description="first line to return, 1-based", strict=True)] = None,
+        end_line: Annotated[int | None, Field(description="last line to return, inclusive", strict=True)] = None,
         heading: Heading = None,
-        version: Annotated[int | None, Field(description="a past version, from memory_history", ge=1)] = None,
+        version: Annotated[
+            int | None, Field(description="a past version, from memory_history", ge=1, strict=True)
+        ] = None,
     ) -> Annotated[CallToolResult, GetOutput]:
         """Read a memory file, lines start_line-end_line of it, or one section by heading (with its line range
         and section_hash); with version, a past version. Long answers stop early and say where to continue
@@ -231,7 +241,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
         date_from: Annotated[str | None, Field(description="only daily logs from this day, YYYY-MM-DD")] = None,
         date_to: Annotated[str | None, Field(description="only daily logs up to this day, YYYY-MM-DD")] = None,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page")] = None,
-        limit: Annotated[int, Field(description="files per page", ge=1, le=MAX_LIST_PAGE)] = 100,
+        limit: Annotated[int, Field(description="files per page", ge=1, le=MAX_LIST_PAGE, strict=True)] = 100,
         tags: TagFilter = None,
         category: CategoryFilter = None,
     ) -> Annotated[CallToolResult, ListOutput]:
@@ -280,7 +290,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     )
     async def memory_sync(
         ctx: Context,
-        force: Annotated[bool, Field(description="re-index every file, not only changed ones")] = False,
+        force: Annotated[bool, Field(description="re-index every file, not only changed ones", strict=True)] = False,
         source: Annotated[
             Literal["memory", "sessions"] | None, Field(description="only this source's files (default: all)")
         ] = None,
@@ -300,6 +310,7 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     add_prompts(mcp)
     add_history_tools(mcp, HistoryService(service))
     strict.install(mcp)
+    boundary.install(mcp)  # outermost: it redacts the others' refusals too
     return mcp
 
 
@@ -318,18 +329,11 @@ def _add_resources(mcp: MCPServer, service: MemoryService) -> None:
         caller = _resource_caller(ctx)
         if index != caller.index:  # the same answer as a missing file: other indexes are not visible here
             raise ResourceNotFoundError(f"no memory file {path!r} in index {index!r}")
-        parts: list[str] = []
-        start: int | None = None
-        while True:
-            output = await in_thread(
-                "resources/read", service.get, caller, path, start_line=start, kind=ResourceNotFoundError
-            )
-            if not output.exists:
-                raise ResourceNotFoundError(f"no memory file {path!r} in index {index!r}")
-            parts.append(output.content)
-            if not output.truncated or output.next_start_line is None:
-                return "\n".join(parts)
-            start = output.next_start_line
+        # The whole file in one read, exactly: memory_get's pages cut long lines and join lines with "\n".
+        found = await in_thread("resources/read", read_file, service, caller, path, kind=ResourceNotFoundError)
+        if found is None:
+            raise ResourceNotFoundError(f"no memory file {path!r} in index {index!r}")
+        return found.text
 
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None

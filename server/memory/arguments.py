@@ -17,12 +17,13 @@ from server.index.naming import validate_name
 from server.memory.sections import parse_name
 from server.memory.text import utf8
 from server.mirror.mirror import ABSENT
-from server.mirror.paths import normalise_memory_path
+from server.mirror.paths import normalise_mirror_path
 from syncproto.wire import is_content_hash
 
 MAX_WRITE_BYTES = 256 * 1024
 MAX_KEY_CHARS = 128
 MAX_HEADING_ARGUMENT_CHARS = 500
+MAX_VERSION = 2**63 - 1  # revisions are 64-bit integers in SQLite and PostgreSQL; a larger one failed there
 _TIMEZONE = re.compile(r"^[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+){0,2}$")
 
 
@@ -80,6 +81,13 @@ def check_heading(value: object) -> tuple[str, ...] | None:
     return parts
 
 
+def check_version(value: object, argument: str = "version") -> int:
+    """A version number as the tools take it (`version`, `before`): a whole number from 1 (to MAX_VERSION)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
+        raise InvalidArgumentError(f"{argument} must be a whole number from 1 (a version listed by memory_history)")
+    return value
+
+
 def check_idempotency_key(value: object) -> str | None:
     if value is None:
         return None
@@ -119,6 +127,8 @@ def encode_cursor(path: str) -> str:
 
 
 def decode_cursor(cursor: object) -> str | None:
+    """The path a `memory_list` cursor continues after (a memory file or a session transcript: the listing holds
+    both), or None for no cursor."""
     if cursor is None or cursor == "":
         return None
     if isinstance(cursor, str) and len(cursor) <= 2048:
@@ -128,7 +138,7 @@ def decode_cursor(cursor: object) -> str | None:
             raw = ""
         if raw.startswith("after:"):
             try:
-                return normalise_memory_path(raw.removeprefix("after:"))
+                return normalise_mirror_path(raw.removeprefix("after:"))  # a page may end on a transcript
             except InvalidArgumentError:
                 pass
     raise InvalidArgumentError("cursor is not one this server handed out; start again without it")

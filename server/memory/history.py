@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from server.errors import InvalidArgumentError
 from server.indexes.storage import FileStore
+from server.memory.arguments import check_version
 from server.memory.caller import CallerContext
-from server.memory.intake import refuse_secret_path
-from server.memory.reading import check_version, version_file
+from server.memory.intake import redacted, refuse_secret_path
+from server.memory.reading import version_file
 from server.memory.results import HistoryOutput, RestoreOutput, VersionEntry
 from server.memory.service import ABSENT, MemoryService
 from server.mirror.history import Version
 from server.mirror.paths import normalise_memory_path, normalise_memory_prefix
+from syncproto.wire import sha256_hex
 
 MAX_HISTORY_LIMIT = 100
 
@@ -44,7 +46,7 @@ class HistoryService:
                 raise InvalidArgumentError("deleted must be true or false")
             if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_HISTORY_LIMIT:
                 raise InvalidArgumentError(f"limit must be a whole number from 1 to {MAX_HISTORY_LIMIT}")
-            below = check_version(before) if before is not None else None
+            below = check_version(before, "before") if before is not None else None
             if deleted:
                 clean = None
                 rows = mirror.history.deleted(normalise_memory_prefix(path, argument="path"), before=below,
@@ -61,24 +63,30 @@ class HistoryService:
 
     def restore(self, caller: CallerContext, path: str, version: int) -> RestoreOutput:
         """Make version `version` of `path` the current one, as a new version by `caller` (a deletion restored
-        deletes the file). Indexed before it returns; restoring the version the file already is changes nothing."""
+        deletes the file). Indexed before it returns; restoring the version the file already is changes nothing.
+        With `redact_writes`, the restored text is redacted as `memory_write` content is: the version itself stays
+        in the history as it was (readable with memory_get), only its secrets do not come back to every laptop."""
         with self.service.calling():
             handle = self.service.open_index(caller, write=True)
             path = normalise_memory_path(path)
+            counts: dict[str, int] = {}
             if self.service.redact_writes:  # a file stored before names were checked stays deleted
                 refuse_secret_path(path, "Nothing was restored: its text can be read with memory_get and version")
             mirror = handle.mirror
             with mirror.holding_changes():  # long-polls wake once the restored text is searchable
                 with mirror.lock:
                     old, entry = version_file(mirror, path, version)
+                    text = old.text if old is not None else None
+                    if text is not None and self.service.redact_writes:
+                        text = redacted(text, counts)  # a version kept from before redaction, or a newer rule
                     current = mirror.read(path)
                     now = current.hash if current is not None else None
-                    changed = entry.hash != now
-                    if changed and old is None:
+                    changed = (sha256_hex(text.encode("utf-8")) if text is not None else None) != now
+                    if changed and text is None:
                         mirror.delete(path, caller=caller.name, expected_hash=now, change="restore")
-                    elif changed and old is not None:
+                    elif changed and text is not None:
                         expected = now if now is not None else ABSENT
-                        mirror.write(path, old.text, caller=caller.name, expected_hash=expected, change="restore")
+                        mirror.write(path, text, caller=caller.name, expected_hash=expected, change="restore")
                     state = mirror.state(path)
                 indexed = self.service.reindex(handle, [path]) if changed else True
             return RestoreOutput(
@@ -88,6 +96,7 @@ class HistoryService:
                 version=state.revision if state is not None else entry.revision,
                 hash=state.hash if state is not None else None,
                 indexed=indexed,
+                redacted=counts,
             )
 
 

@@ -16,7 +16,8 @@ What happens to the writer's original differs by way in, so that nothing is sile
 A file's *name* is text entering the server too (listed, logged, synced to every laptop), but it cannot be
 redacted: the file would land somewhere other than where it was asked for. So a path holding a secret is refused on
 every way in that names one (`memory_write`, a sync push, `memory_restore`), with the path shown with the secret
-replaced by its marker.
+replaced by its marker. So are `memory_write`'s `tags` and `category`: they are stored in the file (its front
+matter or an entry's heading) and returned with search hits, and a marker is no tag.
 
 Turning `redact_writes` off (MEMORY_REDACT_WRITES=0) turns the rule off for every way in at once.
 """
@@ -25,8 +26,10 @@ from __future__ import annotations
 
 from redaction import Redaction, redact
 from server.errors import SecretsRefusedError
+from server.index.labels import normalise_category, normalise_tag
 
 MAX_LINES_NAMED = 5
+MAX_LABEL_SHOWN = 60  # characters of a refused label shown (redacted) in the message
 
 
 def redacted(text: str, counts: dict[str, int] | None = None) -> str:
@@ -58,6 +61,24 @@ def refuse_secret_path(path: str, advice: str) -> None:
         f"{found.text} is refused: its name holds {found.total} secret(s) ({_kinds(found)}), and a name cannot"
         f" be redacted. {advice}"
     )
+
+
+def refuse_secret_labels(tags: object, category: object, advice: str) -> None:
+    """Raise `SecretsRefusedError` when a tag or the category of a write holds a secret, as sent or as it would be
+    stored (normalised: lower case); the message shows it with the secret replaced by its marker, then `advice`.
+    Arguments of the wrong type are left to `server.index.labels.labels_argument`."""
+    named = [("tags", tag) for tag in tags if isinstance(tag, str)] if isinstance(tags, list | tuple) else []
+    if isinstance(category, str):
+        named.append(("category", category))
+    for argument, raw in named:
+        stored = normalise_tag(raw) if argument == "tags" else normalise_category(raw)
+        for form in (raw, stored or ""):
+            found = redact(form)
+            if found.total:
+                raise SecretsRefusedError(
+                    f"{argument}: {found.text[:MAX_LABEL_SHOWN]!r} is refused: it holds {found.total} secret(s)"
+                    f" ({_kinds(found)}), and a label cannot be redacted (a marker is no tag). {advice}"
+                )
 
 
 def describe(found: Redaction, original: str) -> str:

@@ -1,9 +1,11 @@
-"""Reading an index's files for the tools: a page of lines of one file (or of a past version), a page of the file
-listing."""
+"""Reading an index's files for the tools: a page of lines of one file (or of a past version), a whole file (for a
+`memory://` resource), a page of the file listing."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from server.errors import InvalidArgumentError
 from server.index.labelled_files import FileLabels
@@ -11,10 +13,12 @@ from server.index.labels import Labels
 from server.indexes.registry import OpenIndex
 from server.indexes.storage import FileStore
 from server.memory import sections
-from server.memory.arguments import encode_cursor
+from server.memory.arguments import check_version, encode_cursor
+from server.memory.caller import CallerContext
 from server.memory.results import FileEntry, GetOutput, ListOutput
 from server.memory.text import count_lines, page
 from server.mirror.history import Version
+from server.mirror.paths import normalise_mirror_path
 from server.mirror.state import FileState, MirrorFile
 from syncproto.paths import is_session_file
 
@@ -81,14 +85,20 @@ def read_lines(
     )
 
 
-MAX_VERSION = 2**63 - 1  # revisions are 64-bit integers in SQLite and PostgreSQL; a larger one failed there
+class Service(Protocol):
+    """What reading a whole file needs of `MemoryService` (a protocol: `server.memory.service` imports this module)."""
+
+    def calling(self) -> AbstractContextManager[None]: ...
+
+    def open_index(self, caller: CallerContext, *, write: bool = False) -> OpenIndex: ...
 
 
-def check_version(version: object) -> int:
-    """A version number as the tools take it: a whole number from 1 (to MAX_VERSION)."""
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
-        raise InvalidArgumentError("version must be a whole number from 1 (a version listed by memory_history)")
-    return version
+def read_file(service: Service, caller: CallerContext, path: str) -> MirrorFile | None:
+    """The whole current file at `path` of the caller's index, exactly as stored (line ends and long lines kept, no
+    page limit: the mirror refuses a file over its `max_file_bytes`); None when there is none."""
+    with service.calling():
+        handle = service.open_index(caller)
+        return handle.mirror.read(normalise_mirror_path(path))
 
 
 def version_file(mirror: FileStore, path: str, version: int) -> tuple[MirrorFile | None, Version]:

@@ -209,3 +209,7 @@ class RestoreOutput(BaseModel):
     version: int = Field(description="the new version the restore made (itself undoable with memory_restore)")
     hash: str | None = Field(description="sha256 of the file now; null when the restored version is a deletion")
     indexed: bool = Field(description="the index holds the restored text (search finds it)")
+    redacted: dict[str, int] = Field(
+        default_factory=dict,
+        description="secrets in the version replaced by [redacted:<kind>] markers in what was restored, per kind",
+    )

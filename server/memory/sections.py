@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from server.errors import InvalidArgumentError
 from server.index.markdown import HEADING_SEPARATOR, heading_title, parse_sections
+from server.memory.text import line_end
 
 MAX_LEVEL = 6
 MAX_LISTED = 12  # headings named in an error
@@ -136,7 +137,7 @@ def replace(text: str, span: Span, content: str) -> Edit:
     section's new text under its heading; when it begins with a heading of the section's level or higher, that
     heading replaces the old one (a rename)."""
     raw = raw_lines(text)
-    eol = _eol(raw)
+    eol = line_end(text)
     new = _content_lines(content)
     parsed = heading_title(new[0])
     if parsed is not None and parsed[0] <= span.level:
@@ -167,7 +168,7 @@ def append(
     raw = raw_lines(text)
     if not "".join(raw).strip() and title is not None:
         raw = [f"{title}\n"]
-    eol = _eol(raw)
+    eol = line_end("".join(raw))
     lines = plain(raw)
     target = locate(lines, parts, where)
     created: list[str] = []
@@ -183,7 +184,7 @@ def append(
         heading_line = -1
     if entry is not None:
         created.append(f"{'#' * _deeper(level, entry)} {entry}")
-    _refuse_open_fence(lines, at, where)
+    refuse_open_fence(lines, at, where)
     block = [*_spaced(created), *_content_lines(content)]
     before, after = raw[:at], raw[at:]
     if before:
@@ -227,14 +228,30 @@ def open_fence(lines: list[str]) -> int | None:
     return fences[-1].start if fences and fences[-1].end == len(lines) else None
 
 
-def _refuse_open_fence(lines: list[str], at: int, where: str) -> None:
-    """Text added at line `at` after an unclosed fence's opening would be code, and a heading no heading."""
+def refuse_open_fence(lines: list[str], at: int, where: str) -> None:
+    """InvalidArgumentError when text added at line `at` (0-based) of the file `where` would follow an unclosed
+    fence's opening: it would be code, and a heading in it no heading."""
     fence = open_fence(lines)
     if fence is not None and at > fence:
         raise InvalidArgumentError(
-            f"{where} ends inside a code fence opened on line {fence + 1} and never closed, so text written under a"
-            " heading would land inside it; nothing was written. Close the fence (a line of ``` after the code) by"
+            f"{where} ends inside a code fence opened on line {fence + 1} and never closed, so text written after it"
+            " would land inside it; nothing was written. Close the fence (a line of ``` after the code) by"
             " replacing the file or its section, then write again"
+        )
+
+
+def refuse_unclosed_fence(content: str) -> None:
+    """InvalidArgumentError when `content` opens a code fence (``` or ~~~) it does not close: whatever follows it in
+    the file, later entries and their labels included, would be code. The one rule for every `memory_write`."""
+    lines = plain(raw_lines(content))
+    fence = open_fence(lines)
+    if fence is not None:
+        opener = lines[fence].lstrip(" ")
+        marker = opener[: len(opener) - len(opener.lstrip(opener[0]))]  # its run of ` or ~: the closing one's length
+        raise InvalidArgumentError(
+            f"content opens a code fence on its line {fence + 1} ({marker}) and never closes it, so what follows"
+            f" in the file would land inside it; nothing was written. Close the fence (a line of {marker} after the"
+            " code), then write again"
         )
 
 
@@ -257,15 +274,6 @@ def _content_end(lines: list[str]) -> int:
     while end > 0 and not lines[end - 1].strip():
         end -= 1
     return end
-
-
-def _eol(raw: list[str]) -> str:
-    for line in raw:
-        if line.endswith("\r\n"):
-            return "\r\n"
-        if line.endswith(("\n", "\r")):
-            return line[-1]
-    return "\n"
 
 
 def _terminated(line: str, eol: str) -> str:

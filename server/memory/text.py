@@ -7,12 +7,14 @@ another line: `"a\\nb\\n"` has two lines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from server.errors import InvalidArgumentError
 from server.index.markdown import split_lines
 
 MAX_TOPIC_CHARS = 120
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def file_lines(text: str) -> list[str]:
@@ -23,6 +25,13 @@ def file_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return lines
+
+
+def line_end(text: str) -> str:
+    """The line ending `text` uses (its first line's: `\\r\\n`, `\\r` or `\\n`), `\\n` for text without one: what
+    a write adds to a file ends its lines this way, so a CRLF file stays CRLF."""
+    found = _LINE_END.search(text)
+    return found.group() if found else "\n"
 
 
 def utf8(text: str, argument: str) -> bytes:
@@ -108,18 +117,20 @@ class Appended:
 
 
 def compose_append(existing: str, content: str, *, title: str | None = None, heading: str | None = None) -> Appended:
-    """`existing` + a blank line + (`heading` + blank line) + `content`, ending in one newline. `title` starts
-    an empty file (`# 2024-05-01`). Blank lines around `content` are dropped; its inner text is kept as sent."""
-    body = content.strip("\r\n")
+    """`existing` + a blank line + (`heading` + blank line) + `content`, ending in one line end, every line ended
+    the way `existing` ends its lines (`line_end`). `title` starts an empty file (`# 2024-05-01`). Blank lines
+    around `content` are dropped; its inner text is kept as sent, but for its line ends."""
+    eol = line_end(existing)
+    body = eol.join(split_lines(content.strip("\r\n")))
     before = existing
     if before == "" and title:
-        before = f"{title}\n"
+        before = f"{title}{eol}"
     if before:
         if not before.endswith(("\n", "\r")):
-            before += "\n"
+            before += eol
         if not before.endswith(("\n\n", "\r\n\r\n", "\r\r")):
-            before += "\n"
-    entry = f"{heading}\n\n{body}\n" if heading else f"{body}\n"
+            before += eol
+    entry = f"{heading}{eol}{eol}{body}{eol}" if heading else f"{body}{eol}"
     start = count_lines(before) + 1
     text = before + entry
     return Appended(text, start, count_lines(text))

@@ -16,6 +16,10 @@ With `tags` and `category`, an append to a daily log carries them on its new ent
 (`## HH:MM — topic [tags: a, b] [category: x]`, `server.index.labels`); every other write, with or without a
 heading, merges them into the file's front matter (`server.index.frontmatter`: created when missing, tags added,
 the category replaced; a replace keeps the front matter its content brings, with the labels added).
+
+Refused, with nothing written: content that opens a code fence it does not close, and an append after a file's
+unclosed fence (`server.memory.sections`: the later entries, their headings and labels, would be code); with
+`redact_writes`, a tag or category holding a secret (`server.memory.intake`: a label cannot be redacted).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from server.memory.arguments import (
     request_digest,
     time_zone,
 )
-from server.memory.intake import redacted, refuse_secret_path
+from server.memory.intake import redacted, refuse_secret_labels, refuse_secret_path
 from server.memory.results import WriteOutput
 from server.memory.text import clean_topic, compose_append, count_lines, entry_heading
 from server.mirror.mirror import ABSENT, IdempotencyRecord, MirrorFile, check_expected
@@ -96,6 +100,8 @@ def check_write(
         content = redact_into(content, redacted)
         topic = redact_into(topic, redacted) if topic is not None else None
         heading = redact_into(heading, redacted) if isinstance(heading, str) else heading
+        refuse_secret_labels(tags, category, "Nothing was written: label the text by its topic, never a credential")
+    sections.refuse_unclosed_fence(content)
     if mode not in ("append", "replace"):
         raise InvalidArgumentError("mode must be 'append' or 'replace'")
     parts = check_heading(heading)
@@ -134,6 +140,9 @@ def _whole_file(current: MirrorFile | None, req: WriteRequest) -> tuple[str, int
     check_expected(req.target, current.hash if current else None, req.expected)
     if req.mode == "replace":
         return req.content, 1, count_lines(req.content)
+    if current is not None:  # the same rule as a write under a heading: nothing added inside an unclosed fence
+        lines = sections.plain(sections.raw_lines(current.text))
+        sections.refuse_open_fence(lines, len(lines), req.target)
     title = f"# {day}" if current is None and (day := day_of(req.target)) else None
     heading = None
     clean = clean_topic(req.topic)

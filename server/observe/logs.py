@@ -16,7 +16,8 @@ from typing import TextIO
 TEXT_FORMAT = "%(levelname)s %(name)s: %(message)s"
 # Held at WARNING (or quieter, with the whole log) even at debug level: libraries that say too much, and ones
 # whose debug and info lines carry what must never be logged. sse_starlette logs every event it streams (tool
-# results: memory text); the MCP transport logs whole MCP session ids.
+# results: memory text); the MCP transport logs whole MCP session ids; MCPServer logs every tool and resource error
+# verbatim at INFO, before `server.mcp.boundary` redacts it (the caller's arguments, echoed).
 NOISY = (
     "sentence_transformers",
     "transformers",
@@ -26,6 +27,7 @@ NOISY = (
     "sse_starlette",
     "mcp.server.streamable_http",
     "mcp.server.streamable_http_manager",
+    "mcp.server.mcpserver.server",
 )
 # The attributes every LogRecord has; anything else on a record came from `extra=` (except uvicorn's copy of
 # each message with terminal colours).

@@ -111,9 +111,14 @@ def test_memory_get_reads_a_past_version_and_refuses_one_that_does_not_exist(ser
         with pytest.raises(InvalidArgumentError, match="version must be a whole number"):
             service.get(ALICE, PATH, version=wrong)
         with pytest.raises(InvalidArgumentError, match="version must be a whole number"):
-            history.history(ALICE, path=PATH, before=wrong)
-        with pytest.raises(InvalidArgumentError, match="version must be a whole number"):
             history.restore(ALICE, PATH, wrong)
+
+
+def test_a_before_that_is_no_version_is_refused_naming_before(service, history):
+    replace(service, ALICE, "We use SQLite.\n")
+    for wrong in (0, 2**63, 2**80):
+        with pytest.raises(InvalidArgumentError, match=r"^before must be a whole number from 1"):
+            history.history(ALICE, path=PATH, before=wrong)
 
 
 def test_an_overwrite_is_undone_by_a_restore_which_is_itself_undoable(service, history):

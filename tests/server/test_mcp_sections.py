@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from server.memory.service import MemoryService
+from server.memory.service import CallerContext, MemoryService
+from server.sync.service import SyncService
+from syncproto.messages import PushChange
 from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import channel_user, connect, error, structured, text
 
@@ -200,12 +202,39 @@ async def test_an_append_under_a_heading_with_expected_hash_is_guarded_by_the_se
     assert after.count("- uv.") == 1 and written["heading"] == "Project memory > Decisions"
 
 
-async def test_a_heading_write_into_a_file_ending_in_an_open_code_fence_is_a_clear_error_that_writes_nothing(service):
+async def test_a_write_into_a_file_ending_in_an_open_code_fence_is_a_clear_error_that_writes_nothing(service):
     async with connect(service, ALICE) as client:
+        base = (await put(client))["hash"]
         cut_short = "# Notes\n\n```sh\nmake deploy"
-        await put(client, content=cut_short)
-        refused = error(
-            await client.call_tool("memory_write", {"path": "MEMORY.md", "content": "x", "heading": "Decisions"})
+        _, [pushed] = SyncService(service).push(
+            CallerContext.from_user(ALICE), [PushChange("MEMORY.md", base, cut_short)]
         )
-        assert "never closed" in refused and "Close the fence" in refused
+        assert pushed.status == "applied"  # a laptop's file: the fence rule is memory_write's
+        for append in ({"heading": "Decisions"}, {}, {"topic": "deploy"}):  # under a heading, or at the end
+            refused = error(await client.call_tool("memory_write", {"path": "MEMORY.md", "content": "x", **append}))
+            assert "never closed" in refused and "Close the fence" in refused
         assert await whole(client) == cut_short
+
+
+async def test_a_write_whose_content_leaves_a_code_fence_open_is_refused_and_one_that_closes_it_is_written(service):
+    async with connect(service, ALICE) as client:
+        await put(client)
+        unclosed = [
+            {"content": "Snippet:\n```python\nprint('hi')", "topic": "snippet"},  # today's daily log
+            {"path": "MEMORY.md", "content": "~~~\nunclosed"},
+            {"path": "MEMORY.md", "content": "~~~\nunclosed", "heading": "Deploy"},
+            {"path": "MEMORY.md", "content": "```\nunclosed", "heading": "New"},
+        ]
+        for arguments in unclosed:
+            refused = error(await client.call_tool("memory_write", arguments))
+            assert "never closes it" in refused and "nothing was written" in refused
+        assert await whole(client) == MEMORY.rstrip("\n")
+        assert structured(await client.call_tool("memory_list", {}))["total"] == 1
+        closed = "~~~\nunclosed\n~~~"
+        await client.call_tool("memory_write", {"path": "MEMORY.md", "content": "```sh\nmake\n```", "topic": "t"})
+        await client.call_tool("memory_write", {"path": "MEMORY.md", "content": closed, "heading": "Deploy"})
+        labelled = {"content": "Chose Postgres", "topic": "queue", "tags": ["database"], "category": "decision"}
+        await client.call_tool("memory_write", {"content": "```python\nprint('hi')\n```", "topic": "snippet"})
+        entry = structured(await client.call_tool("memory_write", labelled))
+        listed = structured(await client.call_tool("memory_list", {"tags": ["database"]}))
+    assert entry["start_line"] > 3 and [f["path"] for f in listed["files"]] == [entry["path"]]

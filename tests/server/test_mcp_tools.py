@@ -416,6 +416,51 @@ async def test_a_request_naming_no_index_is_refused_by_every_tool(service):
             assert "no index selected" in error(await client.call_tool(tool, arguments))
 
 
+MISTYPED = [  # (tool, arguments, what the error says): pydantic's lax mode took each of these before
+    ("memory_get", {"path": "memory/a.md", "start_line": True}, "start_line: Input should be a valid integer"),
+    ("memory_get", {"path": "memory/a.md", "end_line": "2"}, "end_line: Input should be a valid integer"),
+    ("memory_get", {"path": "memory/a.md", "version": 1.0}, "version: Input should be a valid integer"),
+    ("memory_search", {"query": "x", "max_results": True}, "max_results: Input should be a valid integer"),
+    ("memory_search", {"query": "x", "min_score": True}, "min_score: Input should be a valid number"),
+    ("memory_search", {"query": "x", "mmr_lambda": "0.5"}, "mmr_lambda: Input should be a valid number"),
+    ("memory_search", {"query": "x", "recency_half_life_days": False}, "recency_half_life_days: Input should be"),
+    ("memory_search", {"query": "x", "rerank": 1}, "rerank: Input should be a valid boolean"),
+    ("memory_sync", {"force": "yes"}, "force: Input should be a valid boolean"),
+    ("memory_list", {"limit": "1"}, "limit: Input should be a valid integer"),
+    ("memory_history", {"deleted": "off"}, "deleted: Input should be a valid boolean"),
+    ("memory_history", {"limit": 2.0}, "limit: Input should be a valid integer"),
+    ("memory_history", {"before": True}, "before: Input should be a valid integer"),
+    ("memory_restore", {"path": "memory/a.md", "version": True}, "version: Input should be a valid integer"),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "said"), MISTYPED)
+async def test_a_number_or_flag_of_another_json_type_is_refused_saying_which_argument(service, tool, arguments, said):
+    async with connect(service, ALICE) as client:
+        structured(await client.call_tool("memory_write", {"content": "alpha", "path": "memory/a.md"}))
+        result = await client.call_tool(tool, arguments)
+    message = error(result)
+    assert message.startswith(f"Error executing tool {tool}: invalid arguments: ") and said in message
+
+
+async def test_a_number_argument_still_takes_a_json_integer_and_the_schemas_keep_their_types(service):
+    async with connect(service, ALICE) as client:
+        found = structured(
+            await client.call_tool(
+                "memory_search", {"query": "x", "min_score": 0, "mmr_lambda": 1, "recency_half_life_days": 7}
+            )
+        )
+        tools = {tool.name: tool.input_schema["properties"] for tool in (await client.list_tools()).tools}
+    assert found["hits"] == []
+    assert tools["memory_get"]["start_line"]["anyOf"] == [{"type": "integer"}, {"type": "null"}]
+    assert tools["memory_search"]["min_score"]["anyOf"] == [{"type": "number"}, {"type": "null"}]
+    assert tools["memory_search"]["max_results"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 50}
+    assert tools["memory_sync"]["force"]["type"] == "boolean"
+    assert tools["memory_list"]["limit"]["type"] == "integer"
+    assert tools["memory_history"]["limit"]["type"] == "integer"
+    assert all("strict" not in str(properties) for properties in tools.values())
+
+
 def test_every_service_error_becomes_a_tool_error_with_its_own_message():
     kinds = [EngineError, *_subclasses(EngineError)]
     assert {ConflictError, PermissionDeniedError, UnsafePathError, InvalidArgumentError, EmbeddingError} <= set(kinds)
@@ -546,7 +591,7 @@ async def test_memory_files_are_resources_listed_in_pages_and_readable(service, 
     assert len(first.resources) == 100 and len(second.resources) == 5 and second.next_cursor is None
     assert str(first.resources[0].uri) == "memory://alice-notes/memory/topics/t000.md"
     assert first.resources[0].mime_type == "text/markdown"
-    assert read.contents[0].text == "topic 42"
+    assert read.contents[0].text == "topic 42\n"  # the file, exactly
 
 
 async def test_a_resource_uri_reaches_only_the_callers_own_index(service):
@@ -569,7 +614,18 @@ async def test_a_resource_uri_reaches_only_the_callers_own_index(service):
                 await client.read_resource(uri)
             assert "pelican" not in str(refused.value), uri
         own = await client.read_resource("memory://alice-notes/MEMORY.md")
-    assert own.contents[0].text == "alice notes"
+    assert own.contents[0].text == "alice notes\n"
+
+
+async def test_a_resource_is_the_whole_file_exactly_with_a_line_over_the_get_limit_and_crlf_line_ends(service):
+    long_line = "".join(f"{n:06d}," for n in range(MAX_GET_CHARS // 7 + 1000))
+    assert len(long_line) > MAX_GET_CHARS
+    original = f"# Data\r\n{long_line}\r\nlast line\r\n"
+    async with connect(service, ALICE) as client:
+        written = {"path": "memory/data.md", "content": original, "mode": "replace", "expected_hash": "absent"}
+        structured(await client.call_tool("memory_write", written))
+        read = await client.read_resource("memory://alice-notes/memory/data.md")
+    assert read.contents[0].text == original
 
 
 async def test_remember_and_recall_prompts_point_the_agent_at_the_tools(service):

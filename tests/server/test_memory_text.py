@@ -87,4 +87,15 @@ def test_append_separates_entries_by_exactly_one_blank_line() -> None:
         assert out.text == "old\n\nnew\n"
         assert (out.start_line, out.end_line) == (3, 3)
     crlf = compose_append("old\r\n", "new")
-    assert crlf.text == "old\r\n\nnew\n" and crlf.start_line == 3
+    assert crlf.text == "old\r\n\r\nnew\r\n" and crlf.start_line == 3
+
+
+def test_an_append_ends_every_line_it_adds_the_way_the_file_ends_its_lines() -> None:
+    for eol in ("\r\n", "\r"):
+        existing = f"# Notes{eol}{eol}line one{eol}"
+        out = compose_append(existing, "first\nsecond\r\nthird\n", heading="## 09:05 — x")
+        assert out.text == existing + eol.join(["", "## 09:05 — x", "", "first", "second", "third", ""])
+        assert (out.start_line, out.end_line) == (5, 9) and count_lines(out.text) == 9
+        unterminated = compose_append(f"# Notes{eol}line one", "added")
+        assert unterminated.text == f"# Notes{eol}line one{eol}{eol}added{eol}"
+    assert compose_append("", "a\r\nb", title="# 2024-05-01").text == "# 2024-05-01\n\na\nb\n"

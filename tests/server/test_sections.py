@@ -20,6 +20,7 @@ from server.memory.sections import (
     parse_name,
     plain,
     raw_lines,
+    refuse_unclosed_fence,
     replace,
     section_hash,
     spans,
@@ -186,6 +187,22 @@ def test_text_under_a_heading_is_refused_when_it_would_land_in_a_code_fence_that
     cut_short = "# Notes\n\nSome text.\n\n```sh\nmake deploy"
     with pytest.raises(InvalidArgumentError, match="code fence opened on line 5 and never closed"):
         append(cut_short, parts, "we pick sqlite", where="x.md", entry=entry)
+
+
+@pytest.mark.parametrize(
+    ("content", "marker"),
+    [("Snippet:\n```python\nprint('hi')", "```"), ("~~~\nunclosed", "~~~"), ("````\n```\nstill code\n```", "````")],
+)
+def test_content_that_leaves_a_code_fence_open_is_refused_naming_the_fence_to_close(content, marker):
+    with pytest.raises(InvalidArgumentError, match=f"never closes it.*a line of {marker} after the code"):
+        refuse_unclosed_fence(content)
+
+
+@pytest.mark.parametrize(
+    "content", ["```python\nprint('hi')\n```", "~~~\ncode\n~~~\nafter", "```\n~~~\n```", "a ``` b", "plain"]
+)
+def test_content_that_closes_every_code_fence_it_opens_is_accepted(content):
+    refuse_unclosed_fence(content)
 
 
 def test_text_before_a_code_fence_that_is_never_closed_and_after_a_closed_one_is_still_written():

@@ -202,3 +202,17 @@ async def test_a_session_id_holding_a_secret_is_refused_without_echoing_it_and_n
     response = await laptops["alice"].post("/sync/sessions", json=body)
     assert response.status_code == 400 and "github-token" in response.text and secret not in response.text
     assert service.list(caller("alice")).files == []
+
+
+async def test_memory_list_pages_through_transcripts_with_the_cursor_it_hands_out(laptops, service):
+    await upload(laptops["alice"], 3, *((n, transcript("t", f"part {n} text", part=n)) for n in (1, 2, 3)))
+    service.write(caller("alice"), "a note", path="memory/a.md")
+    shown: list[str] = []
+    cursor = None
+    for _ in range(4):
+        page = service.list(caller("alice"), limit=2, cursor=cursor)
+        shown += [f.path for f in page.files]
+        if (cursor := page.next_cursor) is None:
+            break
+    assert shown == sorted(f.path for f in service.list(caller("alice")).files) and len(shown) == 4
+    assert shown[1].startswith("sessions/") and cursor is None  # the first page ended on a transcript

@@ -102,3 +102,50 @@ def test_a_file_named_with_a_secret_before_names_were_checked_is_not_restored(tm
         assert service.list(ALICE).files == []
     finally:
         service.close()
+
+
+def test_a_secret_in_a_tag_or_category_is_refused_without_showing_it_and_nothing_is_stored(tmp_path: Path) -> None:
+    service = MemoryService(tmp_path / "data", HashingEmbedder())
+    try:
+        refusals = [
+            {"path": "memory/t.md", "tags": ["deploy", TOKEN]},  # into the front matter
+            {"tags": [f"#{TOKEN}"]},  # on a daily log's entry heading
+            {"path": "memory/c.md", "category": AWS_KEY},  # a secret as sent, though stored in lower case
+            {"path": "memory/h.md", "heading": "Decisions", "tags": [TOKEN.lower()]},
+        ]
+        for labels in refusals:
+            with pytest.raises(SecretsRefusedError) as refused:
+                service.write(ALICE, "the deploy notes", **labels)  # type: ignore[arg-type]
+            message = str(refused.value)
+            assert TOKEN not in message and TOKEN.lower() not in message and AWS_KEY.lower() not in message.lower()
+            assert "[redacted:" in message and "Nothing was written" in message
+        assert service.list(ALICE).files == []
+        written = service.write(ALICE, "the deploy notes", path="memory/t.md", tags=["deploy"], category="fact")
+        assert written.redacted == {} and "tags: [deploy]" in service.get(ALICE, "memory/t.md").content
+    finally:
+        service.close()
+
+
+def test_a_restored_version_holding_a_secret_comes_back_redacted_and_the_version_is_kept(tmp_path: Path) -> None:
+    path = "memory/deploy.md"
+    unchecked = MemoryService(tmp_path / "data", HashingEmbedder(), redact_writes=False)
+    try:
+        unchecked.write(ALICE, NOTE, path=path)  # before redaction was on (or before a rule for it was added)
+        current = unchecked.get(ALICE, path).hash
+        unchecked.write(ALICE, "rotated, see the vault", path=path, mode="replace", expected_hash=current)
+        version = HistoryService(unchecked).history(ALICE, path=path).versions[-1].version
+    finally:
+        unchecked.close()
+    service = MemoryService(tmp_path / "data", HashingEmbedder())
+    try:
+        restored = HistoryService(service).restore(ALICE, path, version)
+        text = service.get(ALICE, path).content
+        assert AWS_KEY not in text and TOKEN not in text and "[redacted:aws-key]" in text
+        assert restored.changed and restored.redacted == {"aws-key": 1, "github-token": 1}
+        assert restored.hash == service.get(ALICE, path).hash
+        assert all(AWS_KEY not in hit.snippet for hit in service.search(ALICE, "deploy user key").hits)
+        assert AWS_KEY in service.get(ALICE, path, version=version).content  # the version itself is kept as it was
+        again = HistoryService(service).restore(ALICE, path, version)
+        assert again.changed is False and again.version == restored.version
+    finally:
+        service.close()
