@@ -59,6 +59,7 @@ def team(folder: Path, callers: dict[str, dict[str, Any]]) -> Iterator[Team]:
 class RunningUi:
     url: str  # with the token
     process: subprocess.Popen[str]
+    log: Path  # its stderr: what the user's terminal shows
 
     @property
     def origin(self) -> str:
@@ -73,19 +74,24 @@ class RunningUi:
 
 
 @contextmanager
-def memory_ui(laptop: Laptop) -> Iterator[RunningUi]:
-    """`memory-proxy ui --no-browser` for `laptop` (its project folder's sync state), stopped with SIGTERM."""
+def memory_ui(laptop: Laptop, *, browser: Path | None = None) -> Iterator[RunningUi]:
+    """`memory-proxy ui --no-browser` for `laptop` (its project folder's sync state), stopped with SIGTERM; with
+    `browser`, `memory-proxy ui` opening its page with that program (as `$BROWSER`)."""
     log = laptop.log.with_name("ui.log")
-    with log.open("w", encoding="utf-8") as stderr, _started(laptop, stderr) as process:
-        yield RunningUi(_printed_url(process, log), process)
+    with log.open("w", encoding="utf-8") as stderr, _started(laptop, stderr, browser) as process:
+        yield RunningUi(_printed_url(process, log), process, log)
 
 
 @contextmanager
-def _started(laptop: Laptop, stderr: IO[str]) -> Iterator[subprocess.Popen[str]]:
+def _started(laptop: Laptop, stderr: IO[str], browser: Path | None) -> Iterator[subprocess.Popen[str]]:
     params = laptop.params()
+    opening = ["--no-browser"] if browser is None else []
+    env = {**(params.env or {}), "MEMORY_PROXY_LOG_LEVEL": "WARNING"}
+    if browser is not None:
+        env["BROWSER"] = str(browser)
     process = subprocess.Popen(
-        [params.command, "ui", "--no-browser", "--project", str(laptop.project)],
-        env={**(params.env or {}), "MEMORY_PROXY_LOG_LEVEL": "WARNING"},
+        [params.command, "ui", *opening, "--project", str(laptop.project)],
+        env=env,
         cwd=params.cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import webbrowser
+from contextlib import ExitStack
 from typing import Any
 
 from anyio.from_thread import start_blocking_portal
@@ -65,10 +66,24 @@ def cmd_ui(args: argparse.Namespace) -> int:
             print(f"memory browser for index {remote.target.index} on {remote.target.server_url}:", flush=True)
             print(f"  {server.guard.url}", flush=True)
             print("(the address holds this run's secret token; Ctrl-C stops)", flush=True)
-            if not args.no_browser and not webbrowser.open(server.guard.url):
-                print("could not open a browser: open the address above", file=sys.stderr)
-            stop.wait()
+            with ExitStack() as opened:
+                if not args.no_browser and not _open_browser(server.guard.url, settings, opened):
+                    print("could not open a browser: open the address above", file=sys.stderr)
+                stop.wait()
         finally:
             server.shutdown()
             server.server_close()
     return 0
+
+
+def _open_browser(url: str, settings: RunSettings, opened: ExitStack) -> bool:
+    """Open `url` in the browser without putting it on any command line: the browser gets a private file that
+    leads there (`client_proxy.ui.redirect`), kept until `opened` closes."""
+    from client_proxy.ui.redirect import redirect_file
+
+    try:
+        page = opened.enter_context(redirect_file(url, settings.state_home))
+    except OSError as exc:
+        log.warning("ui: no page to open in the browser (%s)", exc)
+        return False
+    return webbrowser.open(page.as_uri())

@@ -12,7 +12,6 @@ import hmac
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.cookies import CookieError, SimpleCookie
 from typing import Final
 
 LOOPBACK: Final = "127.0.0.1"
@@ -57,9 +56,10 @@ class Guard:
     def set_cookie(self) -> str:
         return f"{self.cookie_name}={self.session}; Path=/; HttpOnly; SameSite=Strict"
 
-    def check_origin(self, headers: Mapping[str, str], *, unsafe: bool) -> None:
+    def check_origin(self, headers: Mapping[str, str], *, unsafe: bool, signing_in: bool = False) -> None:
         """Refuse a request for another host name (DNS rebinding) or from another page. `unsafe` (a POST) must
-        name its origin: browsers always send `Origin` on one."""
+        name its origin: browsers always send `Origin` on one. `signing_in` (the printed URL, its token checked
+        next) may come from no site: the private file the browser is opened on (`redirect.py`) is `file://`."""
         allowed_hosts = {f"{name}:{self.port}" for name in HOST_NAMES}
         if (headers.get("host") or "").lower() not in allowed_hosts:
             raise Refused("wrong Host: open the address memory-proxy ui printed")
@@ -69,19 +69,31 @@ class Guard:
         if unsafe and origin is None:
             raise Refused("a change must come from the memory browser's own page")
         site = headers.get("sec-fetch-site")
-        if site is not None and site.lower() not in SAME_SITE:
+        if site is not None and site.lower() not in SAME_SITE and not signing_in:
             raise Refused("request from another site")
 
     def token_ok(self, token: str) -> bool:
         return hmac.compare_digest(token.encode("utf-8"), self.token.encode("utf-8"))
 
     def check_cookie(self, cookie_header: str | None) -> None:
-        """Refuse a request without this run's cookie."""
-        jar: SimpleCookie = SimpleCookie()
-        try:
-            jar.load(cookie_header or "")
-        except CookieError:
-            raise Refused("not signed in: open the address memory-proxy ui printed") from None
-        morsel = jar.get(self.cookie_name)
-        if morsel is None or not hmac.compare_digest(morsel.value.encode("utf-8"), self.session.encode("utf-8")):
+        """Refuse a request without this run's cookie. Any other cookie, however odd, is ignored: cookies ignore
+        ports, so every other app on 127.0.0.1 adds its own to the header."""
+        expected = self.session.encode("utf-8")
+        # No early exit: every value under our name is compared, so timing tells nothing of which one was close.
+        signed_in = False
+        for value in cookie_values(cookie_header or "", self.cookie_name):
+            signed_in |= hmac.compare_digest(value.encode("utf-8", "replace"), expected)
+        if not signed_in:
             raise Refused("not signed in: open the address memory-proxy ui printed")
+
+
+def cookie_values(header: str, name: str) -> list[str]:
+    """Every value of the cookies called `name` in a Cookie header: `;`-separated `name=value` pairs, split at the
+    first `=`. Unlike `http.cookies.SimpleCookie`, which drops the whole header for one pair not to its taste
+    (a space in a value, no name, a name like `path`), a pair it cannot read costs only that pair."""
+    values = []
+    for pair in header.split(";"):
+        key, equals, value = pair.partition("=")
+        if equals and key.strip() == name:
+            values.append(value.strip())
+    return values

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from functools import partial
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,11 +21,22 @@ from anyio.from_thread import BlockingPortal
 
 from client_proxy.remote.mcp_session import RemoteCallError, RemoteToolError
 from client_proxy.ui.api import CHANGES, BadRequestError, BrowserApi
-from client_proxy.ui.guard import LOOPBACK, SECURITY_HEADERS, Guard, Refused
+from client_proxy.ui.guard import LOOPBACK, SAME_SITE, SECURITY_HEADERS, Guard, Refused
 
 log = logging.getLogger(__name__)
 
 MAX_BODY: Final = 8 * 1024 * 1024  # a 2 MiB file, JSON-escaped, with room to spare
+CONNECTION_TIMEOUT: Final = 30.0  # seconds a connection may stay silent, mid-request or idle between requests
+MAX_CONNECTIONS: Final = 64  # open at once (a browser opens about 6); each holds a thread, even before any check
+BUSY_BODY: Final = b'{"error": "too many connections"}'
+BUSY: Final = (  # the answer past MAX_CONNECTIONS, written without a thread
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    + b"".join(f"{name}: {value}\r\n".encode("ascii") for name, value in SECURITY_HEADERS.items())
+    + f"Content-Type: application/json\r\nContent-Length: {len(BUSY_BODY)}\r\nConnection: close\r\n\r\n".encode()
+    + BUSY_BODY
+)
+JSON: Final = "application/json; charset=utf-8"
+MOVE_ON: Final = b'<!doctype html>\n<meta http-equiv="refresh" content="0; url=/">\n<title>memory browser</title>\n'
 STATIC: Final = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -39,12 +51,48 @@ def static_file(name: str) -> bytes:
 
 class BrowserServer(ThreadingHTTPServer):
     daemon_threads = True
+    block_on_close = False  # a browser's idle keep-alive connection must not hold up Ctrl-C
 
-    def __init__(self, port: int, api: BrowserApi, portal: BlockingPortal) -> None:
+    def __init__(
+        self,
+        port: int,
+        api: BrowserApi,
+        portal: BlockingPortal,
+        *,
+        connection_timeout: float = CONNECTION_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         super().__init__((LOOPBACK, port), Handler)
         self.guard = Guard(self.server_address[1])
         self.api = api
         self.portal = portal
+        self.connection_timeout = connection_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection while there is a free slot; past the cap, a short 503 and the door."""
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.settimeout(1)  # a fresh socket's send buffer takes this at once; never wait on the peer
+                request.sendall(BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self._slots.release()  # before the close, so a client that saw it close finds the slot free
+            self.shutdown_request(request)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -53,6 +101,10 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "memory-proxy-ui"
     sys_version = ""
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.connection_timeout)  # a silent peer is dropped, not waited on
+
     def do_GET(self) -> None:
         self._answer(unsafe=False)
 
@@ -60,14 +112,17 @@ class Handler(BaseHTTPRequestHandler):
         self._answer(unsafe=True)
 
     def _answer(self, *, unsafe: bool) -> None:
+        if self.request_version == "HTTP/0.9":  # no headers, so no Host to check and none to answer with
+            return self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED)
         guard = self.server.guard
         url = urlsplit(self.path)
         params = dict(parse_qsl(url.query))
         headers = {name.lower(): value for name, value in self.headers.items()}
+        signing_in = url.path == "/" and "token" in params and not unsafe
         try:
-            guard.check_origin(headers, unsafe=unsafe)
-            if url.path == "/" and "token" in params and not unsafe:
-                return self._exchange(params["token"])
+            guard.check_origin(headers, unsafe=unsafe, signing_in=signing_in)
+            if signing_in:
+                return self._exchange(params["token"], (headers.get("sec-fetch-site") or "none").lower() in SAME_SITE)
             guard.check_cookie(headers.get("cookie"))
         except Refused as exc:
             return self._send_json(HTTPStatus.FORBIDDEN, {"error": str(exc)})
@@ -78,13 +133,16 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(HTTPStatus.OK, static_file(name), kind)
         return self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such page"})
 
-    def _exchange(self, token: str) -> None:
-        """The printed URL: a good token becomes the cookie, and the address loses the token."""
+    def _exchange(self, token: str, same_site: bool) -> None:
+        """The printed URL: a good token becomes the cookie, and the address loses the token. Opened from the
+        private file, the navigation is cross-site, and a browser keeps it so along a redirect: a 303 would arrive
+        at `/` without the `SameSite=Strict` cookie. There a page of this server's moves on instead, same-origin."""
         if not self.server.guard.token_ok(token):
             return self._send_json(HTTPStatus.FORBIDDEN, {"error": "wrong token: open the address printed last"})
-        self._send(
-            HTTPStatus.SEE_OTHER, b"", "text/plain", {"Location": "/", "Set-Cookie": self.server.guard.set_cookie()}
-        )
+        signed_in = {"Set-Cookie": self.server.guard.set_cookie()}
+        if same_site:
+            return self._send(HTTPStatus.SEE_OTHER, b"", "text/plain", {"Location": "/", **signed_in})
+        self._send(HTTPStatus.OK, MOVE_ON, "text/html; charset=utf-8", signed_in)
 
     def _api(self, route: str, params: dict[str, str], *, unsafe: bool) -> None:
         api, portal = self.server.api, self.server.portal
@@ -116,13 +174,19 @@ class Handler(BaseHTTPRequestHandler):
         if not 0 < length <= MAX_BODY:
             raise BadRequestError(f"the text must be at most {MAX_BODY} bytes")
         try:
-            return json.loads(self.rfile.read(length))
-        except ValueError:
+            document = json.loads(self.rfile.read(length))
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser's stack
             raise BadRequestError("the body is not JSON") from None
+        field = unencodable_field(document)
+        if field is not None:
+            raise BadRequestError(
+                f"{field} holds half of a character (a lone surrogate, as from half an emoji): remove it and try again"
+            )
+        return document
 
     def _send_json(self, status: HTTPStatus, document: Any) -> None:
         body = json.dumps(document, ensure_ascii=False).encode("utf-8")
-        self._send(status, body, "application/json; charset=utf-8")
+        self._send(status, body, JSON)
 
     def _send(self, status: HTTPStatus, body: bytes, kind: str, extra: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -135,8 +199,42 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own refusals (a method with no `do_`, a malformed request line, a line too long),
+        answered like every other: JSON with the security headers, naming nothing the client sent."""
+        status = HTTPStatus(code)
+        extra = {"Connection": "close"}
+        if status == HTTPStatus.NOT_IMPLEMENTED:  # what the library answers a method it finds no `do_` for
+            status, extra["Allow"] = HTTPStatus.METHOD_NOT_ALLOWED, "GET, POST"
+        if self.request_version == "HTTP/0.9":  # left so by a line too malformed to name its version
+            self.request_version = "HTTP/1.0"  # else the answer would go without its status line and headers
+        self.close_connection = True
+        self._send(status, json.dumps({"error": status.phrase.lower()}).encode("utf-8"), JSON, extra)
+
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the request line holds the token; `log_request` below logs what is safe
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        log.debug("ui: %s %s %s", self.command, urlsplit(self.path).path, code)
+        path = getattr(self, "path", "")  # unset when the request line could not be read
+        log.debug("ui: %s %s %s", self.command, urlsplit(path).path, code)
+
+
+def unencodable_field(document: Any) -> str | None:
+    """The first field of a parsed body holding a string UTF-8 cannot encode, or None. JSON's `\\ud800` escapes
+    (and CESU-8 bytes) parse to lone surrogates, which every later `.encode("utf-8")` would fail on. Walked
+    without recursion: the parser allows nesting deeper than a handler thread's stack has room for."""
+    pending: list[tuple[str, Any]] = [("body", document)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                # the name is checked first (popped first), so a field named in the answer is always encodable
+                pending += [(key if where == "body" else f"{where}.{key}", item), (where, key)]
+        elif isinstance(value, list):
+            pending += [(f"{where}[{index}]", item) for index, item in enumerate(value)]
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return where
+    return None

@@ -45,6 +45,14 @@ def test_the_page_itself_passes_and_a_change_must_name_its_origin():
         guard.check_origin(HOST, unsafe=True)
 
 
+def test_the_printed_url_may_arrive_from_no_site_but_never_from_another_host_or_origin():
+    guard = Guard(PORT)
+    guard.check_origin({**HOST, "sec-fetch-site": "cross-site"}, unsafe=False, signing_in=True)  # from a file://
+    for headers in ({"host": f"evil.example:{PORT}"}, {**HOST, "origin": "http://evil.example"}):
+        with pytest.raises(Refused):
+            guard.check_origin({**headers, "sec-fetch-site": "cross-site"}, unsafe=False, signing_in=True)
+
+
 def test_only_this_runs_cookie_signs_in():
     guard = Guard(PORT)
     guard.check_cookie(f"other=1; {guard.set_cookie().split(';')[0]}")
@@ -52,6 +60,29 @@ def test_only_this_runs_cookie_signs_in():
         with pytest.raises(Refused):
             guard.check_cookie(header)
     assert guard.token_ok(guard.token) and not guard.token_ok(guard.token[:-1]) and not guard.token_ok("")
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        "flash=Saved your settings",  # a space in a value, as another local app's script may set
+        'prefs={"theme": "dark", "size": 2}',  # a JSON object
+        "=nameless",
+        "nameless",
+        "path=/",  # a name SimpleCookie takes for an attribute
+        '"broken',
+        "a=1;;b",
+    ],
+)
+def test_another_local_apps_odd_cookie_does_not_lock_the_user_out(odd):
+    guard = Guard(PORT)
+    ours = guard.set_cookie().split(";")[0]
+    guard.check_cookie(f"{odd}; {ours}")
+    guard.check_cookie(f"{ours}; {odd}")
+    guard.check_cookie(f"{guard.cookie_name}=stale; {odd};{ours} ")  # one of two under our name is right
+    for wrong in (odd, f"{odd}; {guard.cookie_name}=nope", f"{odd}; {guard.cookie_name}"):
+        with pytest.raises(Refused):
+            guard.check_cookie(wrong)
 
 
 def test_a_file_is_editable_only_when_its_lines_rebuild_exactly_the_hashed_text():

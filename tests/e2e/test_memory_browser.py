@@ -126,6 +126,20 @@ async def test_the_page_refuses_a_visit_without_the_token(crew, tmp_path):
             assert response is not None and response.status == 403
 
 
+async def test_the_private_file_memory_proxy_ui_opens_signs_the_browser_in_and_drops_the_token(crew, tmp_path):
+    from client_proxy.ui.redirect import redirect_file
+
+    with memory_ui(crew.laptops["alice"]) as ui, redirect_file(ui.url, tmp_path / "state") as opened:
+        async with chromium(tmp_path / "chrome") as context:
+            page = await context.new_page()
+            await page.goto(opened.as_uri())  # as the browser `memory-proxy ui` starts: file://, so cross-site
+            await page.wait_for_url(f"{ui.origin}/", timeout=WAIT_MS)
+            await expect(page.locator("#where")).to_contain_text(TEAM, timeout=WAIT_MS)  # the API let it in
+            await expect(page.locator("#tree")).to_contain_text("No files.", timeout=WAIT_MS)
+            await page.reload()  # still signed in: the cookie came with a same-origin step
+            await expect(page.locator("#where")).to_contain_text(TEAM, timeout=WAIT_MS)
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 async def test_the_main_views_render_readably_in_light_and_dark(crew, tmp_path, scheme):
     server, laptops = crew.server, crew.laptops
