@@ -6,9 +6,10 @@ the same address (an office NAT, a VPN exit). So no address is charged for an ho
 - A msg1 of the wrong length, version or kind is refused before any cryptography (free).
 - An authentic msg1 from a known device key is charged to that key (`per_key`, a token bucket per key).
 - Every failed handshake (bad message, unknown key, replay, clock off) is charged to one global budget
-  (`failures`). While it lasts, each failure is logged. When it is spent (a flood), failures are no longer logged
-  one by one (a summary line counts them) and msg1s from addresses that have not authenticated a device recently
-  are refused with 429 before the cryptography, which bounds the flood's CPU. Addresses where a device did
+  (`failures`), and so is every refused tunnel frame (anyone who saw a session id can send them). While it lasts,
+  each failure is logged. When it is spent (a flood), failures are no longer logged one by one (a summary line
+  counts them) and msg1s from addresses that have not authenticated a device recently are refused with 429 before
+  the cryptography, which bounds the flood's CPU. Addresses where a device did
   authenticate within the last hour keep being served, so devices already in use are never locked out; a new
   address waits only while the flood lasts.
 

@@ -2,7 +2,8 @@
 
 One caller (a laptop, or a stolen key) must not hold the server's memory with many concurrent 32 MiB bodies or
 crowd out the others. A request over a limit is answered 429 with `Retry-After` before its body is read: it was
-never opened, so the client may send it again. Pure bookkeeping; nothing awaits.
+never opened, so the client may send it again. The rate counts only requests that opened: the session id travels
+in clear, and frames forged under it must not spend the caller's budget (`refund`). Pure bookkeeping; nothing awaits.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class CallerLoad:
             return False
         self._requests[caller], self._bytes[caller] = requests + 1, held + size
         return True
+
+    def refund(self, caller: str) -> None:
+        """Take back the rate charge of an admitted request that opened nothing (a frame forged or replayed under
+        the caller's session id, which travels in clear): only requests the caller really sent count."""
+        self._rate.refund(caller)
 
     def release(self, caller: str, size: int) -> None:
         requests = self._requests.get(caller, 0) - 1

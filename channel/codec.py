@@ -30,7 +30,7 @@ _BAD_VALUE = re.compile(rb"[\r\n\x00]")
 
 @dataclass(frozen=True)
 class InnerRequest:
-    """One tunnelled HTTP request. The random request id lets the server refuse to run a request twice."""
+    """One tunnelled HTTP request. Its id (`channel.request_ids`) lets the server refuse to run a request twice."""
 
     request_id: bytes
     method: str

@@ -60,7 +60,8 @@ CLOCK_WINDOW: Final = 300.0
 REHANDSHAKE_MARGIN: Final = 30.0  # the client re-handshakes this long before either expiry
 MAX_SESSIONS_PER_CALLER: Final = 32
 MAX_SESSIONS: Final = 4096
-# Request ids remembered per device key, so a request re-sent after a re-handshake is never run twice.
+# Request ids remembered per device key, so a request re-sent after a re-handshake is never run twice; an older one
+# is refused all the same (ids sort by time, and the server keeps the highest it let go: `channel.request_ids`).
 REQUEST_ID_MEMORY: Final = 8192
 
 # -- HTTP ----------------------------------------------------------------------------------------------------------
@@ -69,8 +70,9 @@ TUNNEL_PATH: Final = "/v1/tunnel"
 SESSION_HEADER: Final = "x-channel-session"
 SERVER_KEY_HEADER: Final = "x-channel-server-key"
 SERVER_TIME_HEADER: Final = "x-channel-server-time"  # ms, only on the answer to a device whose clock is off
-# Only a holder of an authorized device key can reach this answer (msg1 authenticated, key known): it tells that
-# device nothing an outsider could use, and the device needs it to say "fix your clock" instead of "refused".
+# Only a msg1 made with an authorized device key and newer than every one accepted from it reaches this answer: a
+# replayed msg1 gets the generic one, revoked key or not (unless the network kept that msg1 from the server, and
+# every handshake of the key since). The device needs it to say "fix your clock" instead of "refused".
 CLOCK_OFF: Final = b"handshake failed: device clock is off\n"
 INDEX_HEADER: Final = "x-memory-index"
 CONTENT_TYPE: Final = "application/x-memory-channel"

@@ -82,8 +82,8 @@ async def run_inner(
     `REVOCATION_POLL`: the app then receives `http.disconnect`, exactly as if the client had gone away.
     """
     if user is None:
-        await sealer.error(403, json.dumps({"error": "index not granted to this caller"}).encode())
-        return "forbidden-index"
+        sent = await sealer.error(403, json.dumps({"error": "index not granted to this caller"}).encode())
+        return "forbidden-index" if sent else "revoked"
     body_given = False
     revoked = False
 

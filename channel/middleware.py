@@ -64,7 +64,8 @@ class ChannelMiddleware:
     `callers` is asked on every handshake and request (and while responses stream) whether a key is still
     allowed, so a directory that reloads `callers.toml` revokes keys at once. `plain_paths` (exact paths) reach
     the inner app without the channel: only for things like a health check. `handshake_rate` limits each device
-    key's handshakes; `failure_rate` is the one budget all failed handshakes share (see `channel.admission`).
+    key's handshakes; `failure_rate` is the one budget all failed handshakes and refused frames share (see
+    `channel.admission`).
     """
 
     def __init__(
@@ -151,15 +152,24 @@ class ChannelMiddleware:
         await answer(send, 200, reply, self._key_header, content_type=CONTENT_TYPE.encode())
 
     def _refused(self, reason: str, address: str, identity: Identity | None) -> None:
-        """Log a refused handshake while the global failure budget lasts; during a flood, a count every few
-        seconds instead (a flood must not fill the disk with log lines)."""
-        logged = reason != "flood" and self._admission.failed()
-        if logged:
-            who = f" caller={identity.name} key={identity.fingerprint}" if identity else ""
-            log.warning("handshake refused: %s address=%s%s", reason, address, who)
+        """Log a refused handshake while the global failure budget lasts (see `_log_failure`)."""
+        who = f" caller={identity.name} key={identity.fingerprint}" if identity else ""
+        self._log_failure(reason != "flood", "handshake refused: %s address=%s%s", reason, address, who)
+
+    def _frame_refused(self, reason: str, identity: Identity, session: Session) -> None:
+        """Log a refused tunnel request while the global failure budget lasts (see `_log_failure`): anyone who
+        saw a session id, which travels in clear, can send frames under it."""
+        line = "tunnel refused: %s caller=%s key=%s session=%s"
+        self._log_failure(True, line, reason, identity.name, identity.fingerprint, session.tag)
+
+    def _log_failure(self, charge: bool, line: str, *args: object) -> None:
+        """Charge a failure (when `charge`) to the global budget, and log it while the budget lasts; during a flood,
+        a count every few seconds instead (a flood must not fill the disk with log lines)."""
+        if charge and self._admission.failed():
+            log.warning(line, *args)
         unlogged = self._admission.summary_due()
         if unlogged:
-            log.warning("handshake refused: %d more refusals not logged one by one (a flood)", unlogged)
+            log.warning("refused: %d more handshakes or frames not logged one by one (a flood)", unlogged)
 
     def _accept(self, message: bytes, address: str) -> tuple[bytes | None, str, Identity | None]:
         """msg2 for an acceptable msg1, else None and the reason for the log. Never awaits, so the timestamp
@@ -171,11 +181,13 @@ class ChannelMiddleware:
         identity = self._callers.lookup(hello.client_static)
         if identity is None:
             return None, "unknown-key", None
+        # Freshness first: a replayed msg1 gets the generic answer, never CLOCK_OFF, which would tell whoever
+        # recorded it whether its key is still authorized (a revoked key gets the generic one).
+        if not self.sessions.timestamp_is_fresh(hello.client_static, hello.timestamp):
+            return None, "replayed-timestamp", identity
         now = self._clock()
         if abs(hello.timestamp / 1e9 - now) > self._clock_window:
             return None, "clock-off", identity
-        if not self.sessions.timestamp_is_fresh(hello.client_static, hello.timestamp):
-            return None, "replayed-timestamp", identity
         if not self._admission.authenticated(hello.client_static, address):
             return None, "rate-limited", identity
         session_id = self._random(SESSION_ID_LEN)
@@ -209,48 +221,58 @@ class ChannelMiddleware:
         size = int(declared) if declared is not None and declared.isdigit() and len(declared) <= 18 else 0
         size = min(size, MAX_REQUEST_FRAME) or MAX_REQUEST_FRAME
         if not self._load.admit(identity.name, size):
-            if self._admission.failed():  # the failure budget also bounds these log lines
-                log.warning("tunnel refused: busy caller=%s key=%s", identity.name, identity.fingerprint)
+            self._frame_refused("busy", identity, session)
             await answer(send, 429, TOO_BUSY, [(b"retry-after", str(RETRY_AFTER).encode())])
             return
         try:
-            await self._tunnel_admitted(scope, receive, send, session, identity, started)
+            opened = await self._receive_frame(scope, receive, send, session, identity)
+            if opened is None:
+                self._load.refund(identity.name)  # the caller's rate counts only the requests it really sent
+                return
+            await self._run(scope, receive, send, session, identity, opened, started)
         finally:
             self._load.release(identity.name, size)
 
-    async def _tunnel_admitted(
-        self, scope: Scope, receive: Receive, send: Send, session: Session, identity: Identity, started: float
-    ) -> None:
-        keep_alive = self._keep_alive_for(session)
+    async def _receive_frame(
+        self, scope: Scope, receive: Receive, send: Send, session: Session, identity: Identity
+    ) -> tuple[InnerRequest, int] | None:
+        """Read and open the request frame; or answer the refusal and return None (nothing was opened)."""
         try:
             frame = await read_body(scope, receive, MAX_REQUEST_FRAME)
         except ClientGone:
-            return
+            return None
         except BodyTooSlow:
-            log.warning("tunnel refused: slow-body caller=%s key=%s", identity.name, identity.fingerprint)
+            self._frame_refused("slow-body", identity, session)
             await answer(send, 408, TOO_SLOW, _CLOSE)
-            return
+            return None
         except BodyTooLarge:
             opened: tuple[InnerRequest, int] | str = "oversized"
         else:
-            if not keep_alive():  # expired or revoked during the upload: nothing was opened
-                await answer(send, 401, NO_SESSION)
-                return
-            opened = self._open(session, frame)
-        if opened == "no-session":  # ended meanwhile (on another replica): the client may re-handshake and retry
+            # Checked again after the upload, but not marked in use: only an authentic frame does that (when it is
+            # committed), or whoever saw the session id could keep the session alive with garbage.
+            opened = self._open(session, frame) if self._alive(session) else "no-session"
+        if opened == "no-session":  # expired, revoked, or ended on another replica: the client may handshake again
             await answer(send, 401, NO_SESSION)
-            return
+            return None
         if isinstance(opened, str):
-            log.warning(
-                "tunnel refused: %s caller=%s key=%s session=%s",
-                opened,
-                identity.name,
-                identity.fingerprint,
-                session.tag,
-            )
+            self._frame_refused(opened, identity, session)
             await answer(send, 400, BAD_FRAME)
-            return
+            return None
+        return opened
+
+    async def _run(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        session: Session,
+        identity: Identity,
+        opened: tuple[InnerRequest, int],
+        started: float,
+    ) -> None:
+        """Run the inner app for an opened request, and log it."""
         request, counter = opened
+        keep_alive = self._keep_alive_for(session)
         sealer = ResponseSealer(send, session, counter, keep_alive)
         user = user_for(identity, request)
         error = await run_inner(self.app, scope, receive, request, user, sealer, keep_alive)
@@ -311,11 +333,16 @@ class ChannelMiddleware:
         refused = self.sessions.commit_request(session, parsed.counter, request.request_id)
         return refused if refused is not None else (request, parsed.counter)
 
+    def _alive(self, session: Session) -> bool:
+        """Whether the session is still live and its key still allowed (without marking it in use)."""
+        return self.sessions.get(session.id) is session and self._identity(session) is not None
+
     def _keep_alive_for(self, session: Session) -> Callable[[], bool]:
-        """A check that the session is live and its key still allowed, which also marks the session in use."""
+        """For an opened request: a check that the session is live and its key still allowed, which also marks
+        the session in use (an open response stream keeps it alive)."""
 
         def keep_alive() -> bool:
-            if self.sessions.get(session.id) is not session or self._identity(session) is None:
+            if not self._alive(session):
                 return False
             self.sessions.touch(session)
             return True

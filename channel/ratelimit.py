@@ -32,6 +32,12 @@ class RateLimiter:
         self._buckets[address] = (tokens - 1.0, now)
         return True
 
+    def refund(self, address: str) -> None:
+        """Give back the token `allow` took for something that turned out not to count."""
+        bucket = self._buckets.get(address)
+        if bucket is not None:  # a forgotten bucket was full
+            self._buckets[address] = (min(self._rate.burst, bucket[0] + 1.0), bucket[1])
+
     def _forget_full(self, now: float) -> None:
         rate = self._rate
         full = [a for a, (t, at) in self._buckets.items() if t + (now - at) * rate.per_second >= rate.burst]

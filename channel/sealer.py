@@ -109,13 +109,14 @@ class ResponseSealer:
             await self._send({"type": "http.response.start", "status": 200, "headers": list(_OUTER_HEADERS)})
         await self._send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def error(self, status: int, body: bytes) -> None:
-        """A sealed inner error response, when nothing of the inner response was sent yet."""
-        await self.send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+    async def error(self, status: int, body: bytes) -> bool:
+        """A sealed inner error response, when nothing of the inner response was sent yet. It runs on error paths,
+        so it never raises `Revoked`: a caller revoked meanwhile has its stream cut instead (and gets False)."""
+        head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        try:
+            await self.send({"type": "http.response.start", "status": status, "headers": head})
+            await self.send({"type": "http.response.body", "body": body, "more_body": False})
+        except Revoked:
+            await self.cut()
+            return False
+        return True

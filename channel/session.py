@@ -7,7 +7,6 @@ is atomic on the event loop; the replay window also locks, for callers on other 
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from channel.constants import (
     SESSION_LIFETIME,
 )
 from channel.replay import ReplayWindow
+from channel.request_ids import RequestIds
 from channel.timestamps import MemoryTimestamps, TimestampStore
 
 Clock = Callable[[], float]
@@ -57,7 +57,7 @@ class Session:
 
 
 class SessionTable:
-    """The live sessions, capped per caller and overall; the last msg1 timestamp and recent request ids per key."""
+    """The live sessions, capped per caller and overall; the last msg1 timestamp and the request ids per key."""
 
     def __init__(
         self,
@@ -68,6 +68,7 @@ class SessionTable:
         max_sessions: int = MAX_SESSIONS,
         max_per_caller: int = MAX_SESSIONS_PER_CALLER,
         timestamps: TimestampStore | None = None,
+        request_id_memory: int = REQUEST_ID_MEMORY,
     ) -> None:
         self._clock = clock
         self.lifetime = lifetime
@@ -76,7 +77,8 @@ class SessionTable:
         self._max_per_caller = max_per_caller
         self._sessions: dict[bytes, Session] = {}
         self._timestamps = timestamps if timestamps is not None else MemoryTimestamps()
-        self._request_ids: dict[bytes, OrderedDict[bytes, float]] = {}
+        self._request_id_memory = request_id_memory
+        self._request_ids: dict[bytes, RequestIds] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -84,11 +86,11 @@ class SessionTable:
     def timestamp_is_fresh(self, static_key: bytes, timestamp: int) -> bool:
         """Whether msg1's timestamp is newer than every one accepted from this key (a replayed msg1 is not).
 
-        The caller has checked `timestamp` lies within CLOCK_WINDOW of the server's clock, so a recorded one more
-        than two windows ahead of it was accepted before that check existed (a clock years ahead): it is ignored,
+        Only timestamps within CLOCK_WINDOW of the server's clock are accepted, so a recorded one more than two
+        windows ahead of that clock was accepted before that check existed (a clock years ahead): it is ignored,
         and the next accepted handshake replaces it, so a device locked out that way gets back in."""
         latest = self._timestamps.latest(static_key)
-        if latest - timestamp > 2 * CLOCK_WINDOW * 1e9:
+        if latest - self._clock() * 1e9 > 2 * CLOCK_WINDOW * 1e9:
             return True
         return timestamp > latest
 
@@ -151,18 +153,10 @@ class SessionTable:
         return self.drop_where(lambda s: not s.alive(now, self.idle))
 
     def first_use_of_request_id(self, static_key: bytes, request_id: bytes) -> bool:
-        """Remember a request id for this device key; False if it was already opened (do not run it again).
-
-        Ids are kept for a session lifetime: a frame cannot outlive its session, so an older id cannot come back.
-        """
-        now = self._clock()
-        seen = self._request_ids.setdefault(static_key, OrderedDict())
-        while seen:
-            oldest_id, opened_at = next(iter(seen.items()))
-            if now - opened_at < self.lifetime and len(seen) < REQUEST_ID_MEMORY:
-                break
-            del seen[oldest_id]
-        if request_id in seen:
-            return False
-        seen[request_id] = now
-        return True
+        """Remember a request id for this device key; False if it was (or may have been) opened already: do not
+        run it again. Ids are remembered for a session lifetime, the newest `request_id_memory` of them; an
+        older one is still refused (`channel.request_ids`)."""
+        ids = self._request_ids.get(static_key)
+        if ids is None:
+            ids = self._request_ids[static_key] = RequestIds(self._request_id_memory)
+        return ids.first_use(request_id, self._clock(), self.lifetime)

@@ -34,7 +34,6 @@ from channel.constants import (
     HANDSHAKE_PATH,
     KIND_BODY,
     MAX_BODY,
-    REQUEST_ID_LEN,
     SERVER_KEY_HEADER,
     SERVER_TIME_HEADER,
     SESSION_HEADER,
@@ -53,6 +52,7 @@ from channel.errors import (
 from channel.framing import ResponseReader, seal_request
 from channel.handshake import consume_response, create_initiation
 from channel.keys import PrivateKey, PublicKey
+from channel.request_ids import new_request_id
 
 log = logging.getLogger("channel.client")
 
@@ -89,6 +89,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         self._lock = anyio.Lock()
         self._session: ClientSession | None = None
         self._last_timestamp = 0
+        self._last_request_stamp = 0
         self._stamps = stamps  # the device's newest accepted timestamp, shared by its processes
         # How far this device's clock was ahead of the server's at the last handshake (seconds, the network's
         # one-way delay included), from the server time in msg2; None before one succeeded.
@@ -100,7 +101,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         extensions = {"timeout": request.extensions["timeout"]} if "timeout" in request.extensions else {}
         inner = pack_request(
             InnerRequest(
-                self._random(REQUEST_ID_LEN),
+                new_request_id(self._request_stamp(), self._random),
                 request.method,
                 request.url.raw_path,
                 [(name.lower(), value) for name, value in request.headers.raw if name.lower() not in _HOP_BY_HOP],
@@ -209,6 +210,12 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             if response.status_code != 403 or attempt:
                 break
         raise HandshakeRefused(response.status_code, self._key.public.fingerprint)
+
+    def _request_stamp(self) -> int:
+        """When a request id is made: the clock (ns), always growing, so the server can tell an old id from a new
+        one it has not seen (`channel.request_ids`)."""
+        self._last_request_stamp = max(int(self._clock() * 1e9), self._last_request_stamp + 1)
+        return self._last_request_stamp
 
     def _stamp_floor(self) -> int:
         """Just above the newest timestamp any process of this device had accepted; 0 without one, or when it is

@@ -44,7 +44,7 @@ RECHECK_SECONDS = 1.0  # a cached session is looked up again after this long (en
 TOUCH_SECONDS = 5.0  # an open stream writes `last_used` at most this often (idle expiry is minutes)
 SEND_BLOCK = 1 << 16  # response nonces leased at a time
 SEND_RESERVE = SEND_BLOCK // 2  # a request's commit leases a block when fewer are left (a 2**63 space: waste is free)
-SKEW_NS = int(2 * CLOCK_WINDOW * 1e9)  # a recorded timestamp this far ahead is from before the clock check
+SKEW_NS = int(2 * CLOCK_WINDOW * 1e9)  # a recorded timestamp this far ahead of the clock is from before its check
 
 _COMMIT = """
 WITH live AS (
@@ -66,7 +66,7 @@ SELECT (SELECT count(*) FROM live), (SELECT count(*) FROM counter), (SELECT coun
 _RAISE_TIMESTAMP = """
 INSERT INTO timestamps(static_key, latest) VALUES(?, ?)
 ON CONFLICT(static_key) DO UPDATE SET latest = EXCLUDED.latest
-WHERE timestamps.latest < EXCLUDED.latest OR timestamps.latest - EXCLUDED.latest > ?
+WHERE timestamps.latest < EXCLUDED.latest OR timestamps.latest > ?
 RETURNING latest
 """
 
@@ -155,7 +155,12 @@ class PgSessionStore:
     def timestamp_is_fresh(self, static_key: bytes, timestamp: int) -> bool:
         row = self._run("SELECT latest FROM timestamps WHERE static_key = ?", (static_key,)).fetchone()
         latest = int(row[0]) if row else -1
-        return latest - timestamp > SKEW_NS or timestamp > latest
+        return latest > self._stray_above() or timestamp > latest
+
+    def _stray_above(self) -> int:
+        """A recorded timestamp above this (two clock windows ahead of the clock) was accepted before the clock
+        check existed: it is ignored, as `channel.session.SessionTable` does."""
+        return int(self._clock() * 1e9) + SKEW_NS
 
     def open(self, session: Session, timestamp: int) -> bool:
         now = self._clock()
@@ -163,7 +168,8 @@ class PgSessionStore:
         try:
             with self._outage.guard(self._db), self._db as db:
                 db.execute("SELECT pg_advisory_xact_lock(hashtext('channel.sessions'))")
-                if db.execute(_RAISE_TIMESTAMP, (session.static_key, timestamp, SKEW_NS)).fetchone() is None:
+                raised = db.execute(_RAISE_TIMESTAMP, (session.static_key, timestamp, self._stray_above()))
+                if raised.fetchone() is None:
                     raise _Refused()
                 db.execute("DELETE FROM sessions WHERE expires_at <= ? OR last_used <= ?", (now, now - self.idle))
                 mine = [

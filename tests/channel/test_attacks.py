@@ -5,21 +5,38 @@ Real uvicorn on 127.0.0.1, the real client transport, and a `Relay` playing the 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import struct
 import time
 
 import anyio
 import httpx2
 import pytest
 
-from channel.constants import HANDSHAKE_PATH, HELLO_LEN, KIND_HELLO, SESSION_HEADER, TUNNEL_PATH
+from channel.caller_load import CallerLimits
+from channel.constants import (
+    CLOCK_OFF,
+    CLOCK_WINDOW,
+    HANDSHAKE_PATH,
+    HELLO_LEN,
+    KIND_HELLO,
+    KIND_REQUEST,
+    SESSION_HEADER,
+    SESSION_IDLE,
+    SESSION_LIFETIME,
+    TAG_LEN,
+    TUNNEL_PATH,
+    VERSION,
+)
 from channel.errors import FrameError, HandshakeError, HandshakeRefused, ServerKeyMismatch, TunnelRefused
 from channel.handshake import create_initiation
 from channel.keys import PrivateKey
 from channel.ratelimit import Rate
-from tests.channel.apps import AppState, caller, inner_app, table
-from tests.channel.conftest import LOW_ORDER, MutableDirectory
+from channel.session import SessionTable
+from tests.channel.apps import WAIT, AppState, caller, inner_app, table
+from tests.channel.conftest import LOW_ORDER, MutableDirectory, serve_channel
 from tests.channel.relay import Answer, Outer, Relay
 
 pytestmark = pytest.mark.anyio
@@ -28,6 +45,14 @@ DEVICE = PrivateKey.generate("alice@laptop")
 OTHER_DEVICE = PrivateKey.generate("bob@laptop")
 STRANGER = PrivateKey.generate("mallory")
 IMPOSTOR = PrivateKey.generate("not the server")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
 
 
 @pytest.fixture
@@ -58,6 +83,11 @@ def msg1(key: PrivateKey, server, *, timestamp: int | None = None, **options) ->
 
 async def raw_post(relay: Relay, server, path: str, content: bytes, headers=()) -> Answer:
     return await relay.forward(Outer(httpx2.URL(server.url + path), list(headers), content))
+
+
+def forged_frame() -> bytes:
+    """What anyone who saw a session id can send under it: a request frame of the right layout, no key behind it."""
+    return struct.pack(">BBQI", VERSION, KIND_REQUEST, 2**40, TAG_LEN) + bytes(TAG_LEN)
 
 
 # -- identities --------------------------------------------------------------------------------------------------
@@ -134,6 +164,32 @@ async def test_every_handshake_failure_gives_the_same_answer_and_a_mangled_msg1_
     expected = refusals[0].comparable()
     assert expected[0] == 403 and expected[2] == b"handshake failed\n"
     assert all(refusal.comparable() == expected for refusal in refusals)
+
+
+async def test_a_replayed_msg1_gets_the_generic_answer_whether_its_key_is_still_authorized_or_not(
+    make_relay, serve, state, directory
+):
+    clock, relay = Clock(), make_relay()
+    server = serve(inner_app(state), directory, clock=clock)
+    recorded = msg1(DEVICE, server, timestamp=int(clock.now * 1e9))
+    assert (await raw_post(relay, server, HANDSHAKE_PATH, recorded)).status == 200
+    generic = await raw_post(relay, server, HANDSHAKE_PATH, b"")
+    clock.now += CLOCK_WINDOW + 1  # now also outside the clock window
+    authorized = await raw_post(relay, server, HANDSHAKE_PATH, recorded)
+    clock.now += 3 * CLOCK_WINDOW  # the device handshakes again, long after
+    assert (
+        await raw_post(relay, server, HANDSHAKE_PATH, msg1(DEVICE, server, timestamp=int(clock.now * 1e9)))
+    ).status == 200
+    much_later = await raw_post(relay, server, HANDSHAKE_PATH, recorded)
+    clock_ahead = await raw_post(
+        relay, server, HANDSHAKE_PATH, msg1(DEVICE, server, timestamp=int((clock.now + 2 * CLOCK_WINDOW) * 1e9))
+    )
+    directory.table = table(caller("bob", OTHER_DEVICE, notes="r"))
+    revoked = await raw_post(relay, server, HANDSHAKE_PATH, recorded)
+
+    assert authorized.comparable() == generic.comparable()  # the old code: CLOCK_OFF while the key is authorized
+    assert much_later.comparable() == revoked.comparable() == generic.comparable()
+    assert (clock_ahead.status, clock_ahead.body) == (403, CLOCK_OFF)  # a new msg1 from a clock that is off
 
 
 async def test_every_flipped_truncated_or_extended_msg2_stops_the_client(make_relay, server):
@@ -267,6 +323,71 @@ async def test_a_request_whose_answer_was_lost_is_not_run_again_when_the_client_
             await client.post("/count")
     assert raised.value.status == 400 and state.count == 1 and dropped[0].status == 200
     assert "an earlier attempt of it may have run" in str(raised.value)  # never "not executed": it ran once
+
+
+async def test_a_request_kept_back_by_the_network_is_refused_after_the_request_id_memory_let_it_go(
+    make_relay, state, directory
+):
+    held: list[Outer] = []
+
+    async def keep_first_frame(outer: Outer, forward) -> Answer:
+        if outer.path == TUNNEL_PATH and not held:
+            held.append(outer)
+            return Answer(401, [], b"session unknown or expired\n")  # a lie: the client sends it again
+        return await forward(outer)
+
+    relay = make_relay(keep_first_frame)
+    forgetful = SessionTable(time.time, request_id_memory=8)  # the in-memory table's limit (PostgreSQL has none)
+    with serve_channel(inner_app(state), directory, sessions=forgetful) as server:
+        async with server.client(DEVICE, transport=relay) as client:
+            assert (await client.post("/count")).json() == {"count": 1}  # sent again in a new session: run once
+            for _ in range(8):  # enough later requests for the server to let the first id go
+                await client.get("/echo")
+        late = await relay.forward(held[0])  # its first session is still live
+    assert (late.status, late.body) == (400, b"bad frame\n") and state.count == 1
+
+
+# -- a seen session id -------------------------------------------------------------------------------------------
+async def test_frames_forged_under_a_seen_session_id_do_not_keep_the_session_alive(make_relay, serve, state, directory):
+    clock, relay = Clock(), make_relay()
+    server = serve(inner_app(state), directory, clock=clock, clock_window=2 * SESSION_LIFETIME)
+    async with server.client(DEVICE, transport=relay) as client:
+        assert (await client.post("/count")).status_code == 200
+        clock.now += SESSION_IDLE - 1
+        forged = await relay.forward(relay.seen[-1].to(TUNNEL_PATH, content=forged_frame()))
+        clock.now += 2  # idle for longer than SESSION_IDLE since the device's last request
+        assert (await client.post("/count")).status_code == 200
+    assert (forged.status, forged.body) == (400, b"bad frame\n")
+    assert relay.paths() == [HANDSHAKE_PATH, TUNNEL_PATH, TUNNEL_PATH, HANDSHAKE_PATH, TUNNEL_PATH]  # expired: 401
+
+
+async def test_frames_forged_under_a_seen_session_id_do_not_spend_the_callers_request_budget(
+    make_relay, serve, state, directory
+):
+    relay = make_relay()
+    limits = CallerLimits(rate=Rate(burst=3, per_second=0.001))
+    server = serve(inner_app(state), directory, caller_limits=limits)
+    async with server.client(DEVICE, transport=relay) as client:
+        assert (await client.post("/count")).status_code == 200
+        forged = [await relay.forward(relay.seen[-1].to(TUNNEL_PATH, content=forged_frame())) for _ in range(10)]
+        assert [answer.status for answer in forged] == [400] * 10
+        with anyio.fail_after(WAIT):
+            assert (await client.post("/count")).json() == {"count": 2}
+    assert relay.paths().count(TUNNEL_PATH) == 2  # no 429 to wait out
+
+
+async def test_refused_frames_are_logged_one_by_one_only_while_the_failure_budget_lasts(
+    make_relay, serve, state, directory, caplog
+):
+    relay = make_relay()
+    server = serve(inner_app(state), directory, failure_rate=Rate(burst=3, per_second=0.001))
+    async with server.client(DEVICE, transport=relay) as client:
+        assert (await client.post("/count")).status_code == 200
+        with caplog.at_level(logging.WARNING, logger="channel.server"):
+            for _ in range(20):
+                await relay.forward(relay.seen[-1].to(TUNNEL_PATH, content=forged_frame()))
+    refusals = [record for record in caplog.records if "tunnel refused" in record.getMessage()]
+    assert len(refusals) == 3
 
 
 # -- response streams --------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
+from channel.constants import CLOCK_WINDOW, REQUEST_ID_MEMORY
 from channel.ratelimit import MAX_TRACKED, Rate, RateLimiter
 from channel.session import Session, SessionTable
 
@@ -79,6 +80,27 @@ def test_the_handshake_timestamp_must_grow_per_key_and_is_committed_only_on_open
     assert table.open(session(clock), 11)
 
 
+def test_a_handshake_timestamp_long_before_the_newest_accepted_stays_stale_whatever_the_clock_says(tables: Tables):
+    clock = Clock()
+    table = tables(clock)
+    recorded = int(clock.now * 1e9)
+    assert table.open(session(clock), recorded)
+    clock.now += 3600
+    assert table.open(session(clock), int(clock.now * 1e9))
+    # A msg1 recorded an hour ago is a replay, never a clock that is off (that answer would say the key is known).
+    assert not table.timestamp_is_fresh(b"K" * 32, recorded + 1)
+    assert table.timestamp_is_fresh(b"K" * 32, int(clock.now * 1e9) + 1)
+
+
+def test_a_handshake_timestamp_recorded_far_ahead_of_the_clock_is_ignored(tables: Tables):
+    clock = Clock()
+    table = tables(clock)
+    assert table.open(session(clock), int((clock.now + 2 * CLOCK_WINDOW + 1) * 1e9))  # before the clock check
+    assert table.timestamp_is_fresh(b"K" * 32, int(clock.now * 1e9))
+    assert table.open(session(clock), int(clock.now * 1e9))
+    assert not table.timestamp_is_fresh(b"K" * 32, int(clock.now * 1e9))
+
+
 def test_a_caller_over_its_cap_loses_its_oldest_session_not_another_callers(tables: Tables):
     clock = Clock()
     table = tables(clock, max_per_caller=3)
@@ -137,6 +159,43 @@ def test_a_request_id_is_usable_once_per_key_across_sessions():
     assert table.first_use_of_request_id(b"K" * 32, b"r" * 16)
     assert not table.first_use_of_request_id(b"K" * 32, b"r" * 16)
     assert table.first_use_of_request_id(b"J" * 32, b"r" * 16)
+
+
+def ids(clock: Clock, count: int) -> list[bytes]:
+    """Request ids as a transport makes them (`channel.request_ids`), one a microsecond from now."""
+    start = int(clock.now * 1e9)
+    return [bytes(4) + (start + 1000 * n).to_bytes(8, "big") + os.urandom(4) for n in range(count)]
+
+
+def test_a_request_id_the_memory_let_go_is_refused_not_run_again():
+    clock = Clock()
+    table = SessionTable(clock)
+    held, *later = ids(clock, REQUEST_ID_MEMORY + 1)
+    assert table.first_use_of_request_id(b"K" * 32, held)
+    assert all(table.first_use_of_request_id(b"K" * 32, request_id) for request_id in later)
+    assert not table.first_use_of_request_id(b"K" * 32, held)  # no longer remembered, but older than one let go
+    clock.now += 2 * table.lifetime
+    assert not table.first_use_of_request_id(b"K" * 32, later[-1])  # let go for its age: refused all the same
+    assert table.first_use_of_request_id(b"K" * 32, ids(clock, 1)[0])  # a new request still runs
+    assert table.first_use_of_request_id(b"J" * 32, held)  # another key has its own memory
+
+
+def test_request_ids_opened_a_little_out_of_order_each_run_once_while_older_ones_are_let_go():
+    clock = Clock()
+    table = SessionTable(clock, request_id_memory=4)
+    made = ids(clock, 12)
+    crossed = [1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10]  # two transports' requests, each overtaking the other's
+    assert all(table.first_use_of_request_id(b"K" * 32, made[n]) for n in crossed)
+    assert not any(table.first_use_of_request_id(b"K" * 32, request_id) for request_id in made)
+
+
+def test_random_request_ids_of_older_proxies_are_still_remembered_and_never_lock_the_key_out():
+    clock = Clock()
+    table = SessionTable(clock, request_id_memory=4)
+    legacy = [os.urandom(16) for _ in range(8)]
+    assert all(table.first_use_of_request_id(b"K" * 32, request_id) for request_id in legacy)
+    assert not table.first_use_of_request_id(b"K" * 32, legacy[-1])
+    assert all(table.first_use_of_request_id(b"K" * 32, request_id) for request_id in ids(clock, 8))
 
 
 def test_session_secrets_stay_out_of_reprs_and_the_tag_is_a_prefix():

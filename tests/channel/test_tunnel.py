@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
 import time
 
 import anyio
@@ -24,7 +26,7 @@ from channel.constants import (
 from channel.errors import ChannelError, FrameError, HandshakeRefused, ServerKeyMismatch
 from channel.keys import PrivateKey
 from tests.channel.apps import WAIT, AppState, caller, inner_app, table
-from tests.channel.conftest import MutableDirectory
+from tests.channel.conftest import MutableDirectory, serve_channel
 
 pytestmark = pytest.mark.anyio
 
@@ -168,6 +170,34 @@ async def test_an_inner_app_that_fails_before_answering_gets_the_channels_generi
     async with server.client(DEVICE) as client:
         response = await client.get("/anything")
     assert response.status_code == 500 and response.json() == {"error": "internal"}
+
+
+async def test_an_inner_app_failing_after_its_caller_was_revoked_is_cut_off_and_nothing_escapes(directory, caplog):
+    caplog.set_level(logging.INFO)
+    started, revoked = threading.Event(), threading.Event()
+
+    async def fails_once_revoked(scope, receive, send):
+        if scope["type"] == "http":
+            started.set()
+            await anyio.to_thread.run_sync(revoked.wait, WAIT)
+            raise RuntimeError("memory text SECRET-0000")
+
+    async def revoke() -> None:
+        assert await anyio.to_thread.run_sync(started.wait, WAIT)
+        directory.table = table()
+        revoked.set()
+
+    with serve_channel(fails_once_revoked, directory) as server:  # stopped (its request done) before the checks
+        async with server.client(DEVICE) as client, anyio.create_task_group() as group:
+            group.start_soon(revoke)
+            with anyio.fail_after(WAIT), pytest.raises(FrameError):  # the channel's 500 may not be sealed: cut off
+                await client.get("/anything")
+    logged = "\n".join(
+        record.getMessage() + (logging.Formatter().formatException(record.exc_info) if record.exc_info else "")
+        for record in caplog.records
+    )
+    assert "error=RuntimeError" in logged  # the middleware logged the failure, by class only
+    assert "SECRET-0000" not in logged and "Exception in ASGI application" not in logged
 
 
 async def test_only_the_channel_paths_answer_outside_the_tunnel(server):

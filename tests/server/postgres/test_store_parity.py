@@ -15,6 +15,8 @@ from tests.channel.test_session import (  # noqa: F401 - collected here again, w
     test_a_caller_over_its_cap_loses_its_oldest_session_not_another_callers,
     test_a_frame_counter_and_a_request_id_are_each_accepted_once,
     test_a_full_server_refuses_new_sessions_but_purges_dead_ones_first,
+    test_a_handshake_timestamp_long_before_the_newest_accepted_stays_stale_whatever_the_clock_says,
+    test_a_handshake_timestamp_recorded_far_ahead_of_the_clock_is_ignored,
     test_a_session_idle_too_long_is_gone,
     test_a_session_is_found_until_its_absolute_expiry_even_when_used,
     test_dropping_a_key_ends_every_session_of_that_key,
