@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from client_proxy.errors import ConfigError
+from syncproto.numbers import parse_whole
 
 # key -> (default, lowest, highest, unit)
 TUNING_FIELDS: Final[Mapping[str, tuple[int, int, int, str]]] = {
@@ -55,9 +56,10 @@ class LaptopTuning:
             variable = env_variable(key)
             raw = env.get(variable, "").strip()
             if raw:
-                if not (raw.isascii() and raw.isdigit()):
-                    raise ConfigError(f"{variable} must be a whole number (digits only)")
-                values[key], origins[key] = _in_range(key, int(raw), variable), "env"
+                number = parse_whole(raw)
+                if number is None:
+                    raise ConfigError(f"{variable} must be a whole number")
+                values[key], origins[key] = _in_range(key, number, variable), "env"
             elif key in from_file:
                 values[key], origins[key] = from_file[key], "file"
             else:

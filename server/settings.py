@@ -7,15 +7,19 @@ Every variable has a key in the file: its name without `MEMORY_`, in lower case 
 `VOYAGE_API_KEY_FILE` is `voyage_api_key_file`). A variable set in the environment wins over the file; an empty
 one counts as unset (compose passes variables the operator did not set through as empty). There is no default
 location: a file is read only when it is named. It is refused whole when group or others may change it, or when
-it has an unknown key, a value of the wrong type, or an API key itself instead of the path of a file holding it.
+it has an unknown key, a value of the wrong type, an API key itself instead of the path of a file holding it, or a
+database URL holding a password. A key the file sets but the environment overrides is named in a warning at start.
+Errors name the setting and what it takes, never the value: it may be a secret pasted into the wrong setting.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import ipaddress
+import logging
+import math
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Mapping
@@ -26,20 +30,31 @@ from typing import Literal
 from server.errors import InvalidArgumentError
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain
-from server.index.embeddings.select import EmbeddingSettings, select_embedder, select_providers, select_reranker
+from server.index.embeddings.select import (
+    EmbeddingSettings,
+    is_loopback,
+    select_embedder,
+    select_providers,
+    select_reranker,
+)
 from server.index.engine_settings import EngineSettings
 from server.index.fusion import FusionWeights
 from server.index.scan import DEFAULT_MAX_FILE_BYTES, DEFAULT_RULES, ScanConfig, ScanRule
 from server.index.tuning import chunking_from_env, search_defaults_from_env, whole
 from server.index_settings import TABLE, per_index_settings, read_index_tables
 from server.mirror.history import Retention
+from syncproto.numbers import parse_whole
 from syncproto.paths import MAX_EXTRA_FOLDERS, extra_folder_problem
+
+log = logging.getLogger(__name__)
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 CONFIG_VARIABLE = "MEMORY_CONFIG"
 MAX_CONFIG_BYTES = 64 * 1024
 SECRETS = ("VOYAGE_API_KEY", "OPENAI_API_KEY")  # accepted from the environment, never from the file
+MAX_HISTORY_DAYS = 36500  # a century; MEMORY_HISTORY_DAYS and MEMORY_HISTORY_MAX_DAYS stay within dates Python holds
+PASSWORD_PARAMETER = re.compile(r"(?i)([?&][^=&#]*password=)[^&#]*")  # libpq's password, sslpassword
 
 Origin = Literal["default", "env", "file"]
 Kind = Literal["text", "path", "integer", "number", "boolean", "list"]
@@ -109,6 +124,26 @@ def _database_url(env: Mapping[str, str]) -> str | None:
     return url
 
 
+def url_parts(url: str) -> tuple[str, str | None, str]:
+    """`url` as (`scheme://`, its user part or None, the rest after the user part's '@'); ("", None, url) without a
+    scheme. The user part runs to an '@' before the first '/', as libpq reads it: a password may hold '?' or '#',
+    where urlsplit would stop."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return "", None, url
+    end = rest.find("/")
+    at = rest.rfind("@", 0, len(rest) if end < 0 else end)
+    return scheme + separator, (rest[:at] if at >= 0 else None), rest[at + 1 :]
+
+
+def _holds_password(url: str) -> bool:
+    """Whether `url` carries a password: after the user name, or as a `password=` (`sslpassword=`) parameter."""
+    _scheme, userinfo, rest = url_parts(url)
+    if userinfo is not None and userinfo.partition(":")[2]:
+        return True
+    return any(len(found.group(0)) > len(found.group(1)) for found in PASSWORD_PARAMETER.finditer(rest))
+
+
 def file_key(variable: str) -> str:
     """The config file's key for an environment variable: `MEMORY_PORT` -> `port`."""
     return variable.removeprefix("MEMORY_").lower()
@@ -133,6 +168,7 @@ class Settings:
     rerank_model: str = "rerank-2-lite"  # Voyage's; used where rerank is on (MEMORY_RERANK, per index)
     config_file: Path | None = None
     origins: Mapping[str, Origin] = field(default_factory=dict)  # file key -> where its value came from
+    overridden: Mapping[str, str] = field(default_factory=dict)  # file key the file sets -> the variable that wins
     key_files: Mapping[str, str] = field(default_factory=dict)  # NAME_FILE -> path, from the config file
 
     @classmethod
@@ -156,8 +192,12 @@ class Settings:
             for name in SECRETS
             if f"{name}_FILE" in from_file and not _is_set(env, name) and not _is_set(env, f"{name}_FILE")
         }
+        overridden = {file_key(variable): variable for variable in from_file if _is_set(env, variable)}
+        overridden.update(
+            {file_key(f"{name}_FILE"): name for name in SECRETS if f"{name}_FILE" in from_file and _is_set(env, name)}
+        )
         try:
-            settings = cls._parse(merged, named, origins, key_files)
+            settings = cls._parse(merged, named, origins, key_files, overridden)
         except InvalidArgumentError as exc:
             raise _located(exc, origins, named) from None
         per_index = per_index_settings(merged, settings.engine, tables, named)
@@ -165,7 +205,12 @@ class Settings:
 
     @classmethod
     def _parse(
-        cls, env: Mapping[str, str], named: Path | None, origins: Mapping[str, Origin], key_files: Mapping[str, str]
+        cls,
+        env: Mapping[str, str],
+        named: Path | None,
+        origins: Mapping[str, Origin],
+        key_files: Mapping[str, str],
+        overridden: Mapping[str, str],
     ) -> Settings:
         log_level = env.get("MEMORY_LOG_LEVEL", "warning").strip().lower()
         if log_level not in LOG_LEVELS:
@@ -176,17 +221,20 @@ class Settings:
         metrics_host = env.get("MEMORY_METRICS_HOST", "127.0.0.1").strip()
         if not is_loopback(metrics_host):
             raise InvalidArgumentError(
-                f"MEMORY_METRICS_HOST must be a loopback address (127.0.0.1, ::1 or localhost), not {metrics_host}: "
+                "MEMORY_METRICS_HOST must be a loopback address (127.0.0.1, ::1 or localhost): "
                 "the metrics listener has no authentication"
             )
-        weights = FusionWeights(
-            vector=_number(env, "MEMORY_WEIGHT_VECTOR", FusionWeights.vector),
-            keyword=_number(env, "MEMORY_WEIGHT_KEYWORD", FusionWeights.keyword),
-        )
+        try:
+            weights = FusionWeights(
+                vector=_number(env, "MEMORY_WEIGHT_VECTOR", FusionWeights.vector),
+                keyword=_number(env, "MEMORY_WEIGHT_KEYWORD", FusionWeights.keyword),
+            )
+        except ValueError:  # FusionWeights' own rule: not both zero
+            raise InvalidArgumentError("MEMORY_WEIGHT_VECTOR and MEMORY_WEIGHT_KEYWORD must not both be 0") from None
         extra_paths = _extra_paths(env.get("MEMORY_EXTRA_PATHS", ""))
         scan = ScanConfig(
             rules=(*DEFAULT_RULES, *(ScanRule(f"{folder}/**/*.md") for folder in extra_paths)),
-            max_file_bytes=int(_number(env, "MEMORY_MAX_FILE_BYTES", DEFAULT_MAX_FILE_BYTES)),
+            max_file_bytes=whole(env, "MEMORY_MAX_FILE_BYTES", DEFAULT_MAX_FILE_BYTES, 1),
         )
         port = _port(env, "MEMORY_PORT")
         redact_writes = env.get("MEMORY_REDACT_WRITES", "1").strip().lower()
@@ -212,15 +260,24 @@ class Settings:
                 cache_max_entries=whole(env, "MEMORY_EMBEDDING_CACHE_ENTRIES", 0, 0),
             ),
             history=Retention(
-                all_days=int(_number(env, "MEMORY_HISTORY_DAYS", Retention.all_days)),
-                max_days=int(_number(env, "MEMORY_HISTORY_MAX_DAYS", Retention.max_days)),
+                all_days=whole(env, "MEMORY_HISTORY_DAYS", Retention.all_days, 0, MAX_HISTORY_DAYS),
+                max_days=whole(env, "MEMORY_HISTORY_MAX_DAYS", Retention.max_days, 0, MAX_HISTORY_DAYS),
             ),
             database_url=_database_url(env),
             rerank_model=env.get("MEMORY_RERANK_MODEL", "").strip() or cls.rerank_model,
             config_file=named,
             origins=dict(origins),
+            overridden=dict(overridden),
             key_files=dict(key_files),
         )
+
+    def warn_of_overridden_keys(self) -> None:
+        """Log a warning for each key the config file sets but the environment overrides (the image sets
+        MEMORY_PORT, MEMORY_DATA_DIR and MEMORY_KEYS_DIR itself): the key and the variable, never a value."""
+        for key, variable in self.overridden.items():
+            log.warning(
+                "config file %s sets %s, but %s in the environment wins over it", self.config_file, key, variable
+            )
 
     def key_sources(self, env: Mapping[str, str]) -> dict[str, str]:
         """Where provider keys are read from: `env`, plus the config file's key files for the providers whose
@@ -272,17 +329,13 @@ def read_config_file(path: Path, index_tables: dict[str, dict[str, str]] | None 
             hint = f"did you mean {close[0]!r}?" if close else f"the keys are: {', '.join(variables)}"
             raise InvalidArgumentError(f"config file {path}: unknown key {key!r}; {hint}")
         values[variable] = _as_text(path, key, VARIABLES[variable], value)
+        if variable == "MEMORY_DATABASE_URL" and _holds_password(values[variable]):
+            raise InvalidArgumentError(
+                f"config file {path}: {key} holds a password, which a config file must not (it ends up in backups "
+                "and diffs, and others may read it); leave the password out of the file and set MEMORY_DATABASE_URL "
+                "in the environment, or use PGPASSFILE"
+            )
     return values
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _read_safely(path: Path) -> bytes:
@@ -367,19 +420,20 @@ def _port(env: Mapping[str, str], key: str) -> int | None:
     raw = env.get(key, "").strip()
     if not raw:
         return None
-    if not (raw.isascii() and raw.isdigit()) or not 0 <= int(raw) <= 65535:
-        raise InvalidArgumentError(f"{key} must be a TCP port (0-65535), not {raw!r}")
-    return int(raw)
+    port = parse_whole(raw)
+    if port is None or not 0 <= port <= 65535:
+        raise InvalidArgumentError(f"{key} must be a TCP port (0-65535)")
+    return port
 
 
 def _number(env: Mapping[str, str], key: str, default: float) -> float:
-    raw = env.get(key)
-    if raw is None or raw == "":
+    raw = env.get(key, "").strip()
+    if not raw:
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidArgumentError(f"{key} must be a number, not {raw!r}") from None
-    if value < 0:
-        raise InvalidArgumentError(f"{key} must not be negative")
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(f"{key} must be a finite number of at least 0")
     return value

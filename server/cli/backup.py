@@ -19,7 +19,8 @@ from typing import Any
 
 from server.cli import config as config_cli
 from server.errors import BackupError, DamagedArchiveError
-from server.settings import SECRETS, VARIABLES, file_key
+from server.index_settings import TABLE
+from server.settings import SECRETS, VARIABLES, Kind, file_key
 
 POSTGRES_BACKUP = (
     "MEMORY_DATABASE_URL is set: the memory files and their history live in PostgreSQL, not in the data folder; "
@@ -129,17 +130,33 @@ def _server_version() -> str:
 
 
 def render_settings(values: Mapping[str, tuple[object, str]]) -> str:
-    """The settings as a config file (`memory-server --config`): every key the file accepts but the folders and
-    the provider key files; unset values left out. Provider keys themselves are never among them."""
+    """The settings as a config file (`memory-server --config` loads it to the same effective settings): every key
+    the file accepts but the folders and the provider key files. A value the file cannot hold is left out, as the
+    reader takes its absence: an unset one, an empty list, and min_score's auto (shown as text by `config`).
+    Provider keys themselves are never among them."""
     lines = ["# The settings of the backed-up server (no provider API keys). Usable with memory-server --config.\n"]
-    for key in sorted(file_key(variable) for variable in VARIABLES):
+    for variable in sorted(VARIABLES, key=file_key):
+        key = file_key(variable)
         if key in NOT_KEPT or key not in values:
             continue
         value, origin = values[key]
-        if value is None:
+        if _left_out(value, VARIABLES[variable]):
             continue
         lines.append(f"{key} = {_toml(value)}  # {origin}\n")
+    tables: dict[str, list[str]] = {}  # [indexes.NAME]: an index's values other than the global ones
+    for dotted, (value, _origin) in values.items():
+        name, _, key = dotted.removeprefix(f"{TABLE}.").rpartition(".")
+        if dotted.startswith(f"{TABLE}.") and value != values[key][0]:
+            tables.setdefault(name, []).append(f"{key} = {_toml(value)}\n")
+    for name, own in tables.items():
+        lines.extend([f"\n[{TABLE}.{json.dumps(name)}]\n", *own])
     return "".join(lines)
+
+
+def _left_out(value: object, kind: Kind) -> bool:
+    if value is None or (isinstance(value, list | tuple) and not value):
+        return True
+    return kind == "number" and not isinstance(value, int | float)  # min_score's "auto (...)": no value at all
 
 
 def _toml(value: object) -> str:

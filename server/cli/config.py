@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,12 +17,9 @@ from redaction import redact
 from server.errors import InvalidArgumentError
 from server.index.embeddings.select import read_secret, read_secret_file
 from server.index.tuning import CALIBRATED_MIN_SCORE
-from server.settings import CONFIG_VARIABLE, SECRETS, Settings
+from server.settings import CONFIG_VARIABLE, PASSWORD_PARAMETER, SECRETS, Settings, url_parts
 
 COMMAND_LINE = "command line"
-
-
-_PASSWORD_PARAMETER = re.compile(r"(?i)([?&][^=&#]*password=)[^&#]*")  # libpq's password, sslpassword
 
 
 def register(commands: Any) -> None:
@@ -174,12 +170,9 @@ def _secret_origin(env: Mapping[str, str], name: str) -> str:
 
 
 def _without_userinfo(url: str) -> str:
-    """`url` with its user and password, and any `password=` parameter's value, shown as `***`. The user part runs to
-    an '@' before the first '/', as libpq reads it: a password may hold '?' or '#', where urlsplit would stop."""
-    scheme, separator, rest = url.partition("://")
-    if not separator:
+    """`url` with its user and password (`url_parts`), and any `password=` parameter's value, shown as `***`."""
+    scheme, userinfo, rest = url_parts(url)
+    if not scheme:
         return url
-    end = rest.find("/")
-    at = rest.rfind("@", 0, len(rest) if end < 0 else end)
-    rest = rest if at < 0 else "***" + rest[at:]
-    return scheme + separator + _PASSWORD_PARAMETER.sub(r"\1***", rest)
+    rest = rest if userinfo is None else "***@" + rest
+    return scheme + PASSWORD_PARAMETER.sub(r"\1***", rest)

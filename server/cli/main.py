@@ -112,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = build_parser(settings).parse_args(argv)
     logs.configure(args.log_level, settings.log_format)
+    settings.warn_of_overridden_keys()
     args.settings = settings
     set_extra_folders(settings.extra_paths)  # the path rules every command (and the sync endpoints) apply
     try:

@@ -12,7 +12,10 @@ import importlib.metadata
 import pkgutil
 import sys
 from collections.abc import Callable, Iterator
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from server.index.embeddings.select import EmbeddingSettings
 
 DISTRIBUTION = "agent-memory-server"
 ENTRY_POINT_GROUP = "console_scripts"
@@ -55,16 +58,13 @@ def check_entry_points(distribution: str = DISTRIBUTION) -> str:
     return ", ".join(f"{ep.name} -> {ep.value}" for ep in scripts)
 
 
-def check_model() -> str:
-    """The local model as the server would run it (MEMORY_LOCAL_MODEL, MEMORY_EMBEDDING_RUNTIME), embedding the
-    reference sentences: this machine must give the vectors recorded for the model (embeddings.reference)."""
-    import os
-
+def check_model(settings: EmbeddingSettings) -> str:
+    """The local model as the server would run it (local_model, embedding_runtime: the environment over the config
+    file), embedding the reference sentences: this machine must give the vectors recorded for the model
+    (embeddings.reference)."""
     from server.index.embeddings import reference
     from server.index.embeddings.local import LocalEmbedder
-    from server.index.embeddings.select import EmbeddingSettings
 
-    settings = EmbeddingSettings.from_env(os.environ)
     embedder = LocalEmbedder(  # verifies the weights' sha256
         runtime="torch" if settings.runtime == "torch" else "onnx", local=settings.local_model
     )
@@ -93,19 +93,20 @@ def check_sqlite() -> str:
     return f"SQLite {apsw.sqlite_lib_version()} with FTS5 and sqlite-vec {version}"
 
 
-CHECKS: dict[str, Callable[[], str]] = {
-    "imports": check_imports,
-    "entry points": check_entry_points,
-    "sqlite": check_sqlite,
+# Each check is given the embedding settings the server would run with; only the model's check reads them.
+CHECKS: dict[str, Callable[[EmbeddingSettings], str]] = {
+    "imports": lambda _settings: check_imports(),
+    "entry points": lambda _settings: check_entry_points(),
+    "sqlite": lambda _settings: check_sqlite(),
     "model": check_model,
 }
 
 
-def run(out: TextIO) -> int:
+def run(out: TextIO, settings: EmbeddingSettings) -> int:
     failed = 0
     for name, check in CHECKS.items():
         try:
-            detail = check()
+            detail = check(settings)
         except Exception as exc:  # every failure is reported, and the next check still runs
             failed += 1
             print(f"FAIL {name}: {type(exc).__name__}: {exc}", file=out)
@@ -115,7 +116,7 @@ def run(out: TextIO) -> int:
 
 
 def cmd_self_check(args: argparse.Namespace) -> int:
-    return run(sys.stdout)
+    return run(sys.stdout, args.settings.embedding)  # main()'s settings: the environment over the config file
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

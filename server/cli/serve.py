@@ -32,8 +32,9 @@ from server.cli.http_guard import (
 )
 from server.errors import EmbeddingError, EmbeddingUnavailableError, InvalidArgumentError
 from server.index.embeddings import reference
+from server.index.embeddings.select import is_loopback
 from server.index.tuning import check_model_limit
-from server.settings import Settings, is_loopback
+from server.settings import Settings
 
 if TYPE_CHECKING:
     import uvicorn

@@ -1,18 +1,21 @@
 """The index's tunable settings (chunking, search defaults, the embedding cache's cap) and their checks. Pure.
 
 Read from environment-style values (`MEMORY_CHUNK_TOKENS=512`); every problem is an InvalidArgumentError naming
-the variable, which `server.settings` turns into the config file's key when the value came from there.
+the variable and what it takes, never the value (it may be a secret pasted into the wrong setting), which
+`server.settings` turns into the config file's key when the value came from there.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from server.index.chunker import ChunkerConfig
 from server.index.errors import InvalidArgumentError
 from server.index.model_package import FP32, INT8
+from syncproto.numbers import parse_whole
 
 CHUNK_TOKENS_RANGE = (64, 2048)
 MAX_RESULTS_CAP = 50  # memory_search's own cap (server.mcp.tools.MAX_RESULTS: what fits one tool result)
@@ -102,7 +105,7 @@ def search_defaults_from_env(env: Mapping[str, str]) -> SearchDefaults:
     low, high = CANDIDATE_MULTIPLIER_RANGE
     rerank = env.get("MEMORY_RERANK", "").strip().lower()
     if rerank not in ("", "0", "1", "true", "false", "yes", "no"):
-        raise InvalidArgumentError(f"MEMORY_RERANK must be 1 or 0, not {rerank!r}")
+        raise InvalidArgumentError("MEMORY_RERANK must be 1 or 0")
     return SearchDefaults(
         max_results=whole(env, "MEMORY_MAX_RESULTS", default.max_results, 1, MAX_RESULTS_CAP),
         min_score=fraction(env, "MEMORY_MIN_SCORE", -1.0) if env.get("MEMORY_MIN_SCORE", "").strip() else None,
@@ -122,9 +125,9 @@ def fraction(env: Mapping[str, str], key: str, default: float, high: float = 1.0
     try:
         value = float(raw) if raw else default
     except ValueError:
-        raise InvalidArgumentError(f"{key} must be a number from 0 to {high:g}, not {raw!r}") from None
+        value = math.nan
     if not 0 <= value <= high:  # also refuses nan
-        raise InvalidArgumentError(f"{key} must be a number from 0 to {high:g}, not {raw}")
+        raise InvalidArgumentError(f"{key} must be a number from 0 to {high:g}")
     return value
 
 
@@ -133,10 +136,8 @@ def whole(env: Mapping[str, str], key: str, default: int, low: int, high: int | 
     raw = env.get(key, "").strip()
     if not raw:
         return default
-    bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
-    if not (raw.isascii() and raw.lstrip("-").isdigit()):
-        raise InvalidArgumentError(f"{key} must be a whole number {bounds}, not {raw!r}")
-    value = int(raw)
-    if value < low or (high is not None and value > high):
-        raise InvalidArgumentError(f"{key} must be a whole number {bounds}, not {value}")
+    value = parse_whole(raw)
+    if value is None or value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        raise InvalidArgumentError(f"{key} must be a whole number {bounds}")
     return value

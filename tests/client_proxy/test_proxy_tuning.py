@@ -56,6 +56,9 @@ def test_the_environment_wins_over_proxy_toml_which_wins_over_the_defaults(home)
     [
         ({"MEMORY_PROXY_WATCH_DEBOUNCE_MS": "5"}, "MEMORY_PROXY_WATCH_DEBOUNCE_MS must be from 10 to 60000, not 5"),
         ({"MEMORY_PROXY_WATCH_DEBOUNCE_MS": "fast"}, "MEMORY_PROXY_WATCH_DEBOUNCE_MS must be a whole number"),
+        ({"MEMORY_PROXY_WATCH_DEBOUNCE_MS": "--50"}, "MEMORY_PROXY_WATCH_DEBOUNCE_MS must be a whole number"),
+        ({"MEMORY_PROXY_WATCH_DEBOUNCE_MS": "9" * 5000}, "MEMORY_PROXY_WATCH_DEBOUNCE_MS must be a whole number"),
+        ({"MEMORY_PROXY_TRANSCRIPTS_DELTA_LINES": "-5"}, "MEMORY_PROXY_TRANSCRIPTS_DELTA_LINES must be from 1 to"),
         ({"MEMORY_PROXY_TRANSCRIPTS_DELTA_BYTES": "10"}, "MEMORY_PROXY_TRANSCRIPTS_DELTA_BYTES must be from 1024"),
         ({"MEMORY_PROXY_TRANSCRIPTS_DELTA_LINES": "0"}, "MEMORY_PROXY_TRANSCRIPTS_DELTA_LINES must be from 1 to"),
     ],
@@ -63,6 +66,13 @@ def test_the_environment_wins_over_proxy_toml_which_wins_over_the_defaults(home)
 def test_a_bad_timing_in_the_environment_is_refused_naming_the_variable(env, message):
     with pytest.raises(ConfigError, match=message):
         LaptopTuning.resolve(env, {})
+
+
+def test_a_timing_of_thousands_of_digits_stops_the_proxy_with_one_line_not_a_traceback(home, monkeypatch, capsys):
+    monkeypatch.setenv("MEMORY_PROXY_WATCH_DEBOUNCE_MS", "9" * 5000)
+    assert main(["show"]) == 2
+    err = capsys.readouterr().err
+    assert "MEMORY_PROXY_WATCH_DEBOUNCE_MS must be a whole number" in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ and hostile archives refused before anything is written; provider keys never arc
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 import os
@@ -24,6 +25,7 @@ from server.cli.main import main
 from server.errors import BackupError, DamagedArchiveError
 from server.memory.caller import CallerContext
 from server.memory.service import MemoryService
+from server.settings import VARIABLES, Settings
 from syncproto.paths import session_file_path
 from tests.fakes.embedder import HashingEmbedder
 
@@ -449,3 +451,57 @@ def test_backup_and_restore_refuse_a_server_whose_files_live_in_postgresql(
     err = capsys.readouterr().err
     assert "live in PostgreSQL" in err and "pg_dump" in err and "secret-pw" not in err
     assert not archive.exists()
+
+
+def _behaviour(settings: Settings) -> Settings:
+    """What a server does with these settings, apart from where this process looks and where each value came from."""
+    return dataclasses.replace(
+        settings, data_dir=Path(), keys_dir=Path(), config_file=None, origins={}, overridden={}, key_files={}
+    )
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},  # a default install: min_score auto, no extra paths, no metrics listener
+        {
+            "MEMORY_EXTRA_PATHS": "notes, decisions",
+            "MEMORY_MIN_SCORE": "0.2",
+            "MEMORY_WEIGHT_VECTOR": "0.6",
+            "MEMORY_HISTORY_DAYS": "7",
+            "MEMORY_METRICS_PORT": "9100",
+            "MEMORY_EMBEDDING_PROVIDERS": "voyage,none",
+            "MEMORY_VOYAGE_BASE_URL": "http://127.0.0.1:9/v1",
+        },
+    ],
+)
+def test_the_settings_a_backup_writes_load_with_config_to_the_same_effective_settings(
+    folder, tmp_path, monkeypatch, env
+):
+    for variable in (*VARIABLES, "MEMORY_CONFIG"):
+        monkeypatch.delenv(variable, raising=False)
+    own = tmp_path / "memory-server.toml"
+    own.write_text(
+        "chunk_tokens = 200\n[indexes.team-docs]\nchunk_tokens = 128\nmin_score = 0.3\n"
+        '[indexes."notes.v2"]\nmax_results = 3\nrerank = true\n[indexes.plain]\n'
+    )
+    own.chmod(0o600)
+    for variable, value in env.items():
+        monkeypatch.setenv(variable, value)
+    archive = tmp_path / "b.tar"
+    argv = ["--config", str(own), "--data-dir", str(folder / "data"), "--keys-dir", str(folder / "keys")]
+
+    assert main([*argv, "backup", str(archive)]) == 0
+    written = tmp_path / "settings-from-backup.toml"
+    written.write_bytes(_members(archive)["settings.toml"])
+    written.chmod(0o600)
+
+    backed_up = Settings.from_env(env, config_file=own)
+    restored = Settings.from_env({}, config_file=written)
+    for name in ("team-docs", "notes.v2", "plain", "other"):
+        served, expected = restored.engine.for_index(name), backed_up.engine.for_index(name)
+        assert dataclasses.replace(served, per_index={}) == dataclasses.replace(expected, per_index={})
+    own_tables = {name: per_index for name, per_index in backed_up.engine.per_index.items() if name != "plain"}
+    assert _behaviour(restored) == _behaviour(
+        dataclasses.replace(backed_up, engine=dataclasses.replace(backed_up.engine, per_index=own_tables))
+    )  # an index table that sets nothing of its own is the global settings, and is left out

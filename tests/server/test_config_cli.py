@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -150,3 +151,22 @@ def test_the_index_settings_and_each_indexs_own_values_are_shown_with_their_orig
     assert (values["candidate_multiplier"], values["embedding_cache_entries"], values["extra_paths"]) == (1, 0, [])
     assert (values["indexes.team-docs.chunk_tokens"], origins["indexes.team-docs.chunk_tokens"]) == (128, "file")
     assert (values["indexes.team-docs.min_score"], origins["indexes.team-docs.min_score"]) == (0.2, "env")
+
+
+def test_a_file_key_the_environment_overrides_is_named_in_a_warning_never_its_value(tmp_path, monkeypatch, caplog):
+    for variable in (*VARIABLES, "MEMORY_CONFIG"):
+        monkeypatch.delenv(variable, raising=False)
+    config = tmp_path / "memory-server.toml"
+    config.write_text('port = 9000\ndata_dir = "/srv/memory-CANARY"\nlog_level = "info"\n')
+    config.chmod(0o600)
+    for variable, value in {"MEMORY_PORT": "8765", "MEMORY_DATA_DIR": "/data", "MEMORY_KEYS_DIR": "/keys"}.items():
+        monkeypatch.setenv(variable, value)  # what the image's Dockerfile sets
+
+    with caplog.at_level(logging.WARNING):
+        assert main(["--config", str(config), "config", "--json"]) == 0
+    warned = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert sorted(warned) == [
+        f"config file {config} sets data_dir, but MEMORY_DATA_DIR in the environment wins over it",
+        f"config file {config} sets port, but MEMORY_PORT in the environment wins over it",
+    ]
+    assert not any("CANARY" in line or "9000" in line for line in warned)

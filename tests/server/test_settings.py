@@ -32,7 +32,7 @@ SAMPLES = {
     "embedding_runtime": '"torch"',
     "local_model": '"all-MiniLM-L6-v2"',
     "voyage_model": '"voyage-3"',
-    "voyage_base_url": '"http://gateway.internal/voyage"',
+    "voyage_base_url": '"http://127.0.0.1:8080/voyage"',
     "voyage_dimensions": "512",
     "openai_model": '"text-embedding-3-large"',
     "openai_base_url": '"https://gateway.internal/openai"',
@@ -222,7 +222,7 @@ def test_a_bad_value_from_the_file_says_where_it_was_set(tmp_path):
     path = config(tmp_path, "port = 70000\n")
     with pytest.raises(InvalidArgumentError) as refused:
         Settings.from_env({}, config_file=path)
-    assert str(refused.value) == f"MEMORY_PORT must be a TCP port (0-65535), not '70000' (set as port in {path})"
+    assert str(refused.value) == f"MEMORY_PORT must be a TCP port (0-65535) (set as port in {path})"
     with pytest.raises(InvalidArgumentError) as from_env:
         Settings.from_env({"MEMORY_PORT": "70000"}, config_file=path)
     assert "(set as" not in str(from_env.value)
@@ -253,22 +253,22 @@ def test_the_metrics_listener_is_off_by_default_and_only_ever_on_loopback():
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"MEMORY_CHUNK_TOKENS": "32"}, "MEMORY_CHUNK_TOKENS must be a whole number from 64 to 2048, not 32"),
-        ({"MEMORY_CHUNK_TOKENS": "4096"}, "MEMORY_CHUNK_TOKENS must be a whole number from 64 to 2048, not 4096"),
-        ({"MEMORY_CHUNK_TOKENS": "big"}, "MEMORY_CHUNK_TOKENS must be a whole number from 64 to 2048, not 'big'"),
-        ({"MEMORY_CHUNK_OVERLAP": "-1"}, "MEMORY_CHUNK_OVERLAP must be a whole number from 0 to 2048, not -1"),
+        ({"MEMORY_CHUNK_TOKENS": "32"}, "MEMORY_CHUNK_TOKENS must be a whole number from 64 to 2048"),
+        ({"MEMORY_CHUNK_TOKENS": "4096"}, "MEMORY_CHUNK_TOKENS must be a whole number from 64 to 2048"),
+        ({"MEMORY_CHUNK_TOKENS": "big"}, "MEMORY_CHUNK_TOKENS must be a whole number from 64 to 2048"),
+        ({"MEMORY_CHUNK_OVERLAP": "-1"}, "MEMORY_CHUNK_OVERLAP must be a whole number from 0 to 2048"),
         (
             {"MEMORY_CHUNK_TOKENS": "128", "MEMORY_CHUNK_OVERLAP": "64"},
             "MEMORY_CHUNK_OVERLAP must be less than half of MEMORY_CHUNK_TOKENS (128), not 64",
         ),
-        ({"MEMORY_MAX_RESULTS": "0"}, "MEMORY_MAX_RESULTS must be a whole number from 1 to 50, not 0"),
-        ({"MEMORY_MAX_RESULTS": "51"}, "MEMORY_MAX_RESULTS must be a whole number from 1 to 50, not 51"),
-        ({"MEMORY_MIN_SCORE": "1.5"}, "MEMORY_MIN_SCORE must be a number from 0 to 1, not 1.5"),
-        ({"MEMORY_MIN_SCORE": "high"}, "MEMORY_MIN_SCORE must be a number from 0 to 1, not 'high'"),
-        ({"MEMORY_MMR_LAMBDA": "nan"}, "MEMORY_MMR_LAMBDA must be a number from 0 to 1, not nan"),
-        ({"MEMORY_FEEDBACK_WEIGHT": "2"}, "MEMORY_FEEDBACK_WEIGHT must be a number from 0 to 1, not 2"),
+        ({"MEMORY_MAX_RESULTS": "0"}, "MEMORY_MAX_RESULTS must be a whole number from 1 to 50"),
+        ({"MEMORY_MAX_RESULTS": "51"}, "MEMORY_MAX_RESULTS must be a whole number from 1 to 50"),
+        ({"MEMORY_MIN_SCORE": "1.5"}, "MEMORY_MIN_SCORE must be a number from 0 to 1"),
+        ({"MEMORY_MIN_SCORE": "high"}, "MEMORY_MIN_SCORE must be a number from 0 to 1"),
+        ({"MEMORY_MMR_LAMBDA": "nan"}, "MEMORY_MMR_LAMBDA must be a number from 0 to 1"),
+        ({"MEMORY_FEEDBACK_WEIGHT": "2"}, "MEMORY_FEEDBACK_WEIGHT must be a number from 0 to 1"),
         ({"MEMORY_RECENCY_HALF_LIFE_DAYS": "-1"}, "MEMORY_RECENCY_HALF_LIFE_DAYS must be a number from 0 to 36500"),
-        ({"MEMORY_RERANK": "maybe"}, "MEMORY_RERANK must be 1 or 0, not 'maybe'"),
+        ({"MEMORY_RERANK": "maybe"}, "MEMORY_RERANK must be 1 or 0"),
         ({"MEMORY_CANDIDATE_MULTIPLIER": "0"}, "MEMORY_CANDIDATE_MULTIPLIER must be a whole number from 1 to 20"),
         (
             {"MEMORY_EMBEDDING_CACHE_ENTRIES": "-5"},
@@ -284,7 +284,7 @@ def test_the_index_settings_are_checked_with_an_error_naming_the_variable(env, m
 
 def test_an_index_setting_from_the_file_is_checked_naming_its_key_and_the_environment_wins(tmp_path):
     path = config(tmp_path, "chunk_tokens = 10\n")
-    with pytest.raises(InvalidArgumentError, match=r"not 10 \(set as chunk_tokens in "):
+    with pytest.raises(InvalidArgumentError, match=r"from 64 to 2048 \(set as chunk_tokens in "):
         Settings.from_env({}, config_file=path)
     settings = Settings.from_env({"MEMORY_CHUNK_TOKENS": "200"}, config_file=path)
     assert settings.engine.chunker.max_tokens == 200 and settings.origins["chunk_tokens"] == "env"
@@ -326,11 +326,11 @@ def test_an_index_may_turn_on_diversity_recency_and_reranking_and_the_reranker_r
         ("[indexes.Team]\nchunk_tokens = 128\n", "[indexes.Team] does not name an index"),
         ('[indexes.team]\nchunk_tokens = "128"\n', "indexes.team.chunk_tokens must be an integer"),
         ("indexes = 3\n", "indexes must be tables"),
-        ("[indexes.team]\nchunk_tokens = 100000\n", "not 100000 (set as indexes.team.chunk_tokens in "),
+        ("[indexes.team]\nchunk_tokens = 100000\n", "from 64 to 2048 (set as indexes.team.chunk_tokens in "),
         ("[indexes.team]\nchunk_overlap = 200\n", "less than half of MEMORY_CHUNK_TOKENS (254), not 200 (set as"),
         ("[indexes.team]\nrerank = 1\n", "indexes.team.rerank must be true or false"),
-        ("[indexes.team]\nmmr_lambda = 2\n", "MEMORY_MMR_LAMBDA must be a number from 0 to 1, not 2 (set as"),
-        ("[indexes.team]\nrecency_half_life_days = -3\n", "number from 0 to 36500, not -3 (set as indexes.team"),
+        ("[indexes.team]\nmmr_lambda = 2\n", "MEMORY_MMR_LAMBDA must be a number from 0 to 1 (set as"),
+        ("[indexes.team]\nrecency_half_life_days = -3\n", "number from 0 to 36500 (set as indexes.team"),
     ],
 )
 def test_a_bad_index_table_is_refused_naming_the_index_and_key(tmp_path, text, message):
@@ -351,3 +351,173 @@ def test_extra_paths_are_checked_naming_the_key_and_become_scan_rules(tmp_path):
     path = config(tmp_path, 'extra_paths = ["docs/adr"]\n')
     with pytest.raises(InvalidArgumentError, match=r"one folder name beside memory/.*\(set as extra_paths in "):
         Settings.from_env({}, config_file=path)
+
+
+# numbers, bounds and what an error may show --------------------------------------------------------------------
+
+HEX_KEY = "3f9c2a7be1d04c5a8e6f0b9d2c7a4e11"  # the shape of an Azure OpenAI key: 32 hex digits
+DIGIT_KEY = "40518273946150382716493827105563"  # a secret of digits only reads as a (huge) number
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MEMORY_WEIGHT_VECTOR": "nan"}, "MEMORY_WEIGHT_VECTOR must be a finite number of at least 0"),
+        ({"MEMORY_WEIGHT_KEYWORD": "inf"}, "MEMORY_WEIGHT_KEYWORD must be a finite number of at least 0"),
+        ({"MEMORY_WEIGHT_VECTOR": "-inf"}, "MEMORY_WEIGHT_VECTOR must be a finite number of at least 0"),
+        ({"MEMORY_MAX_FILE_BYTES": "inf"}, "MEMORY_MAX_FILE_BYTES must be a whole number of at least 1"),
+        ({"MEMORY_MAX_FILE_BYTES": "nan"}, "MEMORY_MAX_FILE_BYTES must be a whole number of at least 1"),
+        ({"MEMORY_HISTORY_DAYS": "1e400"}, "MEMORY_HISTORY_DAYS must be a whole number from 0 to 36500"),
+        (
+            {"MEMORY_WEIGHT_VECTOR": "0", "MEMORY_WEIGHT_KEYWORD": "0"},
+            "MEMORY_WEIGHT_VECTOR and MEMORY_WEIGHT_KEYWORD must not both be 0",
+        ),
+    ],
+)
+def test_a_number_that_is_not_finite_or_weights_that_are_both_zero_are_the_settings_one_line_error(env, message):
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env(env)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("text", ["weight_vector = nan\n", "weight_keyword = inf\n", "weight_vector = -inf\n"])
+def test_a_not_finite_weight_from_the_file_is_refused_naming_its_key(tmp_path, text):
+    path = config(tmp_path, text)
+    with pytest.raises(InvalidArgumentError, match=r"must be a finite number of at least 0 \(set as weight_"):
+        Settings.from_env({}, config_file=path)
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("MEMORY_MAX_FILE_BYTES", "0.9"),
+        ("MEMORY_MAX_FILE_BYTES", "0"),
+        ("MEMORY_MAX_FILE_BYTES", "1e6"),
+        ("MEMORY_HISTORY_DAYS", "0.5"),
+        ("MEMORY_HISTORY_DAYS", "7.9"),
+        ("MEMORY_HISTORY_MAX_DAYS", "1e18"),
+    ],
+)
+def test_a_whole_number_setting_given_as_a_decimal_is_refused_not_truncated(variable, raw):
+    with pytest.raises(InvalidArgumentError, match=f"^{variable} must be a whole number "):
+        Settings.from_env({variable: raw})
+
+
+def test_history_beyond_a_century_is_refused_at_start_and_a_century_still_lets_every_write_through(tmp_path):
+    from server.mirror.mirror import Mirror
+    from server.settings import MAX_HISTORY_DAYS
+
+    for variable in ("MEMORY_HISTORY_DAYS", "MEMORY_HISTORY_MAX_DAYS"):
+        with pytest.raises(InvalidArgumentError, match=f"^{variable} must be a whole number from 0 to 36500$"):
+            Settings.from_env({variable: "1000000"})
+    longest = Settings.from_env(
+        {"MEMORY_HISTORY_DAYS": str(MAX_HISTORY_DAYS), "MEMORY_HISTORY_MAX_DAYS": str(MAX_HISTORY_DAYS)}
+    )
+    mirror = Mirror(tmp_path / "idx", retention=longest.history)
+    try:
+        mirror.write("memory/a.md", "hello\n", caller="alice")
+    finally:
+        mirror.close()
+    assert (tmp_path / "idx" / "files" / "memory" / "a.md").read_text() == "hello\n"
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("MEMORY_MAX_RESULTS", "--5"),
+        ("MEMORY_CHUNK_TOKENS", "--128"),
+        ("MEMORY_EMBEDDING_CACHE_ENTRIES", "--5"),
+        ("MEMORY_HISTORY_DAYS", "-+5"),
+        ("MEMORY_PORT", "9" * 5000),
+        ("MEMORY_METRICS_PORT", "--9100"),
+        ("MEMORY_MAX_RESULTS", "9" * 5000),
+        ("MEMORY_MAX_FILE_BYTES", "-" + "9" * 5000),
+    ],
+)
+def test_a_doubled_minus_or_thousands_of_digits_is_the_settings_one_line_error(variable, raw):
+    with pytest.raises(InvalidArgumentError, match=f"^{variable} must be a "):
+        Settings.from_env({variable: raw})
+
+
+ECHO_CHECKED = [
+    "MEMORY_METRICS_HOST",
+    "MEMORY_PORT",
+    "MEMORY_METRICS_PORT",
+    "MEMORY_WEIGHT_VECTOR",
+    "MEMORY_WEIGHT_KEYWORD",
+    "MEMORY_MAX_FILE_BYTES",
+    "MEMORY_HISTORY_DAYS",
+    "MEMORY_HISTORY_MAX_DAYS",
+    "MEMORY_CHUNK_TOKENS",
+    "MEMORY_CHUNK_OVERLAP",
+    "MEMORY_MAX_RESULTS",
+    "MEMORY_MIN_SCORE",
+    "MEMORY_CANDIDATE_MULTIPLIER",
+    "MEMORY_FEEDBACK_WEIGHT",
+    "MEMORY_MMR_LAMBDA",
+    "MEMORY_RECENCY_HALF_LIFE_DAYS",
+    "MEMORY_RERANK",
+    "MEMORY_EMBEDDING_CACHE_ENTRIES",
+    "MEMORY_EMBEDDING_TIMEOUT",
+    "MEMORY_EMBEDDING_RETRIES",
+    "MEMORY_EMBEDDING_BATCH",
+    "MEMORY_EMBEDDING_FAILOVER_AFTER",
+    "MEMORY_VOYAGE_DIMENSIONS",
+    "MEMORY_OPENAI_DIMENSIONS",
+]
+
+
+@pytest.mark.parametrize(
+    ("variable", "secret"),
+    [(variable, HEX_KEY) for variable in ECHO_CHECKED]
+    + [(variable, DIGIT_KEY) for variable in ECHO_CHECKED if "_WEIGHT_" not in variable],  # a weight may be 4e31
+)
+def test_a_secret_pasted_into_a_setting_is_never_echoed_in_its_error(variable, secret):
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env({variable: secret})
+    assert variable in str(refused.value) and secret not in str(refused.value)
+
+
+@pytest.mark.parametrize("secret", [HEX_KEY, DIGIT_KEY])
+def test_a_secret_pasted_into_a_setting_of_the_file_is_never_echoed_in_its_error(tmp_path, secret):
+    path = config(tmp_path, f'metrics_host = "{secret}"\n')
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env({}, config_file=path)
+    assert "(set as metrics_host in " in str(refused.value) and secret not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://memory:Hunter2-very-secret@db:5432/memory",
+        "postgresql://memory:hun?ter#2@db.internal/memory",
+        "postgresql://db.internal/memory?user=memory&password=Hunter2",
+        "postgres://memory@db.internal/memory?sslmode=verify-full&sslpassword=Hunter2",
+    ],
+)
+def test_a_database_password_in_the_config_file_is_refused_pointing_to_the_environment(tmp_path, url):
+    path = config(tmp_path, f'database_url = "{url}"\n', mode=0o644)
+    with pytest.raises(InvalidArgumentError) as refused:
+        Settings.from_env({}, config_file=path)
+    message = str(refused.value)
+    assert message.startswith(f"config file {path}: database_url holds a password") and "MEMORY_DATABASE_URL" in message
+    assert "Hunter2" not in message and "ter#2" not in message
+    assert Settings.from_env({"MEMORY_DATABASE_URL": url}).database_url == url  # the environment may hold it
+
+
+def test_a_database_url_without_a_password_is_accepted_from_the_file(tmp_path):
+    url = "postgresql://memory@db.internal/memory?sslmode=verify-full&password="
+    path = config(tmp_path, f'database_url = "{url}"\n')
+    assert Settings.from_env({}, config_file=path).database_url == url
+
+
+def test_the_keys_the_environment_overrides_in_the_file_are_named_with_their_variable(tmp_path):
+    path = config(tmp_path, 'port = 9000\ndata_dir = "/srv/memory"\nlog_level = "info"\nvoyage_api_key_file = "k"\n')
+    env = {"MEMORY_PORT": "8765", "MEMORY_DATA_DIR": "/data", "MEMORY_LOG_LEVEL": " ", "VOYAGE_API_KEY": "pa-x"}
+    settings = Settings.from_env(env, config_file=path)
+    assert settings.overridden == {
+        "port": "MEMORY_PORT",
+        "data_dir": "MEMORY_DATA_DIR",
+        "voyage_api_key_file": "VOYAGE_API_KEY",
+    }
+    assert Settings.from_env({}, config_file=path).overridden == {}

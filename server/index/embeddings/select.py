@@ -8,6 +8,7 @@ keyword-only and says so in every search result.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import os
@@ -15,6 +16,7 @@ import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import FAILOVER_AFTER, ProviderChain
@@ -116,16 +118,39 @@ def _local_model(env: Mapping[str, str], runtime: str) -> str:
     return name
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only: localhost, 127.0.0.0/8 or ::1."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _remote(env: Mapping[str, str], prefix: str, default: RemoteSettings) -> RemoteSettings:
-    base_url = env.get(f"MEMORY_{prefix}_BASE_URL", default.base_url).strip()
+    variable = f"MEMORY_{prefix}_BASE_URL"
+    base_url = env.get(variable, default.base_url).strip()
     if not base_url.startswith(("https://", "http://")):
-        raise InvalidArgumentError(f"MEMORY_{prefix}_BASE_URL must be an http(s) URL")
+        raise InvalidArgumentError(f"{variable} must be an http(s) URL")
+    if base_url.startswith("http://") and not is_loopback(_host(base_url)):
+        raise InvalidArgumentError(
+            f"{variable} must be an https:// URL; plain http:// only to this machine (127.0.0.1, ::1 or "
+            "localhost): the API key would travel in clear"
+        )
     raw_dims = env.get(f"MEMORY_{prefix}_DIMENSIONS", "").strip()
     return RemoteSettings(
         model=env.get(f"MEMORY_{prefix}_MODEL", default.model).strip() or default.model,
         base_url=base_url,
         dimensions=int(_positive(env, f"MEMORY_{prefix}_DIMENSIONS", 1, int)) if raw_dims else None,
     )
+
+
+def _host(url: str) -> str:
+    try:
+        return urlsplit(url).hostname or ""
+    except ValueError:  # a malformed address (an unclosed '[')
+        return ""
 
 
 def _positive(
@@ -136,8 +161,8 @@ def _positive(
         return default
     try:
         value = kind(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"{key} must be a number, not {raw!r}") from None
+    except ValueError:  # also more digits than int() reads
+        raise InvalidArgumentError(f"{key} must be a number") from None
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero) or value > 1_000_000:
         raise InvalidArgumentError(f"{key} is out of range")
     return value

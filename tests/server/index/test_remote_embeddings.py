@@ -202,6 +202,44 @@ def test_bad_embedding_settings_are_clear_errors(env, message):
         EmbeddingSettings.from_env(env)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://api.voyageai.com",
+        "http://gateway.internal/v1",
+        "http://10.0.0.7:8080",
+        "http://0.0.0.0:9",
+        "http://user:hunter2-CANARY@gateway.example/v",
+        "http://[fe80::1]/v",
+        "http://[::1",  # malformed: no host to call loopback
+    ],
+)
+@pytest.mark.parametrize("prefix", ["VOYAGE", "OPENAI"])
+def test_a_plain_http_base_url_to_another_host_is_refused_without_echoing_it(prefix, url):
+    with pytest.raises(InvalidArgumentError) as refused:
+        EmbeddingSettings.from_env({f"MEMORY_{prefix}_BASE_URL": url})
+    message = str(refused.value)
+    assert message.startswith(f"MEMORY_{prefix}_BASE_URL must be an https:// URL") and "in clear" in message
+    assert "hunter2" not in message and "gateway" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080",
+        "http://127.8.9.1/v1",
+        "http://[::1]:8080/v1",
+        "http://localhost:11434",
+        "http://LOCALHOST",
+        "https://gateway.internal/v1",
+        "https://10.0.0.7:8443",
+    ],
+)
+def test_https_anywhere_and_plain_http_to_this_machine_are_accepted(url):
+    settings = EmbeddingSettings.from_env({"MEMORY_VOYAGE_BASE_URL": url, "MEMORY_OPENAI_BASE_URL": url})
+    assert settings.voyage.base_url == settings.openai.base_url == url
+
+
 def test_the_secret_file_wins_an_empty_one_falls_back_to_the_environment(tmp_path, caplog):
     empty, full = tmp_path / "empty", tmp_path / "full"
     empty.write_text("\n")
