@@ -33,7 +33,7 @@ from itertools import islice
 import apsw
 import numpy as np
 
-from server.index.filtered import chunk_vectors, similarities_of
+from server.index.filtered import chunk_vectors, knn_similarities, similarities_of
 from server.index.queries import Filters, vector_sql
 from server.index.store import Store
 from server.index.vectors import VectorSpace
@@ -285,7 +285,7 @@ def nearest(
         return dict(heapq.nlargest(k, scored.items(), key=lambda item: (item[1], -item[0])))
     sql, params = vector_sql(space.table, filters, k)
     params[0] = query.astype(np.float32).tobytes()
-    return {chunk: 1.0 - distance for chunk, distance in db.execute(sql, params)}
+    return dict(knn_similarities(db.execute(sql, params)))
 
 
 _BY_STORE: weakref.WeakKeyDictionary[Store, BinaryCodes] = weakref.WeakKeyDictionary()

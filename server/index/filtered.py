@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+from collections.abc import Iterable, Iterator
 
 import apsw
 import numpy as np
@@ -58,6 +59,12 @@ def similarities_of(
     return out
 
 
+def knn_similarities(rows: Iterable[tuple[int, float | None]]) -> Iterator[tuple[int, float]]:
+    """(chunk, similarity) of sqlite-vec's (chunk, cosine distance) rows. The distance to an all-zero query is NULL
+    (it has no direction): such a query is near nothing."""
+    return ((chunk, 1.0 - distance) for chunk, distance in rows if distance is not None)
+
+
 def filtered_similarities(
     db: apsw.Connection, space: VectorSpace, query: np.ndarray, filters: Filters, k: int
 ) -> dict[int, float]:
@@ -73,5 +80,5 @@ def filtered_similarities(
         sql, params = vector_sql(space.table, unlabelled, wide)
         params[0] = query.astype(np.float32).tobytes()
         passing = set(ids)
-        scored = {chunk: 1.0 - distance for chunk, distance in db.execute(sql, params) if chunk in passing}
+        scored = {chunk: score for chunk, score in knn_similarities(db.execute(sql, params)) if chunk in passing}
     return dict(heapq.nlargest(k, scored.items(), key=lambda item: (item[1], -item[0])))

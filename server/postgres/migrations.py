@@ -1,6 +1,7 @@
 """The schema of one index in PostgreSQL, as numbered migrations (like `server.mirror.state` and
-`server.index.migrations` for SQLite). `schema_version` holds how many have run; replicas opening the same index
-at once take an advisory lock, so each migration runs once.
+`server.index.migrations` for SQLite): SQL text, or a function run on the migrating connection where the work needs
+Python. `schema_version` holds how many have run; replicas opening the same index at once take an advisory lock, so
+each migration runs once.
 
 The files themselves live here (`files.content`): a replica holds no mirror folder of its own as the truth.
 The tables and columns match SQLite's state database where they overlap, so the mirror's history and record
@@ -9,7 +10,10 @@ functions run on both.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from server.errors import EngineError
+from server.postgres import search_queries as sq
 from server.postgres.connection import PgConnection
 
 M001_FILES = """
@@ -188,16 +192,52 @@ ON CONFLICT (lexeme, chunk_id) DO UPDATE SET tf = chunk_terms.tf + excluded.tf;
 """
 )
 
-MIGRATIONS: tuple[str, ...] = (
+RETERM_BATCH = 1000  # chunks read, cut and written again per round of `m006_fts5_terms`
+
+
+def m006_fts5_terms(db: PgConnection) -> None:
+    """Every chunk's keyword terms and length computed again from its text, as indexing now computes them: FTS5's
+    own tokenizer and porter stemmer (`search_queries.chunk_terms`), where versions 2 to 5 cut words with a SQL
+    regular expression and stemmed them with Snowball, so that accents, marks and some words never matched what
+    the SQLite engine matches. In Python with indexing's own function, so the rows are what fresh indexing writes
+    (a later change of the terms needs a migration of its own); in batches of RETERM_BATCH chunks."""
+    after = 0
+    while True:
+        rows = db.execute(
+            "SELECT id, heading, text FROM chunks WHERE id > ? ORDER BY id LIMIT ?", (after, RETERM_BATCH)
+        ).fetchall()
+        if not rows:
+            break
+        chunk_ids: list[int] = []
+        lexemes: list[str] = []
+        counts: list[float] = []
+        lengths: list[int] = []
+        for chunk_id, heading, text in rows:
+            words, weights, length = sq.chunk_terms(str(heading), str(text))
+            chunk_ids += [int(chunk_id)] * len(words)
+            lexemes += words
+            counts += weights
+            lengths.append(length)
+        ids = [int(row[0]) for row in rows]
+        for query in sq.replace_terms(ids, lengths, chunk_ids, lexemes, counts):
+            db.execute(*query)
+        after = ids[-1]
+    db.execute(*sq.recount_stats())
+
+
+Migration = str | Callable[[PgConnection], None]  # SQL text, or a step in Python on the migrating connection
+
+MIGRATIONS: tuple[Migration, ...] = (
     M001_FILES,
     M002_SEARCH,
     M003_HNSW_M32,
     M004_HNSW_EF256,
     M005_BYTE_PATHS_SHORT_LEXEMES,
+    m006_fts5_terms,
 )
 
 
-def migrate(db: PgConnection, schema: str, migrations: tuple[str, ...] = MIGRATIONS) -> None:
+def migrate(db: PgConnection, schema: str, migrations: tuple[Migration, ...] = MIGRATIONS) -> None:
     """Create the index's schema (the connection's search path) or bring it up to date; EngineError if it is
     newer than this server. `migrations`: another schema's (the channel's, `server.postgres.channel_schema`)."""
     with db:
@@ -211,5 +251,9 @@ def migrate(db: PgConnection, schema: str, migrations: tuple[str, ...] = MIGRATI
         if version > len(migrations):
             raise EngineError(f"the database schema {schema} is newer than this server")
         for number in range(version, len(migrations)):
-            db.execute(migrations[number])
+            step = migrations[number]
+            if isinstance(step, str):
+                db.execute(step)
+            else:
+                step(db)
             db.execute("UPDATE schema_version SET version = ?", (number + 1,))

@@ -381,8 +381,8 @@ class PgSearchIndex:
         served = self._serving(db)  # read once: the notice says why only when vectors are not served
         notice = None if served is not None else self.vector_state(db)[1]
         candidates = max(options.limit * self.settings.search.candidate_multiplier, MIN_CANDIDATES)
-        words = [w for term in query_terms(query) for w in term.split("_") if w] if options.mode != "vector" else []
-        terms = [str(row[0]) for row in db.execute(*sq.stems_sql(words))] if words else []
+        words = query_terms(query) if options.mode != "vector" else []
+        terms = [lexemes for lexemes in map(sq.query_lexemes, words) if lexemes]  # each word as FTS5 cuts it
         vector, notice, embed_ms = embed_query(
             served[1] if served else None, lambda: self._query_texts(db, query), options.mode, notice
         )

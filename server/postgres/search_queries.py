@@ -4,39 +4,59 @@ same aliases: chunks `c`, their files `f` (here the table `indexed_files`), a ve
 
 Keyword ranking is BM25 as FTS5 computes it (k1 1.2, b 0.75, IDF `ln((N - n + 0.5) / (n + 0.5))` floored at 1e-6,
 the heading weighted 0.5 beside the text), from statistics kept in tables: each chunk's lexemes with their counts
-(`chunk_terms`: words cut as FTS5 cuts them, English stems), each chunk's length, and the number of chunks and their
-total length (`keyword_stats`). A term's document frequency is counted from its postings, which the query reads
-anyway. `bench/bench_pg_keyword.py` compared the ranking functions; `bench/bench_pg_search.py` measures this one.
+(`chunk_terms`), each chunk's length, and the number of chunks and their total length (`keyword_stats`). The
+lexemes are FTS5's own tokens, from its tokenizer and porter stemmer (`server.index.fts_tokens`), computed in Python
+for the chunks and for the query alike, so both backends cut, fold and stem the same words and find the same
+chunks. A query word FTS5 cuts into several tokens (`max_file_bytes`) is a phrase there; here, without positions,
+a chunk must hold all its tokens, and the word scores the sum of theirs. A term's document frequency is counted
+from its postings, which the query reads anyway. `bench/bench_pg_keyword.py` compared the ranking functions;
+`bench/bench_pg_search.py` measures this one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
+from server.index.fts_tokens import fts_tokens
 from server.index.queries import Filters, chunk_conditions, file_conditions, label_conditions
 from server.mirror.queries import Query
 from server.postgres.connection import INDEX_SCHEMA_PREFIX
 
 K1, B = 1.2, 0.75
 HEADING_WEIGHT = 0.5  # as the engine's `bm25(chunks_fts, 1.0, 0.5)`
-STEMMER = "memory_stem"  # `migrations.M002_SEARCH`: the Snowball English stemmer, no stopword list
 # A lexeme's characters kept: chunk_terms' btree key holds at most about 2.7 kB, and one longer word (a hex dump, a
-# key) made its whole file unindexable. Queries cut theirs alike, so a longer word still finds itself.
+# key) made its whole file unindexable. A longer token keeps its start and a hash of the whole, so two long words
+# sharing their first characters stay apart, and a query cut alike still finds its own.
 MAX_LEXEME_CHARS = 200
+_HASH_CHARS = 16
 
 
-def lexeme(word: str) -> str:
-    """The SQL expression of the lexeme of the SQL text expression `word`: stemmed, cut to MAX_LEXEME_CHARS."""
-    return f"left(coalesce((ts_lexize('{STEMMER}', {word}))[1], {word}), {MAX_LEXEME_CHARS})"
+def lexeme(token: str) -> str:
+    """The lexeme stored for an FTS5 token: itself, or when longer than MAX_LEXEME_CHARS its start, a space (never
+    in a token) and a hash of the whole token, MAX_LEXEME_CHARS in all."""
+    if len(token) <= MAX_LEXEME_CHARS:
+        return token
+    digest = hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()[:_HASH_CHARS]
+    return f"{token[: MAX_LEXEME_CHARS - _HASH_CHARS - 1]} {digest}"
 
 
-def words_of(text: str) -> str:
-    """A subquery of the lexemes in the SQL text expression `text`, one row per word (`w`): the runs of letters and
-    digits, lowercased and stemmed, as FTS5's `porter unicode61` tokenizer cuts them (PostgreSQL's own parser
-    keeps hyphenated words, numbers with points and the like whole, which cost BM25 on SciFact)."""
-    return (
-        f"(SELECT {lexeme('w')} AS lexeme FROM regexp_split_to_table(lower({text}), '[^[:alnum:]]+') w WHERE w <> '')"
-    )
+def query_lexemes(word: str) -> list[str]:
+    """The distinct lexemes of one word of a query (`server.index.fts.query_terms`): the tokens FTS5 makes of it."""
+    return list(dict.fromkeys(lexeme(token) for token in fts_tokens(word)))
+
+
+def chunk_terms(heading: str, text: str) -> tuple[list[str], list[float], int]:
+    """A chunk's lexemes and their weighted counts (each in the text 1, each in the heading HEADING_WEIGHT), and
+    its length for BM25 (its tokens in both, as FTS5 counts a row's length)."""
+    counts: dict[str, float] = {}
+    length = 0
+    for weight, column in ((1.0, text), (HEADING_WEIGHT, heading)):
+        for token in fts_tokens(column):
+            key = lexeme(token)
+            counts[key] = counts.get(key, 0.0) + weight
+            length += 1
+    return list(counts), list(counts.values()), length
 
 
 HNSW_M, HNSW_EF_CONSTRUCTION = 32, 256  # the vector tables' index (`hnsw_index`)
@@ -140,27 +160,52 @@ def upsert_file(path: str, source: str, digest: str, size: int, lines: int, day:
     )
 
 
-INSERT_CHUNK = f"""
+INSERT_CHUNK = """
 WITH v AS (SELECT ?::bigint AS file_id, ?::int AS ordinal, ?::int AS start_line, ?::int AS end_line,
         ?::text AS heading, ?::text AS context, ?::text AS text, ?::text AS hash, ?::int AS tokens,
-        ?::text AS tags, ?::text AS category),
-w AS (SELECT x.lexeme, sum(x.weight)::real AS tf, count(*) AS n FROM (
-        SELECT u.lexeme, 1.0 AS weight FROM v, LATERAL {words_of("v.text")} u
-        UNION ALL
-        SELECT u.lexeme, {HEADING_WEIGHT} FROM v, LATERAL {words_of("v.heading")} u) x
-    GROUP BY x.lexeme),
+        ?::text AS tags, ?::text AS category, ?::int AS terms),
 c AS (INSERT INTO chunks(file_id, ordinal, start_line, end_line, heading, context, text, hash, tokens, tags,
         category, terms)
-    SELECT v.*, (SELECT coalesce(sum(n), 0) FROM w) FROM v RETURNING id),
-t AS (INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT w.lexeme, c.id, w.tf FROM w, c),
+    SELECT * FROM v RETURNING id),
+t AS (INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT w.lexeme, c.id, w.tf FROM c,
+        unnest(?::text[], ?::real[]) AS w(lexeme, tf)),
 g AS (INSERT INTO chunk_tags(tag, chunk_id) SELECT DISTINCT tag, c.id FROM c, unnest(?::text[]) tag)
 SELECT id FROM c
 """
 
 
 def insert_chunk(values: tuple[object, ...], tags: list[str]) -> Query:
-    """One chunk with its keyword terms and tags; `values` in the order of `v` above. Returns its id."""
-    return INSERT_CHUNK, (*values, tags)
+    """One chunk with its keyword terms (`chunk_terms` of its heading and text) and tags; `values` in the order of
+    `v` above but its `terms`, ending with the heading and text. Returns its id."""
+    lexemes, counts, length = chunk_terms(str(values[4]), str(values[6]))
+    return INSERT_CHUNK, (*values, length, lexemes, counts, tags)
+
+
+def replace_terms(
+    ids: list[int], lengths: list[int], chunk_ids: list[int], lexemes: list[str], counts: list[float]
+) -> list[Query]:
+    """The keyword terms of the chunks `ids` written again: their lengths (`lengths`, in the order of `ids`) and
+    their rows (`lexemes` and `counts`, each row's chunk in `chunk_ids`), as `chunk_terms` makes them."""
+    return [
+        ("DELETE FROM chunk_terms WHERE chunk_id = ANY(?::bigint[])", (ids,)),
+        (
+            "INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT * FROM unnest(?::text[], ?::bigint[], ?::real[])",
+            (lexemes, chunk_ids, counts),
+        ),
+        (
+            "UPDATE chunks c SET terms = x.terms FROM unnest(?::bigint[], ?::int[]) AS x(id, terms) WHERE c.id = x.id",
+            (ids, lengths),
+        ),
+    ]
+
+
+def recount_stats() -> Query:
+    """The keyword statistics counted again from every chunk."""
+    return (
+        "UPDATE keyword_stats SET chunks = x.n, terms = x.t"
+        " FROM (SELECT count(*) AS n, coalesce(sum(terms), 0) AS t FROM chunks) x",
+        (),
+    )
 
 
 def insert_vector(table: str, chunk_id: int, vector: bytes, source: str, path: str, day: str) -> Query:
@@ -249,14 +294,14 @@ def cache(provider: str, model: str, digest: str, vector: bytes, now: float) -> 
 # searching ---------------------------------------------------------------------------------------------------
 
 
-def stems_sql(words: list[str]) -> Query:
-    """The distinct lexemes of a query's words (`server.index.fts.query_terms`), stemmed as the chunks' are."""
-    return f"SELECT DISTINCT {lexeme('w')} FROM unnest(?::text[]) w", (words,)
-
-
 def term_chunks_sql(word: str) -> Query:
-    """How many chunks hold `word` (stemmed as the chunks' words are): its document frequency."""
-    return f"SELECT count(*) FROM chunk_terms WHERE lexeme = {lexeme('?::text')}", (word, word)
+    """How many chunks hold `word` (all its lexemes, `query_lexemes`): its document frequency."""
+    lexemes = query_lexemes(word)
+    return (
+        "SELECT count(*) FROM (SELECT chunk_id FROM chunk_terms WHERE lexeme = ANY(?::text[]) GROUP BY chunk_id"
+        " HAVING count(*) = ?) x",
+        (lexemes, len(lexemes)),
+    )
 
 
 def keyword_chunks_sql() -> Query:
@@ -264,11 +309,12 @@ def keyword_chunks_sql() -> Query:
     return "SELECT chunks FROM keyword_stats", ()
 
 
-def keyword_sql(lexemes: list[str], filters: Filters, limit: int, also: list[int]) -> Query:
-    """BM25 (negative: lower is better, as FTS5's) of the `limit` best chunks having any of `lexemes` that pass
-    `filters`, and of the chunks `also` (the vector candidates) that match at all. The lexemes come as an array,
-    not from a function of the query in the statement, so the planner knows they are few and reads their postings
-    by the index."""
+def keyword_sql(terms: list[list[str]], filters: Filters, limit: int, also: list[int]) -> Query:
+    """BM25 (negative: lower is better, as FTS5's) of the `limit` best chunks matching any of `terms` (each a query
+    word's lexemes, `query_lexemes`: a chunk matches a word holding all of them) that pass `filters`, and of the
+    chunks `also` (the vector candidates) that match at all. Each matched word adds its lexemes' scores, as FTS5 adds
+    each phrase's. The lexemes come as an array, not from a function of the query in the statement, so the planner
+    knows they are few and reads their postings by the index."""
     conditions, params = chunk_conditions(filters)
     best = "SELECT id, rank FROM scored"
     if conditions:
@@ -276,19 +322,24 @@ def keyword_sql(lexemes: list[str], filters: Filters, limit: int, also: list[int
             "SELECT s.id, s.rank FROM scored s JOIN chunks c ON c.id = s.id JOIN indexed_files f ON f.id = c.file_id"
             f" WHERE {' AND '.join(conditions)}"
         )
+    numbers = [number for number, lexemes in enumerate(terms) for _ in lexemes]
+    flat = [lexeme for lexemes in terms for lexeme in lexemes]
     sql = f"""
-WITH p AS (SELECT t.chunk_id, t.tf, count(*) OVER (PARTITION BY t.lexeme) AS df
+WITH q AS (SELECT term, lexeme, count(*) OVER (PARTITION BY term) AS parts
+    FROM unnest(?::int[], ?::text[]) AS q(term, lexeme)),
+p AS (SELECT t.chunk_id, t.lexeme, t.tf, count(*) OVER (PARTITION BY t.lexeme) AS df
     FROM chunk_terms t WHERE t.lexeme = ANY(?::text[])),
 s AS (SELECT greatest(chunks, 1)::float8 AS n, greatest(terms, 1)::float8 / greatest(chunks, 1) AS avgdl
     FROM keyword_stats),
-scored AS MATERIALIZED (SELECT p.chunk_id AS id,
-        -sum(greatest(ln(greatest((s.n - p.df + 0.5) / (p.df + 0.5), 1e-9)), 1e-6)
-            * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * c.terms / s.avgdl))) AS rank
-    FROM p JOIN chunks c ON c.id = p.chunk_id CROSS JOIN s GROUP BY p.chunk_id)
+m AS (SELECT p.chunk_id, sum(greatest(ln(greatest((s.n - p.df + 0.5) / (p.df + 0.5), 1e-9)), 1e-6)
+            * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * c.terms / s.avgdl))) AS score
+    FROM p JOIN q ON q.lexeme = p.lexeme JOIN chunks c ON c.id = p.chunk_id CROSS JOIN s
+    GROUP BY p.chunk_id, q.term, q.parts HAVING count(*) = q.parts),
+scored AS MATERIALIZED (SELECT chunk_id AS id, -sum(score) AS rank FROM m GROUP BY chunk_id)
 ({best} ORDER BY rank, id LIMIT ?)
 UNION
 SELECT id, rank FROM scored WHERE id = ANY(?::bigint[])"""
-    return sql, (lexemes, *params, limit, also)
+    return sql, (numbers, flat, list(dict.fromkeys(flat)), *params, limit, also)
 
 
 def vector_sql(table: str, filters: Filters, k: int, query: str) -> Query:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server.index import binary
+from server.index import binary, filtered
 from server.index.engine import MemoryIndex
 from server.index.queries import Filters
 from server.index.search import build_options
@@ -107,3 +107,27 @@ def test_a_filtered_or_small_search_takes_the_exact_scan(large, monkeypatch):
     monkeypatch.setattr(binary, "nearest_rows", lambda *args: calls.append(1))
     filtered = binary.nearest(large.store, db, space, query, Filters(path_prefix="memory/note-00"), 5)
     assert calls == [] and set(filtered) <= set(range(1, 40))
+
+
+def test_a_query_whose_vector_is_all_zeros_is_answered_not_an_error(tmp_path: Path) -> None:
+    # sqlite-vec's cosine distance to an all-zero vector is NULL; the hashing embedder gives one for "🚀" (no word).
+    folder = tmp_path / "notes"
+    _notes(folder, 3)
+    index = MemoryIndex.open(tmp_path / "data", "small", HashingEmbedder(), create=True)
+    try:
+        index.index(folder)
+        result = index.search("🚀", build_options(mode="vector"))
+        assert result.hits == []
+        assert index.search("🚀 webhook0", build_options()).hits  # the keyword side still answers beside it
+    finally:
+        index.close()
+
+
+def test_an_all_zero_query_through_the_wide_filtered_scan_is_near_nothing(large, monkeypatch):
+    # More chunks pass the filter than are ranked exactly: the filter is applied to a wider KNN, whose distances to
+    # an all-zero query are NULL as well.
+    monkeypatch.setattr(filtered, "EXACT_MAX_CHUNKS", 0)
+    db = large.store.connection()
+    space = live_space(large.store)
+    zero = np.zeros(space.dimensions, dtype=np.float32)
+    assert filtered.filtered_similarities(db, space, zero, Filters(path_prefix="memory/note-00"), 5) == {}

@@ -20,6 +20,7 @@ from server.index.stats import COMPLETE_THROUGH
 from server.postgres.connection import schema_of
 from server.postgres.files import PgFileStore
 from server.postgres.search import PgSearchIndex
+from server.postgres.search_queries import MAX_LEXEME_CHARS
 from server.postgres.search_vectors import meta, read_space
 from tests.fakes.embedder import HashingEmbedder
 from tests.server.postgres.conftest import Opened
@@ -104,7 +105,7 @@ def test_every_path_column_compares_by_bytes_whatever_the_databases_collation(
     assert {table: collation for table, collation in rows} == dict.fromkeys(tables, "C")
 
 
-def test_a_word_longer_than_an_index_key_is_cut_and_its_file_still_found_by_it(
+def test_a_word_longer_than_an_index_key_is_cut_and_its_file_still_found_by_it_alone(
     open_index: Callable[..., Opened],
 ) -> None:
     digits = "".join(hashlib.sha256(str(n).encode()).hexdigest() for n in range(80))
@@ -114,7 +115,10 @@ def test_a_word_longer_than_an_index_key_is_cut_and_its_file_still_found_by_it(
     write_all(store, {**NOTES, "memory/dump.md": f"# Dump\n\n{dump}\n", "memory/key.md": f"# Key\n\n{key}\n"})
     assert index.index().files_indexed == 5  # every file, those after the dump too
     assert paths_of(index, "dump", mode="keyword") == ["memory/dump.md"]
-    assert sorted(paths_of(index, key, mode="keyword")) == ["memory/dump.md", "memory/key.md"]  # cut alike
+    assert paths_of(index, key, mode="keyword") == ["memory/key.md"]  # the dump's word starts alike, is another
+    with index._reader() as db:
+        longest = db.execute("SELECT max(length(lexeme)) FROM chunk_terms").fetchall()[0][0]
+    assert longest == MAX_LEXEME_CHARS
 
 
 def test_an_index_schema_version_4_made_gets_byte_ordered_paths_and_cut_lexemes(
@@ -144,7 +148,7 @@ def test_an_index_schema_version_4_made_gets_byte_ordered_paths_and_cut_lexemes(
         ).fetchall()
         long = db.execute("SELECT lexeme, tf FROM chunk_terms WHERE lexeme LIKE 'kkk%%'").fetchall()
     assert collations == [("C",)]
-    assert long == [("k" * 200, 4.0)]  # the three counted as the one word a search now asks for
+    assert long == []  # cut by migration 5, then computed again from the chunks' text by migration 6
     assert paths_of(upgraded, "ramen")[0] == "memory/food.md"
 
 
@@ -368,3 +372,49 @@ def test_an_indexing_run_marks_its_pending_count_and_later_counts_look_only_at_c
         assert meta(index._writer, COMPLETE_THROUGH) == f"{space.table} {last}"
     finally:
         index.close()
+
+
+# What versions 2 to 5 stored: words cut by a SQL regular expression, Snowball stems, lexemes cut at 200 characters.
+_OLD_LEXEME = "left(coalesce((ts_lexize('memory_stem', w))[1], w), 200)"
+_OLD_WORDS = "regexp_split_to_table(lower({}), '[^[:alnum:]]+') w"
+STORE_THE_OLD_WAY = f"""
+DELETE FROM chunk_terms;
+INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT lexeme, id, sum(weight) FROM (
+    SELECT c.id, {_OLD_LEXEME} AS lexeme, 1.0 AS weight FROM chunks c, {_OLD_WORDS.format("c.text")} WHERE w <> ''
+    UNION ALL
+    SELECT c.id, {_OLD_LEXEME}, 0.5 FROM chunks c, {_OLD_WORDS.format("c.heading")} WHERE w <> '') x
+GROUP BY lexeme, id;
+UPDATE chunks c SET terms = (SELECT count(*) FROM {_OLD_WORDS.format("c.text || ' ' || c.heading")} WHERE w <> '');
+UPDATE keyword_stats SET chunks = x.n, terms = x.t FROM (SELECT count(*) AS n, sum(terms) AS t FROM chunks) x;
+UPDATE schema_version SET version = 5;
+"""
+
+
+def _keyword_state(postgres_url: str) -> tuple[list[tuple[object, ...]], ...]:
+    with psycopg.connect(postgres_url) as db:
+        db.execute(f'SET search_path TO "{schema_of("proj")}"')
+        return (
+            db.execute("SELECT lexeme, chunk_id, tf FROM chunk_terms ORDER BY chunk_id, lexeme").fetchall(),
+            db.execute("SELECT id, terms FROM chunks ORDER BY id").fetchall(),
+            db.execute("SELECT chunks, terms FROM keyword_stats").fetchall(),
+        )
+
+
+def test_an_index_stored_with_the_old_words_holds_exactly_what_fresh_indexing_stores_once_migrated(
+    open_index: Callable[..., Opened], postgres_url: str
+) -> None:
+    index, store = open_index(HashingEmbedder())
+    long_word = "z" * 260
+    write_all(store, {**NOTES, "memory/cafe.md": f"# Café ÜBER\n\nकिताब x² İstanbul max_file_bytes {long_word}\n"})
+    index.index()
+    fresh = _keyword_state(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'SET search_path TO "{schema_of("proj")}", public')
+        admin.execute(STORE_THE_OLD_WAY)
+    assert _keyword_state(postgres_url) != fresh
+    upgraded, _ = open_index(HashingEmbedder(), "two")
+    migrated = _keyword_state(postgres_url)
+    assert migrated == fresh
+    lexemes = {row[0] for row in migrated[0]}
+    assert {"cafe", "uber", "x²", "istanbul", "byte"} <= lexemes and "café" not in lexemes
+    assert paths_of(upgraded, "cafe", mode="keyword") == ["memory/cafe.md"]
