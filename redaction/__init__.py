@@ -44,9 +44,24 @@ def redact(text: str) -> Redaction:
 
 
 def _spans(rule: Rule, text: str, folded: str) -> list[Span]:
-    """Where `rule` finds secrets, left to right and not overlapping."""
-    found = (rule.judge(match, text) for match in rule.pattern.finditer(folded if rule.folded else text))
-    return [span for span in found if span is not None]
+    """Where `rule` finds secrets, left to right and not overlapping.
+
+    A password's tail (`password=x&…`) may reach over later matches: one wholly inside it is not judged (judging
+    each would make `password=x&password=x&…` cost the tail's length per match), and a secret that starts
+    inside it extends it instead of being counted and replaced twice.
+    """
+    spans: list[Span] = []
+    for match in rule.pattern.finditer(folded if rule.folded else text):
+        if spans and match.end() <= spans[-1][1]:
+            continue
+        span = rule.judge(match, text)
+        if span is None:
+            continue
+        if spans and span[0] < spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], span[1]))
+        else:
+            spans.append(span)
+    return spans
 
 
 def _splice(text: str, spans: list[Span], replacement: str) -> str:

@@ -42,25 +42,32 @@ def _token_like(text: str) -> bool:
     return len(text) >= 12 and _generated(text)
 
 
-def _glue(limit: int) -> str:
-    """Up to `limit` characters of one line, lazily, never entering a marker."""
-    return rf"(?:(?!\[redacted:)[^\r\n]){{0,{limit}}}?"
+def _glue(limit: int, stop: str = "") -> str:
+    """Up to `limit` characters of one line, lazily, never entering a marker (nor `stop`, a pattern)."""
+    stop = f"|{stop}" if stop else ""
+    return rf"(?:(?!\[redacted:{stop})[^\r\n]){{0,{limit}}}?"
 
 
 # --- values after a name -------------------------------------------------------------------------------------
 
 _UNQUOTED = r"[^\s\"'`\\,;&|<>(){}\[\]]"
 # A value: double-, single- or back-quoted (quotes may be JSON-escaped, as in transcripts), or one bare word.
+# The bare word takes its whole run, however long, and the judge refuses one over `_MAX_VALUE`: a bounded run
+# that had to end there would fail at every name inside it (`key=key=key=…`), rescanning the run each time.
+_MAX_VALUE = 4096
+# Inside quotes a backslash escapes the next character (`"Tr0ub\\dor"`, `"Xq9\\"vT2"`), except that a JSON-escaped
+# value (`\\"…\\"`, a transcript line) ends at its escaped closing quote.
 _VALUE = (
-    r"(?:\\?\"(?P<dq>[^\"\\\r\n]{0,4096}+)\\?\""
-    r"|\\?'(?P<sq>[^'\\\r\n]{0,4096}+)\\?'"
+    r"(?:(?P<dqe>\\)?+\"(?P<dq>(?:[^\"\\\r\n]|\\(?(dqe)[^\"\r\n]|[^\r\n])){0,4096}+)(?(dqe)\\)\""
+    r"|(?P<sqe>\\)?+'(?P<sq>(?:[^'\\\r\n]|\\(?(sqe)[^'\r\n]|[^\r\n])){0,4096}+)(?(sqe)\\)'"
     r"|`(?P<bq>[^`\\\r\n]{0,4096}+)`"
-    rf"|(?P<uq>{_UNQUOTED}{{1,4096}}+)(?!{_UNQUOTED}))"
+    rf"|(?P<uq>{_UNQUOTED}++))"
 )
-# A name may be quoted (a JSON key) or set in markdown bold or italics (`**password**: …`, common in notes).
+# A name may be quoted (a JSON key, `environ["DB_PASSWORD"] = …`, `setdefault("DB_PASSWORD", …)`) or set in
+# markdown bold or italics (`**password**: …`, common in notes).
 _SEPARATOR = (
-    r"(?P<kq>\\?[\"'])?+\*{0,2}+(?P<sp1>[ \t]{0,8}+)"
-    r"(?P<sep>:=|=>|=(?!=)|:(?=[ \t\"'`\\]))(?P<sp2>[ \t]{0,8}+)"
+    r"(?:(?P<kq>\\?[\"'])\]?+)?+\*{0,2}+(?P<sp1>[ \t]{0,8}+)"
+    r"(?P<sep>:=|=>|=(?!=)|:(?=[ \t\"'`\\])|(?<=[\"']),)(?P<sp2>[ \t]{0,8}+)"
 )
 _NAME_END = r"(?![a-z0-9_.-])"
 # After a value at the end of a line (or before a comment, a closing quote or bracket). A comma is not an end:
@@ -68,7 +75,7 @@ _NAME_END = r"(?![a-z0-9_.-])"
 _ENDS_LINE = re.compile(r"[ \t]{0,200}+(?:$|[\r\n#\"'`}\]]|\\[nr])", re.MULTILINE)
 # `key` alone names a dictionary key far more often than a secret: only these compounds count.
 _KEY_COMPOUND = re.compile(
-    r"(?:api|access|private|secret|signing|encryption|master|auth|session|license|client)[ _-]?$"
+    r"(?:api|access|private|secret|signing|encryption|master|auth|session|license|client|account|storage)[ _-]?$"
 )
 
 
@@ -81,6 +88,19 @@ def _before_identifier(text: str, start: int) -> str:
     while i > low and text[i - 1] in " \t\"'":
         i -= 1
     return text[i - 1] if i > low else ""
+
+
+# A quoted name followed by a comma is a secret only as the first argument of a setter: `os.environ.setdefault(
+# "DB_PASSWORD", "…")`, `os.getenv("API_KEY", "…")`; in a list or a tuple (`("password", "username")`) it is a word.
+_SETTER = re.compile(r"(?:setdefault|setenv|putenv|getenv|get|set)\([ \t]{0,4}+\\?[\"']$")
+
+
+def _setter_argument(match: re.Match[str], text: str) -> bool:
+    start = match.start("name")
+    low = max(0, start - 128)
+    while start > low and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+        start -= 1
+    return _SETTER.search(text, max(0, start - 16), start) is not None
 
 
 def _compound_key(match: re.Match[str]) -> bool:
@@ -111,9 +131,13 @@ def _assignment(test: Callable[[Assignment], bool], *, flag: bool = False, greed
     def judge(match: re.Match[str], text: str) -> Span | None:
         if not _compound_key(match):
             return None
+        if match.groupdict().get("sep") == "," and not _setter_argument(match, text):
+            return None
         groups = match.groupdict()
         quote = next(g for g in ("dq", "sq", "bq", "uq") if groups[g] is not None)
         start, end = match.span(quote)
+        if end - start > _MAX_VALUE:
+            return None
         if quote == "uq":  # a sentence's full stop or colon is not part of the password
             while end > start and text[end - 1] in ".:":
                 end -= 1
@@ -146,6 +170,7 @@ def _assigned(kind: str, name: str, test: Callable[[Assignment], bool], *, greed
 
 
 _USER = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+_ADDRESS_SCHEMES = frozenset({"mailto", "sip", "sips", "xmpp", "im", "pres", "tel", "acct"})
 
 
 def _bare_user_password(match: re.Match[str], text: str) -> Span | None:
@@ -156,6 +181,8 @@ def _bare_user_password(match: re.Match[str], text: str) -> Span | None:
     while low > max(0, colon - 64) and _USER.fullmatch(text[low - 1]):
         low -= 1
     if low == colon or (low > 0 and text[low - 1] not in " \t\r\n\"'`(<=,;"):
+        return None
+    if text[low:colon].lower() in _ADDRESS_SCHEMES:  # `mailto:support@example.com`: an address, no password
         return None
     start, end = match.span("secret")
     value = text[start:end]
@@ -192,6 +219,16 @@ _HASH_CONTEXT = re.compile(
     r"(?<![a-z])(?:commit|sha\d*|md5|hash|digest|checksum|integrity|revision|rev|etag|uuid|id|nonce|salt)(?![a-z])"
 )
 _HASH_PREFIX = re.compile(r"(?i)(?:sha(?:1|224|256|384|512)|md5)-")
+_HEX_DIGEST = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+# Before the credential word on its line: the hash that follows it names a revision.
+_REVISION_LINE = re.compile(r"(?i)\b(?:merge|branch|commit|revert|cherry-pick|tag)\b")
+
+
+def _names_a_revision(text: str, word: int) -> bool:
+    line_start = max(text.rfind("\n", 0, word) + 1, word - 80)
+    return _REVISION_LINE.search(text, line_start, word) is not None
+
+
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
@@ -204,12 +241,29 @@ def _high_entropy(match: re.Match[str], text: str) -> Span | None:
         return None
     if _UUID.fullmatch(value) or _HASH_PREFIX.match(value) or _HASH_CONTEXT.search(match.group("glue")):
         return None
+    if _HEX_DIGEST.fullmatch(value) and (text[start - 1 : start] == "#" or _names_a_revision(text, match.start())):
+        return None  # `….tgz#<sha1>` (a tarball's checksum), `Merge branch 'auth-fix' <sha1>`
     return start, end
 
 
 def _after_word(word: str) -> Rule:
     """A random-looking string within 40 characters after `word`."""
     return Rule("secret", re.compile(word + _WINDOW + _CANDIDATE), _high_entropy, folded=True)
+
+
+def _short_password_flag(command: str, *, attached: bool) -> Rule:
+    """`-p` and a password within a line after `command`: `mysql -pSECRET` (after mysql a spaced word is the
+    database), `sshpass -p SECRET`. Elsewhere `-p` is a port, a path or a parent flag. The gap stops at another
+    `command`, which starts its own match, so a run of them is scanned once."""
+    pattern = (
+        command
+        + r"(?![a-z0-9_-])"
+        + _glue(200, stop=command + r"(?![a-z0-9_-])")
+        + r"[ \t](?P<name>-p)"
+        + ("" if attached else r"[ \t]{1,4}+")
+        + _VALUE
+    )
+    return Rule("password", re.compile(pattern), _assignment(is_password, flag=True), folded=True)
 
 
 CONTEXT_RULES: tuple[Rule, ...] = (
@@ -274,13 +328,46 @@ CONTEXT_RULES: tuple[Rule, ...] = (
         _assignment(is_password, flag=True),
         folded=True,
     ),
+    # `--account-key …`, `--api-key=…`: a key flag (a compound, see `_KEY_COMPOUND`) and its value.
+    Rule(
+        "secret",
+        re.compile(
+            after_edge("--", "a-z0-9_-") + r"(?:[a-z0-9]{1,20}+-){0,3}+(?P<name>key)(?:[ \t]{1,4}+|(?P<sep>=))" + _VALUE
+        ),
+        _assignment(is_secret, flag=True),
+        folded=True,
+    ),
+    # `mysql -pSECRET`, `mysql -p'SECRET'`, `sshpass -p SECRET`, `docker login -p SECRET`: a short `-p` means a
+    # password only after these commands (elsewhere it is a port, a path, a parent flag…).
+    _short_password_flag(r"(?:mysql|mysqldump|mariadb)", attached=True),
+    _short_password_flag(r"(?:sshpass|docker login|podman login)", attached=False),
+    # .netrc: `machine host login me password SECRET`.
+    Rule(
+        "password",
+        re.compile(
+            after_edge("machine", "a-z0-9_-")
+            + r"[ \t]{1,8}+[^\s]{1,253}+(?:[ \t]{1,8}+login[ \t]{1,8}+[^\s]{1,128}+)?+[ \t]{1,8}+password[ \t]{1,8}+"
+            r"(?P<secret>[^\s]{1,256}+)"
+        ),
+        when(_opaque),
+        folded=True,
+    ),
+    # Maven's settings.xml and the like: `<password>SECRET</password>`.
+    Rule(
+        "password",
+        re.compile(r"<password>(?P<secret>[^<>\r\n]{1,256}+)</password>"),
+        when(_opaque),
+        folded=True,
+    ),
     # curl -u user:password (the user stays, as in a URL).
     Rule(
         "password",
         re.compile(
             after_edge("curl", "a-z0-9_-")
             + r"(?![a-z0-9_-])"
-            + _glue(400)
+            # Not past another `curl`: that one starts its own match, and every `curl` rescanning 400 characters
+            # made `curl curl curl …` quadratic.
+            + _glue(400, stop=r"(?<![a-z0-9_-])curl(?![a-z0-9_-])")
             + r"[ \t](?:-u|--user)(?:[ \t]{1,4}+|=)[\"']?+[^\s:\"'\[\]\\]{1,128}+:(?P<secret>[^\s\"'\\]{1,256}+)"
         ),
         when(_opaque),

@@ -17,8 +17,12 @@ def _mixed(text: str) -> bool:
     return char_classes(text) >= 2
 
 
-def _has_digit(text: str) -> bool:
-    return any(c.isdigit() for c in text)
+_DIGIT_RUN = re.compile(r"[0-9]{6}")
+
+
+def _slack_body(text: str) -> bool:
+    """Slack's tokens hold a long run of digits (a team or user id): `xoxo-party-2024` is a channel name."""
+    return _DIGIT_RUN.search(text) is not None
 
 
 # Private key blocks. A line break may be real or escaped inside a JSON or Python string (transcripts are JSON
@@ -27,14 +31,14 @@ def _has_digit(text: str) -> bool:
 _LABEL = r"(?:[A-Z0-9]{1,12} ){0,3}PRIVATE KEY(?: BLOCK)?"
 _BEGIN = rf"-----BEGIN {_LABEL}-----"
 _END = rf"-----END {_LABEL}-----"
-_BREAK = r"(?:\r?\n|\\r\\n|\\n)"
+_BREAK = r"(?:\r?\n|(?:\\{1,2}+r)?+\\{1,2}+n)"  # real, escaped once (JSON) or twice (JSON in JSON)
 _INDENT = r"[ \t>]{0,40}+"  # indentation, or a Markdown quote
 _HEADER = r"(?:Proc-Type|DEK-Info|Version|Comment|Hash|Charset|MessageID):[^\r\n\\]{0,200}+"
 _LINE = rf"(?>(?:{_BREAK}|[ ]){_INDENT}(?:{_HEADER}|[A-Za-z0-9+/=]{{1,8192}}+{_INDENT})?)"
 # Without its END line a block ends where the base64 does: at a line that is neither a header nor base64. A
 # short line counts only if it holds a digit or `+/=`, so a "Thanks" under a truncated key is not swallowed.
 _BASE64_LINE = r"(?:[A-Za-z0-9+/]{16,8192}+={0,2}+|(?=[A-Za-z]{0,15}+[0-9+/=])[A-Za-z0-9+/]{1,15}+={0,2}+)"
-_LINE_END = r"(?=[ \t]{0,40}+(?:[\r\n\"'`]|\\[rn]|\Z))"
+_LINE_END = r"(?=[ \t]{0,40}+(?:[\r\n\"'`]|\\{1,2}+[rn]|\Z))"
 _TRUNCATED_LINE = rf"(?>(?:{_BREAK}{_INDENT}){{1,3}}+(?:{_HEADER}|{_BASE64_LINE}){_LINE_END})"
 
 _B64URL = "A-Za-z0-9_-"  # the alphabet, and so the word edge, of most tokens
@@ -48,6 +52,16 @@ def _stripe(prefix: str, body: str) -> Rule:
 FORMAT_RULES: tuple[Rule, ...] = (
     Rule("private-key", re.compile(rf"{_BEGIN}{_LINE}{{0,1000}}(?:{_BREAK}|[ ]){_INDENT}{_END}")),
     Rule("private-key", re.compile(rf"{_BEGIN}{_TRUNCATED_LINE}{{1,1000}}")),
+    # A key block in base64, as a Kubernetes Secret (`tls.key:`) or a kubeconfig (`client-key-data:`) holds it:
+    # `-----BEGIN ` then, within the label, `PRIVATE KEY` at any of its three alignments.
+    Rule(
+        "private-key",
+        re.compile(
+            after_edge("LS0tLS1CRUdJTi", "A-Za-z0-9+/")
+            + r"[A-Za-z0-9+/]{0,80}?(?:UFJJVkFURSBLRV|BSSVZBVEUgS0VZ|QUklWQVRFIEtFW)[A-Za-z0-9+/]{0,65536}+={0,2}+"
+            r"(?![A-Za-z0-9+/=])"
+        ),
+    ),
     # This project's own key files (channel/keys.py): the prefix stays, the base64 of seed and public key goes.
     Rule(
         "private-key",
@@ -96,7 +110,7 @@ FORMAT_RULES: tuple[Rule, ...] = (
     Rule(
         "slack-token",
         re.compile(after_edge("x", _B64URL) + r"(?:ox[abeoprs]|app)-[A-Za-z0-9-]{10,255}+(?![A-Za-z0-9_-])"),
-        when(_has_digit),
+        when(_slack_body),
     ),
     _stripe("sk_", r"(?:live|test)_[A-Za-z0-9]{16,247}+"),
     _stripe("rk_", r"(?:live|test)_[A-Za-z0-9]{16,247}+"),

@@ -44,4 +44,5 @@ ISSUER_RULES: tuple[Rule, ...] = (
     _token("ATATT3", r"[A-Za-z0-9_=-]{180,200}"),  # Atlassian API token
     _token("HRKU-", r"[A-Za-z0-9_-]{58,64}"),  # Heroku
     _token("fo1_", r"[A-Za-z0-9_-]{43}"),  # Fly.io
+    _token("dckr_pat_", r"[A-Za-z0-9_-]{27,32}"),  # Docker Hub
 )

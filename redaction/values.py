@@ -49,6 +49,7 @@ _NAME_LIKE = re.compile(r"[A-Za-z_.-]+")
 _TYPE_NAME = re.compile(r"(?:[A-Z][a-z]+)+")
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _CREDENTIAL_WORD = re.compile(r"(?i)pass|pwd|secret|token|key|auth|cred")
+_SPACE = re.compile(r"\s")
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def _mixes_letters_and_digits(value: str) -> bool:
 def _plausible(item: Assignment) -> bool:
     """The checks shared by passwords and other secrets: non-empty, one word, not a marker, stand-in or reference."""
     value = item.value
-    if not value or has_marker(value) or any(c.isspace() for c in value):
+    if not value or has_marker(value) or _SPACE.search(value):
         return False
     if is_placeholder(value) or is_reference(value):
         return False

@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Any, Final, Literal
 
-MAX_TARGET_CHARS: Final = 120
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _HIDDEN_SPANS: Final = re.compile(r"<(system-reminder|local-command-caveat)>.*?</\1>", re.DOTALL)
 _COMMAND_TAG: Final = re.compile(r"\s*<(command-name|command-message|command-args|bash-input)>(.*?)</\1>\s*", re.DOTALL)
@@ -309,7 +308,8 @@ def _command(text: str) -> str | None:
 
 def _target(tool_input: object, cwd: str | None) -> str:
     """What a tool call acted on, in one line: a path (relative to the session's folder when inside it), else a
-    command's first line, else the first of a pattern, URL, query, description or prompt."""
+    command's first line, else the first of a pattern, URL, query, description or prompt. Whole: rendering
+    shortens it, after redaction (a secret cut short would no longer be recognised)."""
     if not isinstance(tool_input, dict):
         return ""
     for key in _PATH_KEYS:
@@ -318,11 +318,11 @@ def _target(tool_input: object, cwd: str | None) -> str:
             return _one_line(_relative(value, cwd))
     command = _text(tool_input.get("command"))
     if command and command.strip():
-        return _one_line(command.strip().split("\n", 1)[0], MAX_TARGET_CHARS)
+        return _one_line(command.strip().split("\n", 1)[0])
     for key in _TEXT_KEYS:
         value = _text(tool_input.get(key))
         if value and value.strip():
-            return _one_line(value, MAX_TARGET_CHARS)
+            return _one_line(value)
     return ""
 
 
@@ -359,6 +359,5 @@ def _clean_text(text: str) -> str:
     return _CONTROL.sub("\ufffd", text).strip()
 
 
-def _one_line(text: str, limit: int | None = None) -> str:
-    line = " ".join(_CONTROL.sub("\ufffd", text.replace("\r", " ").replace("\n", " ")).split())
-    return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
+def _one_line(text: str) -> str:
+    return " ".join(_CONTROL.sub("\ufffd", text.replace("\r", " ").replace("\n", " ")).split())

@@ -26,6 +26,7 @@ from client_proxy.transcripts.lines import Message, Transcript
 PART_BYTES: Final = 1024 * 1024
 MIN_PART_BYTES: Final = 4096
 MAX_MESSAGE_CHARS: Final = 8000
+MAX_TARGET_CHARS: Final = 120
 _TITLE_CHARS: Final = 80
 _META_CHARS: Final = 300
 _TRAILER_RESERVE: Final = 256  # room every part keeps, so appending the trailer to the last one never overflows it
@@ -43,7 +44,9 @@ def session_title(transcript: Transcript) -> str:
 
 def render_markdown(transcript: Transcript, *, laptop: str, max_message_chars: int = MAX_MESSAGE_CHARS) -> str:
     """The session as markdown: title, metadata, one section per message (text cut at `max_message_chars` with a
-    visible note, then its tool calls as a list), and a trailer with the last time and the message count."""
+    visible note, then its tool calls as a list), and a trailer with the last time and the message count.
+
+    Redact the transcript first (`redact_transcript`): what is cut here may be the end of a secret."""
     started = transcript.started
     date = f" ({started:%Y-%m-%d})" if started else ""
     lines = [f"# Session {session_title(transcript)}{date}", "", f"- session: {_meta(transcript.session_id)}"]
@@ -69,7 +72,7 @@ def _section(message: Message, max_chars: int) -> list[str]:
     if message.text:
         lines.extend([*_body(message.text, max_chars), ""])
     for call in message.tools:
-        target = f" {call.target}" if call.target else ""
+        target = f" {_cut(call.target, MAX_TARGET_CHARS)}" if call.target else ""
         name = call.name.replace("`", "'")
         lines.append(f"- `{name}`{target}{' (failed)' if call.failed else ''}")
     if message.tools:
@@ -108,6 +111,10 @@ def _closes(line: str, fence: str) -> bool:
 
 def _when(time: datetime) -> str:
     return f"{time:%Y-%m-%d %H:%M} UTC"
+
+
+def _cut(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _meta(value: str) -> str:

@@ -6,8 +6,9 @@ grown by `RESEND_BYTES`, or by `RESEND_LINES` complete lines (`transcripts_delta
 client_proxy.tuning), since its last upload; or when it has been quiet for
 `QUIET` seconds with anything not yet sent (a finished session's final state); and once more at shutdown, within
 `FLUSH_GRACE`. The pass at start catches up sessions that ran while the proxy did not. Of a session's parts only
-those whose text changed are sent. Nothing unredacted ever leaves: `redaction.redact` runs on the whole rendered
-text before it is split.
+those whose text changed are sent. Nothing unredacted ever leaves: `redaction.redact` runs on each piece of the
+session whole (before rendering cuts a long message or command short) and again on the whole rendered text
+before it is split.
 
 State (`<state home>/<digest>.transcripts.json`, beside the file sync's): per session file, the bytes covered by
 the last upload and each part's hash. A lost or corrupt state costs one re-upload, nothing else.
@@ -20,6 +21,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +43,7 @@ from client_proxy.transcripts.files import (
     session_files,
     transcript_folders,
 )
+from client_proxy.transcripts.redacted import redact_transcript
 from client_proxy.transcripts.render import render_markdown, split_parts
 from redaction import Redaction, redact
 from syncproto.content import open_regular
@@ -243,7 +246,10 @@ class TranscriptUploader:
             self.state.sessions[str(path)] = SentSession(transcript.complete_bytes, [], skipped)
             self.state.save()
             return None
-        redaction = redact(render_markdown(transcript, laptop=self.laptop))
+        # Each piece whole first, then the rendered text, whose cuts and joins only a second pass sees.
+        pieces, counts = redact_transcript(transcript)
+        rendered = redact(render_markdown(pieces, laptop=self.laptop))
+        redaction = Redaction(rendered.text, dict(Counter(counts) + Counter(rendered.counts)))
         session = transcript.session_id
         if not SESSION_ID.fullmatch(session) or redact(session).total:  # Claude Code's are UUIDs; an id names files
             session = hashlib.sha256(session.encode("utf-8", "replace")).hexdigest()[:32]

@@ -18,7 +18,7 @@ import pytest
 from channel.authz import ChannelUser
 from client_proxy.sync.api import SyncApi
 from client_proxy.transcripts import upload as transcript_sync
-from client_proxy.transcripts.render import render_markdown
+from client_proxy.transcripts.render import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, render_markdown
 from client_proxy.transcripts.upload import QUIET, RESEND_LINES, TranscriptState, TranscriptUploader
 from redaction import marker
 from server.index.engine_settings import EngineSettings
@@ -26,13 +26,14 @@ from server.index.scan import ScanConfig
 from server.memory.service import CallerContext, MemoryService
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
-from tests.secret_corpus import LOOK_ALIKES, PLANTED
+from tests.secret_corpus import B62, LOOK_ALIKES, PLANTED, rand
 from tests.transcript_fixtures import (
     START,
     append_session,
     assistant_lines,
     at,
     project_folder,
+    tool_use,
     user_line,
     write_session,
 )
@@ -260,6 +261,31 @@ async def test_every_planted_secret_is_redacted_before_upload_and_no_look_alike_
         assert text.count(marker(kind)) >= sum(case.kinds.get(kind, 0) for case in PLANTED), kind
     damaged = [text_ for text_ in LOOK_ALIKES if any(line not in text for line in text_.splitlines() if line.strip())]
     assert damaged == []
+
+
+async def test_a_secret_straddling_a_cut_is_redacted_before_the_transcript_is_shortened(
+    api, service, project, tmp_path
+):
+    # A command is shown to 120 characters and a message to 8,000: a GitHub token cut there keeps 30 characters
+    # of its body (recoverable from its checksum) and no longer matches its fixed-length rule.
+    command_token, text_token = ("gh" + "p_" + rand(B62, 36) for _ in range(2))
+    command = (
+        "cd ~/src/acme-platform/services/billing-api-v2/worker && git clone https://oauth2:" + command_token + "@x.io/a"
+    )
+    assert command.index(command_token) + 10 < MAX_TARGET_CHARS < command.index(command_token) + len(command_token)
+    text = "x " * ((MAX_MESSAGE_CHARS - 30) // 2) + "\n" + text_token + " done"
+    assert text.index(text_token) + 10 < MAX_MESSAGE_CHARS < text.index(text_token) + len(text_token)
+    lines = [
+        user_line("Clone the platform repo", cwd=str(project), ts=at(0), session=SESSION),
+        *assistant_lines(text, [tool_use("Bash", command=command)], cwd=str(project), ts=at(1), session=SESSION),
+    ]
+    write_session(project_folder(tmp_path / "claude", project), SESSION, lines)
+    uploader_ = uploader(api, project, tmp_path)
+    assert await uploader_.pass_once()
+    stored_text = "".join(stored(service).values())
+    assert command_token[4:14] not in stored_text and text_token[4:14] not in stored_text
+    assert stored_text.count(marker("github-token")) == 2
+    assert [sent.redacted for sent in uploader_.state.sessions.values()] == [2]  # each counted once
 
 
 async def test_a_session_id_holding_a_secret_leaves_the_laptop_hashed(api, service, project, tmp_path):

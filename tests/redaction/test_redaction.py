@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -141,3 +142,18 @@ def test_masking_marks_a_stand_in_only_when_little_else_is_left():
     assert not is_placeholder("0001A***") and not is_placeholder("Zq8Xw...V3mT7kLp")
     redacted = redact("DATABASE_URL=postgres://app:0001A***@db.example.com:5432/app").text
     assert "0001A" not in redacted and "[redacted:" in redacted
+
+
+# Runs that made every name in them rescan the rest (`key=key=…`: 8-13 s for 1 MiB, holding the GIL), and a
+# password's tail reaching over the next matches.
+ADVERSARIAL_UNITS = ["token=", "key=", "pwd=", "curl ", "token=key=pwd=passwd=secret=credential=", "password=x&"]
+
+
+@pytest.mark.parametrize("unit", ADVERSARIAL_UNITS)
+def test_a_megabyte_of_repeated_names_is_scanned_in_linear_time(unit: str) -> None:
+    # A complexity guard, not a benchmark: a linear scan takes a fraction of a second, the quadratic one took
+    # seconds, so the generous bound holds on a loaded machine and still fails on a regression.
+    text = (unit * ((1 << 20) // len(unit) + 1))[: 1 << 20]
+    start = time.perf_counter()
+    redact(text)
+    assert time.perf_counter() - start < 2.0
