@@ -1,4 +1,4 @@
-"""The forms probes and reviews found unredacted (finding 7, then review s38). Each secret disappears entirely;
+"""The forms probes and reviews found unredacted (finding 7, then the November 2026 review). Each secret disappears entirely;
 what is not a secret stays. Secrets of a known format are built at run time (see tests/secret_corpus.py)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ LEAKS = [
     ("pwd=Tr0ub4dor#3xyz", "Tr0ub4dor#3xyz"),
     ("admin:s3cretPassw0rd@db.example.com", "s3cretPassw0rd"),
     ("connect with `admin:s3cretPassw0rd@db.example.com`", "s3cretPassw0rd"),
-    # Azure storage and service bus keys (review s38, finding 3).
+    # Azure storage and service bus keys (the November 2026 review).
     (f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={_AZURE};EndpointSuffix=core.windows.net", _AZURE),
     (f'AZURE_STORAGE_CONNECTION_STRING="DefaultEndpointsProtocol=https;AccountKey={_AZURE}"', _AZURE),
     (f"Endpoint=sb://acme.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey={_AZURE}", _AZURE),
@@ -68,7 +68,7 @@ KEPT = [
     "image: registry.example.com/app:1.2@sha256:0123abcd",
     "meet at 10:30@example.com",
     "First pass: build everything",
-    # Review s38: what looks like the new rules' secrets but is not one.
+    # The November 2026 review: what looks like the new rules' secrets but is not one.
     "az storage account keys list --account-name acme --sort-key name",
     "--ssh-key ~/.ssh/id_rsa --key file.pem",
     'fields = ("password", "username")',
