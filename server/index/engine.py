@@ -20,12 +20,12 @@ from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_cha
 from server.index.engine_settings import EngineSettings
 from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentError, UnknownIndexError
 from server.index.hits import SearchResult
-from server.index.indexer import Indexer, IndexReport
+from server.index.indexer import Indexer, IndexReport, scan_folder
 from server.index.labelled_files import FileLabels, file_labels
 from server.index.labels import Labels
-from server.index.naming import index_dir, validate_name, write_info
+from server.index.naming import FILES_FOLDER, index_dir, validate_name, write_info
 from server.index.rebuild_progress import RebuildProgress
-from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, remove_strays
+from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, present_database, remove_strays
 from server.index.relabel import start_relabel
 from server.index.search import SearchOptions, search
 from server.index.status import IndexStatus, index_status
@@ -60,6 +60,7 @@ class MemoryIndex:
             first = self.providers.members[0]
             check_model_limit(settings.chunker, first.model, first.max_tokens)
         self.write_lock = threading.RLock()  # re-entered by index_if_idle
+        self._info_lock = threading.Lock()
         self._rebuild_thread: threading.Thread | None = None
         self._rebuild_target: Embedder | None = None
         self.rebuild_progress: RebuildProgress | None = None
@@ -101,11 +102,30 @@ class MemoryIndex:
         return Path(root) if isinstance(root, str) else None
 
     def info(self) -> dict[str, Any]:
+        path = self.directory / "index.json"
         try:
-            info = json.loads((self.directory / "index.json").read_text("utf-8"))
-        except (OSError, ValueError) as exc:
+            info = json.loads(path.read_text("utf-8"))
+        except (FileNotFoundError, ValueError):  # ValueError: not JSON, or not UTF-8
+            return self._rewrite_info()
+        except OSError as exc:
             raise EngineError(f"the description of index {self.name!r} is unreadable") from exc
-        return info if isinstance(info, dict) else {}
+        return info if isinstance(info, dict) else self._rewrite_info()
+
+    def _rewrite_info(self) -> dict[str, Any]:
+        """index.json rewritten from what the folder shows, when it is gone, empty or garbled (everything in it but
+        the folder of files and the live database can be rebuilt): the files the service keeps beside the database,
+        and the newest database file present."""
+        with self._info_lock:
+            files = self.directory / FILES_FOLDER
+            database = present_database(self.directory)
+            info: dict[str, Any] = {
+                "root": str(files.resolve()) if files.is_dir() else None,
+                "created_at": time.time(),
+                **({"database": database} if database != LIVE_DATABASE else {}),
+            }
+            log.warning("the description of index %s was unreadable; rewritten from its folder", self.name)
+            write_info(self.directory, info)
+            return info
 
     def update_info(self, **values: object) -> None:
         """Set (None: remove) entries of index.json, atomically."""
@@ -113,6 +133,11 @@ class MemoryIndex:
         write_info(self.directory, {k: v for k, v in info.items() if v is not None})
 
     def _open_store(self) -> Store:
+        if self._database_lost():
+            log.warning("index %s has no database; rebuilding from files", self.name)
+            self.store = Store(self.db_path)
+            self._reindex_after_rebuild()
+            return self.store
         store: Store | None = None
         try:
             store = Store(self.db_path)
@@ -128,6 +153,16 @@ class MemoryIndex:
             self._reindex_after_rebuild()  # the vectors' table comes with the background rebuild
             return self.store
         return store
+
+    def _database_lost(self) -> bool:
+        """The database is gone or empty (deleted, or truncated to nothing) while its folder has files to index."""
+        path, root = self.db_path, self.root
+        try:
+            if path.stat().st_size > 0:
+                return False
+        except FileNotFoundError:
+            pass
+        return root is not None and root.is_dir() and next(scan_folder(root, self.settings.scan), None) is not None
 
     def _reindex_after_rebuild(self) -> None:
         """Fill a fresh database from the files: text and keywords now (seconds), vectors in the background
@@ -212,7 +247,7 @@ class MemoryIndex:
     @property
     def needs_rebuild(self) -> bool:
         """The chunks are to be cut again (new chunk settings), or the vectors built for another provider."""
-        return self.rechunker.due() or self._vectors_due
+        return self._guard(lambda: self.rechunker.due() or self._vectors_due)
 
     @property
     def _vectors_due(self) -> bool:
@@ -263,11 +298,12 @@ class MemoryIndex:
                 self.rebuild_vectors(self._rebuild_stop, target, on_batch=progress.add)
             except EngineError as exc:
                 log.error("vector rebuild of %s failed: %s", self.name, exc)
-            except Exception:
-                if not self._rebuild_stop.is_set():
-                    raise
-                # Closed under it (a join that timed out on a slow batch): the next open takes the rebuild up.
-                log.info("vector rebuild of %s stopped with the index", self.name)
+            except Exception as exc:
+                if self._rebuild_stop.is_set():
+                    # Closed under it (a join that timed out on a slow batch): the next open takes the rebuild up.
+                    log.info("vector rebuild of %s stopped with the index", self.name)
+                else:  # the type only: a foreign error's text may quote the files
+                    log.error("vector rebuild of %s failed (%s); tried again later", self.name, type(exc).__name__)
             finally:
                 self.rebuild_progress = None
 
@@ -385,7 +421,9 @@ class MemoryIndex:
 
     def indexed_files(self) -> dict[str, str]:
         """The content hash of every file the index holds, by path."""
-        return {str(path): str(h) for path, h in self.store.connection().execute("SELECT path, hash FROM files")}
+        return self._guard(
+            lambda: {str(path): str(h) for path, h in self.store.connection().execute("SELECT path, hash FROM files")}
+        )
 
     def file_labels(self, wanted: Labels, paths: Collection[str] | None = None) -> dict[str, FileLabels]:
         """Each file's tags and categories: of files with a chunk `wanted` passes (all files), among `paths`."""
@@ -393,5 +431,5 @@ class MemoryIndex:
 
     def last_change(self) -> float | None:
         """When the index last changed (epoch seconds), None before its first change."""
-        raw = self.store.get_meta("last_change")
+        raw = self._guard(lambda: self.store.get_meta("last_change"))
         return float(raw) if raw else None

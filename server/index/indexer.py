@@ -24,6 +24,7 @@ from server.index.store import Store
 from server.index.tagging import labelled_text
 from server.index.transaction import writing
 from server.index.vectors import VectorSpace, embed_missing
+from server.mirror.paths import normalise_mirror_path
 from syncproto.faults import fault_point
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,18 @@ def count_memory_files(root: Path, config: ScanConfig | None = None) -> int:
     return sum(1 for _ in scan_folder(root, config or ScanConfig())) if root.is_dir() else 0
 
 
+def source_of(relpath: str, config: ScanConfig) -> str | None:
+    """The source of a file the rules take and the mirror would hold under that very name, else None: the index
+    and the mirror hold the same files (a hidden, non-NFC or `a:b.md` name is never indexed, as it is never held)."""
+    source = config.source_of(relpath)
+    if source is None:
+        return None
+    try:
+        return source if normalise_mirror_path(relpath) == relpath else None
+    except InvalidArgumentError:
+        return None
+
+
 def scan_folder(root: Path, config: ScanConfig) -> Iterator[tuple[str, str, os.stat_result]]:
     """(relative path, source, lstat) of every regular file the rules take; symlinks are never followed."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -85,7 +98,7 @@ def scan_folder(root: Path, config: ScanConfig) -> Iterator[tuple[str, str, os.s
         for name in sorted(filenames):
             path = base / name
             relpath = path.relative_to(root).as_posix()
-            source = config.source_of(relpath)
+            source = source_of(relpath, config)
             if source is None:
                 continue
             info = path.lstat()
@@ -96,7 +109,7 @@ def scan_folder(root: Path, config: ScanConfig) -> Iterator[tuple[str, str, os.s
 def scan_paths(root: Path, config: ScanConfig, relpaths: Collection[str]) -> Iterator[tuple[str, str, os.stat_result]]:
     """`scan_folder` for given relative paths only: the same rules, and no symlink anywhere on the way."""
     for relpath in sorted(set(relpaths)):
-        source = config.source_of(relpath)
+        source = source_of(relpath, config)
         if source is None or relpath.startswith("/") or ".." in relpath.split("/"):
             continue
         path = root
@@ -142,7 +155,9 @@ class Indexer:
         on_seen: Callable[[str], None] | None = None,
     ) -> IndexReport:
         """Bring the index up to date with `root`; with `only`, look at just those relative paths (a file that is
-        gone, or no longer a memory file, leaves the index) instead of walking the whole folder."""
+        gone, or no longer a memory file, leaves the index) instead of walking the whole folder, and read each of
+        them: a caller names files it knows changed, and an edit can keep the size and mtime (`cp -p`, or within
+        one timestamp tick), so only the content hash tells (an unchanged one is not written again)."""
         if not root.is_dir():
             raise InvalidArgumentError(f"not a folder: {root}")
         started = time.perf_counter()
@@ -160,11 +175,13 @@ class Indexer:
             if on_seen:
                 on_seen(relpath)
             old = known.get(relpath)
-            if old and not force and (old[2], old[3]) == (info.st_size, info.st_mtime_ns):
+            if old and not force and only is None and (old[2], old[3]) == (info.st_size, info.st_mtime_ns):
                 report.files_unchanged += 1
                 continue
             prepared = self._prepare(root, relpath, source, info, report)
             if prepared is None:
+                if old:  # its old text is no longer what the file says: not found by searches any more
+                    self.remove(relpath)
                 continue
             if old and not force and old[1] == prepared.digest:
                 with writing(db):  # same bytes, new mtime: remember the stat so the next scan skips it fast

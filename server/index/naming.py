@@ -11,6 +11,7 @@ from typing import Any
 from server.index.errors import InvalidArgumentError
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+FILES_FOLDER = "files"  # the folder of an index's files the service keeps beside its database (Mirror.files_dir)
 
 
 def validate_name(name: str) -> str:
@@ -27,8 +28,17 @@ def index_dir(data_dir: Path, name: str) -> Path:
 
 
 def write_info(directory: Path, value: dict[str, Any]) -> None:
-    """Replace `index.json` in an index's folder in one rename."""
+    """Replace `index.json` in an index's folder in one rename, the bytes and the rename on disk before it returns
+    (a power cut must not leave an empty description)."""
     path = directory / "index.json"
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", "utf-8")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(json.dumps(value, indent=2) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(tmp, path)
+    folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

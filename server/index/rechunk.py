@@ -69,6 +69,17 @@ def remove_database(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
+def present_database(directory: Path) -> str:
+    """The database file an index's folder shows as the newest (each later one is the live one once swapped in):
+    what index.json names, when it is unreadable. Anything the choice misses is indexed again from the files."""
+    names = [p.name for p in directory.iterdir() if (m := _DATABASE_FILE.fullmatch(p.name)) and m.group(1) == p.name]
+
+    def age(name: str) -> int:  # index-<time_ns>.sqlite3, later than the first
+        return -1 if name == LIVE_DATABASE else int(name.removeprefix("index-").removesuffix(".sqlite3"))
+
+    return max(names, key=age, default=LIVE_DATABASE)
+
+
 def remove_strays(directory: Path, info: Mapping[str, object]) -> None:
     """Delete database files that are neither the live one nor the side one being built (left by a crash between
     the swap and the old file's removal). Quarantined damaged databases stay."""

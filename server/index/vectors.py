@@ -88,10 +88,13 @@ def ensure_live_space(store: Store, embedder: Embedder) -> VectorSpace:
 
 
 def cached_vectors(db: apsw.Connection, embedder: Embedder, hashes: Sequence[str]) -> dict[str, bytes]:
-    """Cached vectors of `hashes` for this model; each one found is marked as used now."""
+    """Cached vectors of `hashes` for this model; each one found is marked as used now. One of another length than
+    the model's dimensions (a model that changed them under the same name) is not found: it is embedded again and
+    replaced."""
     found: dict[str, bytes] = {}
     unique = list(dict.fromkeys(hashes))
     now = time.time()
+    size = 4 * embedder.dimensions  # float32
     for start in range(0, len(unique), 500):
         batch = unique[start : start + 500]
         marks = ", ".join("?" for _ in batch)
@@ -101,7 +104,7 @@ def cached_vectors(db: apsw.Connection, embedder: Embedder, hashes: Sequence[str
                 f"SELECT hash, vector FROM embedding_cache WHERE {where}", (embedder.provider, embedder.model, *batch)
             )
         )
-        found.update(rows)
+        found.update((digest, vector) for digest, vector in rows.items() if len(vector) == size)
         if rows:
             with writing(db):
                 db.execute(

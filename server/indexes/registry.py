@@ -31,7 +31,8 @@ class OpenIndex:
 
     index: SearchIndex
     mirror: FileStore
-    unindexable: dict[str, str] = field(default_factory=dict)  # path -> hash the engine skipped (not UTF-8...)
+    # path -> (hash, why) of a file the engine skipped at that content (not UTF-8, over the cap...)
+    unindexable: dict[str, tuple[str, str]] = field(default_factory=dict)
     scanned_at: float | None = None  # time.monotonic() of the last look for disk changes by a search
     pending: int = 0  # files waiting for the index at that look
 
@@ -105,10 +106,20 @@ class IndexRegistry:
         return True
 
     def remember_skipped(self, handle: OpenIndex, skipped: builtins.list[tuple[str, str]]) -> None:
-        for path, _reason in skipped:
+        for path, reason in skipped:
             state = handle.mirror.state(path)
             if state is not None and state.hash is not None:
-                handle.unindexable[path] = state.hash
+                handle.unindexable[path] = (state.hash, reason)
+
+    def unreadable(self, handle: OpenIndex) -> dict[str, str]:
+        """Files held but not searchable, and why: those the mirror cannot read, and those the engine skipped at
+        the content they still have."""
+        out: dict[str, str] = {}
+        for path, (digest, reason) in sorted(handle.unindexable.items()):
+            state = handle.mirror.state(path)
+            if state is not None and state.hash == digest:
+                out[path] = f"{path} cannot be indexed: {reason}"
+        return {**out, **handle.mirror.unreadable}
 
     def freshen(self, handle: OpenIndex) -> int:
         """Record disk changes, index them now when they are few; the number still waiting. Looks at the disk
@@ -118,8 +129,9 @@ class IndexRegistry:
             return handle.pending
         pending = self.pending(handle, handle.mirror.reconcile_all())
         # Never wait behind a running sync: answer from the index as it is, and count the files still pending.
-        # Past AUTO_INDEX_FILES, the first of them in path order now (a replica catching up after a restart).
-        batch = None if len(pending) <= AUTO_INDEX_FILES else sorted(pending)[:AUTO_INDEX_FILES]
+        # At most AUTO_INDEX_FILES of them, the first in path order (a replica catching up after a restart); named,
+        # so each is read whatever its size and mtime say.
+        batch = sorted(pending)[:AUTO_INDEX_FILES]
         if pending and self.index_quietly(handle, wait=False, paths=batch):
             pending = self.pending(handle, handle.mirror.reconcile_all())
         handle.scanned_at, handle.pending = now, len(pending)
@@ -128,13 +140,20 @@ class IndexRegistry:
     def pending(
         self, handle: OpenIndex, live: builtins.list[FileState], *, include_unindexable: bool = False
     ) -> set[str]:
-        """Paths where the mirror and the engine disagree (changed, new or removed files)."""
+        """Paths where the mirror and the engine disagree (changed, new or removed files). A file the mirror cannot
+        read (a folder or a link now) keeps its state there but is pending only while the engine still holds it:
+        the engine drops it at first sight."""
         indexed = handle.index.indexed_files()
+        cannot_read = handle.mirror.unreadable
         out: set[str] = set()
         for state in live:
+            if state.path in cannot_read:
+                if state.path in indexed:
+                    out.add(state.path)
+                continue
             if indexed.get(state.path) == state.hash:
                 continue
-            if not include_unindexable and handle.unindexable.get(state.path) == state.hash:
+            if not include_unindexable and handle.unindexable.get(state.path, ("",))[0] == state.hash:
                 continue
             out.add(state.path)
         out.update(set(indexed) - {s.path for s in live})

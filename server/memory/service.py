@@ -372,7 +372,7 @@ class MemoryService:
                 notice=status.notice,
                 revision=handle.mirror.revision(),
                 sync=[CallerSyncEntry(**dataclasses.asdict(entry)) for entry in handle.mirror.sync_callers()],
-                unreadable=dict(sorted(handle.mirror.unreadable.items())),
+                unreadable=dict(sorted(self.indexes.unreadable(handle).items())),
                 embedding_providers=[ProviderHealth(**dataclasses.asdict(p)) for p in status.providers],
                 history_versions=history.versions,
                 history_bytes=history.bytes,

@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable
 
 from server.errors import InvalidArgumentError
+from server.index.indexer import IndexReport
 from server.index.scan import ScanConfig
 from server.index.search import SOURCES, normalise_prefix
 from server.indexes.registry import IndexRegistry, OpenIndex
@@ -39,7 +40,10 @@ def sync_index(
         known = [*(state.path for state in live), *handle.index.indexed_files()]
         only = selected_paths(known, ScanConfig().source_of, source, prefix)
         live = [state for state in live if state.path in only]
-    total = len(live) if force else len(registry.pending(handle, live, include_unindexable=True))
+    pending = set() if force else registry.pending(handle, live, include_unindexable=True)
+    if only is not None:  # `live` is only the selected files: the index's others are not removed ones
+        pending &= only
+    total = len(live) if force else len(pending)
     done = 0
 
     def on_file(path: str) -> None:
@@ -56,6 +60,10 @@ def sync_index(
             files_seen=0, files_indexed=0, files_removed=0, chunks_embedded=0, seconds=0.0, cancelled=True
         )
     try:
+        first = IndexReport()
+        if pending:  # named, so each is read: an edit that kept its size and mtime is found by its hash
+            first = handle.index.index(handle.mirror.files_dir, rebuild_now=False, on_file=on_file, paths=pending)
+            registry.remember_skipped(handle, first.skipped)
         report = handle.index.index(
             handle.mirror.files_dir, force=force, rebuild_now=False, on_file=on_file, paths=only
         )
@@ -75,9 +83,9 @@ def sync_index(
         progress(total, total, "")
     return SyncOutput(
         files_seen=report.files_seen,
-        files_indexed=report.files_indexed,
-        files_removed=report.files_removed,
-        chunks_embedded=report.chunks_embedded,
+        files_indexed=first.files_indexed + report.files_indexed,
+        files_removed=first.files_removed + report.files_removed,
+        chunks_embedded=first.chunks_embedded + report.chunks_embedded,
         seconds=round(report.seconds, 3),
         cancelled=False,
     )

@@ -444,6 +444,90 @@ def test_a_file_edited_on_disk_is_picked_up(service: MemoryService) -> None:
     assert service.search(ALICE, "quantum tunnelling").hits == []
 
 
+def _keyword_paths(service: MemoryService, query: str) -> list[str]:
+    return [h.path for h in service.search(ALICE, query).hits if h.matched_by != "vector"]
+
+
+def _rewrite_keeping_size_and_mtime(target: Path, text: str) -> None:
+    """An edit `cp -p`, `rsync -t` or one within a timestamp tick leaves: the same size and mtime, other bytes."""
+    before = target.stat()
+    assert len(text.encode()) == before.st_size
+    target.write_text(text)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.sqlite_only("the SQLite index's size-and-mtime shortcut")
+def test_an_edit_on_disk_keeping_size_and_mtime_is_indexed_by_memory_sync(service: MemoryService) -> None:
+    service.write(ALICE, "# n\n\nalphaold betaold\n", path="memory/n.md")
+    _rewrite_keeping_size_and_mtime(files_dir(service, "proj") / "memory" / "n.md", "# n\n\nalphanew betanew\n")
+    assert "alphanew" in service.get(ALICE, "memory/n.md").content  # the mirror knows the new hash: pending
+    out = service.sync(ALICE)
+    assert out.files_indexed == 1
+    assert _keyword_paths(service, "alphanew") == ["memory/n.md"] and _keyword_paths(service, "alphaold") == []
+    assert service.status(ALICE).pending_files == 0
+
+
+@pytest.mark.sqlite_only("the SQLite index's size-and-mtime shortcut")
+def test_an_edit_on_disk_keeping_size_and_mtime_is_indexed_by_the_next_search(service: MemoryService) -> None:
+    service.write(ALICE, "# n\n\nalphaold betaold\n", path="memory/n.md")
+    _rewrite_keeping_size_and_mtime(files_dir(service, "proj") / "memory" / "n.md", "# n\n\nalphanew betanew\n")
+    service.get(ALICE, "memory/n.md")
+    assert _keyword_paths(service, "alphanew") == ["memory/n.md"]
+    assert service.status(ALICE).pending_files == 0
+
+
+@ON_SERVER_DISK
+def test_files_on_disk_under_names_the_mirror_refuses_are_neither_indexed_nor_pending(service: MemoryService) -> None:
+    service.write(ALICE, "plain words", path="memory/ok.md")
+    for name in ("memory/a:b.md", "memory/.draft.md", "memory/CON.md", "sessions/laptop/notes.md"):
+        target = files_dir(service, "proj") / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("# refused\n\nzzrefusedmarker text\n")
+    assert _keyword_paths(service, "zzrefusedmarker") == []
+    service.sync(ALICE)
+    assert _keyword_paths(service, "zzrefusedmarker") == []
+    assert service.status(ALICE).pending_files == 0 and service.search(ALICE, "plain").notice is None
+
+
+@ON_SERVER_DISK
+def test_a_file_turned_unreadable_on_disk_is_not_found_by_its_old_text_and_is_listed_as_unreadable(
+    service: MemoryService,
+) -> None:
+    service.write(ALICE, "# bad\n\nzzoldwords text\n", path="memory/bad.md")
+    service.write(ALICE, "# big\n\nzzoldbig text\n", path="memory/big.md")
+    folder = files_dir(service, "proj") / "memory"
+    (folder / "bad.md").write_bytes(b"# bad\n\nzznewwords \xff\xfe text\n")
+    (folder / "big.md").write_text("# big\n\n" + "x" * (service.indexes.get("proj").mirror.max_file_bytes + 10))
+    service.sync(ALICE)
+    assert _keyword_paths(service, "zzoldwords") == [] and _keyword_paths(service, "zzoldbig") == []
+    status = service.status(ALICE)
+    assert set(status.unreadable) == {"memory/bad.md", "memory/big.md"} and status.pending_files == 0
+    assert "UTF-8" in status.unreadable["memory/bad.md"] and "larger" in status.unreadable["memory/big.md"]
+    (folder / "bad.md").write_text("# bad\n\nzzfixedwords text\n")
+    assert _keyword_paths(service, "zzfixedwords") == ["memory/bad.md"]
+    assert set(service.status(ALICE).unreadable) == {"memory/big.md"}
+
+
+@ON_SERVER_DISK
+@pytest.mark.parametrize("replacement", ["folder", "symlink"])
+def test_a_file_replaced_on_disk_by_a_folder_or_a_link_leaves_the_index_and_is_not_pending(
+    service: MemoryService, replacement: str
+) -> None:
+    service.write(ALICE, "# a\n\nzzalphaword\n", path="memory/a.md")
+    target = files_dir(service, "proj") / "memory" / "a.md"
+    target.unlink()
+    if replacement == "folder":
+        target.mkdir()
+    else:
+        (files_dir(service, "proj") / "outside.md").write_text("x\n")
+        target.symlink_to(files_dir(service, "proj") / "outside.md")
+    found = service.search(ALICE, "zzalphaword")
+    assert [h.path for h in found.hits] == [] and found.pending_files == 0 and found.notice is None
+    service.sync(ALICE)
+    status = service.status(ALICE)
+    assert status.pending_files == 0 and set(status.unreadable) == {"memory/a.md"}
+
+
 @ON_SERVER_DISK
 def test_search_looks_for_disk_changes_at_most_once_per_interval(tmp_path: Path, clock: Clock) -> None:
     svc = MemoryService(tmp_path / "data", HashingEmbedder(), clock=clock, rescan_interval=3600)

@@ -136,3 +136,34 @@ def test_the_guard_takes_damage_a_table_gone_and_a_connection_let_go_and_nothing
     assert for_the_guard(apsw.ConnectionClosedError("closed")) and for_the_guard(apsw.InterruptError("interrupted"))
     assert not for_the_guard(apsw.FullError("database or disk is full"))
     assert not for_the_guard(apsw.ConstraintError("NOT NULL constraint failed: meta.value"))
+
+
+def _scribble_on_the_files_table(index: MemoryIndex) -> Path:
+    """Garble the page of the `files` table (not its index, which the open's schema check reads), with the index
+    closed: damage found by the first read of the files' hashes."""
+    db = index.store.connection()
+    (root,) = [row[0] for row in db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'files'")]
+    page_size = db.execute("PRAGMA page_size").fetchall()[0][0]
+    db_path = index.db_path
+    index.close()
+    data = bytearray(db_path.read_bytes())
+    start = (root - 1) * page_size
+    data[start : start + page_size] = bytes([0xA5]) * page_size
+    db_path.write_bytes(bytes(data))
+    return db_path
+
+
+def test_damage_first_met_by_the_list_of_indexed_files_is_set_aside_and_rebuilt(tmp_path, folder, caplog):
+    index = MemoryIndex.open(tmp_path / "data", "live", HashingEmbedder(), create=True)
+    index.index(folder)
+    expected = index.indexed_files()
+    _scribble_on_the_files_table(index)
+
+    reopened = MemoryIndex.open(tmp_path / "data", "live", HashingEmbedder())
+    try:
+        assert reopened.indexed_files() == expected
+        assert _set_aside(reopened), "the damaged file is kept for inspection"
+        assert any("rebuilding from files" in record.message for record in caplog.records)
+        assert reopened.search(QUERY).hits[0].path == EXPECTED
+    finally:
+        reopened.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -587,3 +588,173 @@ def test_damage_first_seen_in_the_vector_space_at_open_is_rebuilt_from_the_files
         assert list(reopened.db_path.parent.glob("index.sqlite3.corrupt-*")), "the damaged file is kept"
     finally:
         reopened.close()
+
+
+def _indexed_beside_its_files(tmp_path: Path, folder: Path) -> MemoryIndex:
+    """An index whose files lie in its own folder, as the service keeps them."""
+    from server.index.naming import FILES_FOLDER
+
+    index = MemoryIndex.open(tmp_path / "data", "kept", HashingEmbedder(), create=True)
+    files = index.directory / FILES_FOLDER
+    shutil.copytree(folder, files)
+    index.index(files)
+    return index
+
+
+@pytest.mark.parametrize("garbled", [b"", b'{"root": "/x', b"[]", b"\xff\xfe"])
+def test_an_unreadable_index_json_is_rewritten_from_the_folder_and_the_index_answers(tmp_path, folder, garbled, caplog):
+    import json
+
+    from server.index.naming import FILES_FOLDER
+
+    index = _indexed_beside_its_files(tmp_path, folder)
+    directory, db_path = index.directory, index.db_path
+    index.close()
+    (directory / "index.json").write_bytes(garbled)
+
+    reopened = MemoryIndex.open(tmp_path / "data", "kept", HashingEmbedder())
+    try:
+        assert any("rewritten" in record.message for record in caplog.records)
+        assert reopened.root == (directory / FILES_FOLDER).resolve() and reopened.db_path == db_path
+        assert json.loads((directory / "index.json").read_text("utf-8"))["root"] == str(reopened.root)
+        assert reopened.search("webhook idempotent processed events").hits[0].path == "memory/2026-11-18.md"
+        assert not list(directory.glob("index.sqlite3.corrupt-*")), "the database was kept, not rebuilt"
+    finally:
+        reopened.close()
+
+
+def test_a_rewritten_index_json_names_the_newest_database_present(tmp_path):
+    from server.index.rechunk import present_database
+
+    assert present_database(tmp_path) == "index.sqlite3"
+    for name in ("index.sqlite3", "index-900.sqlite3", "index-1000.sqlite3", "index-2000.sqlite3-wal", "other.db"):
+        (tmp_path / name).write_bytes(b"")
+    assert present_database(tmp_path) == "index-1000.sqlite3"
+
+
+def test_index_json_is_flushed_to_disk_and_its_rename_too(tmp_path, monkeypatch):
+    import server.index.naming as naming
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(naming.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    naming.write_info(tmp_path, {"root": None})
+    assert len(synced) == 2  # the new file, then the folder holding the rename
+
+
+def test_the_files_folder_a_rewritten_index_json_names_is_the_one_the_mirror_keeps(tmp_path):
+    from server.index.naming import FILES_FOLDER
+    from server.mirror.mirror import Mirror
+
+    mirror = Mirror(tmp_path)
+    try:
+        assert mirror.files_dir == tmp_path / FILES_FOLDER
+    finally:
+        mirror.close()
+
+
+REFUSED_NAMES = [
+    "memory/" + unicodedata.normalize("NFD", "café.md"),
+    "memory/a:b.md",
+    "memory/.draft.md",
+    "memory/CON.md",
+    "sessions/laptop/notes.md",
+]
+
+
+def test_the_index_holds_the_files_the_mirror_holds_and_none_it_refuses(tmp_path, folder):
+    from server.mirror.files import walk
+
+    index = MemoryIndex.open(tmp_path / "data", "names", HashingEmbedder(), create=True)
+    try:
+        for name in REFUSED_NAMES:
+            _write(folder / name, "# refused\n\nzzrefusedmarker text\n")
+        _write(folder / "sessions" / "laptop" / "2026-11-20-abc.md", "# transcript\n\nzztranscript text\n")
+        index.index(folder)
+        assert set(index.indexed_files()) == {path for path, _ in walk(folder)}
+        assert index.search("zzrefusedmarker", build_options(mode="keyword")).hits == []
+        assert index.index(folder, paths=REFUSED_NAMES).files_seen == 0  # named, they are refused just the same
+    finally:
+        index.close()
+
+
+def test_a_model_whose_dimensions_change_under_its_name_embeds_again_instead_of_reading_old_vectors(tmp_path, folder):
+    first = MemoryIndex.open(tmp_path / "data", "dims", HashingEmbedder("same-name", 64), create=True)
+    first.index(folder)
+    first.close()
+    resized = HashingEmbedder("same-name", 32)
+    index = MemoryIndex.open(tmp_path / "data", "dims", resized)
+    try:
+        assert index.rebuild_vectors()
+        assert sum(resized.calls) > 0, "the cached vectors of the old size were not taken"
+        result = index.search("webhook idempotent processed events")
+        assert result.mode == "hybrid" and result.hits[0].path == "memory/2026-11-18.md"
+        sizes = index.store.connection().execute("SELECT DISTINCT length(vector) FROM embedding_cache").fetchall()
+        assert sizes == [(4 * 32,)], "the old vectors were replaced"
+    finally:
+        index.close()
+
+
+def test_an_unexpected_error_in_the_background_rebuild_is_logged_by_its_type_only(
+    tmp_path, folder, monkeypatch, caplog
+):
+    import server.index.engine as engine
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("text quoting memory/secret.md")
+
+    index = MemoryIndex.open(tmp_path / "data", "fails", HashingEmbedder(), create=True)
+    try:
+        index.index(folder)
+        monkeypatch.setattr(engine, "rebuild", failing)
+        thread = index.start_background_rebuild()
+        assert thread is not None
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        logged = [record.getMessage() for record in caplog.records if record.name == "server.index.engine"]
+        assert any("RuntimeError" in message for message in logged)
+        assert not any("secret" in message for message in logged)
+    finally:
+        index.close()
+
+
+def test_an_indexed_file_that_turns_unreadable_leaves_the_index_until_it_is_readable_again(tmp_path, folder):
+    index = MemoryIndex.open(tmp_path / "data", "turns", HashingEmbedder(), create=True)
+    try:
+        _write(folder / "memory" / "turns.md", "# t\n\nzzoldwords text\n")
+        index.index(folder)
+        _write(folder / "memory" / "turns.md", b"# t\n\nzznewwords \xff\xfe text\n")
+        report = index.index(folder)
+        assert [path for path, _ in report.skipped] == ["memory/turns.md"]
+        assert index.search("zzoldwords", build_options(mode="keyword")).hits == []
+        assert "memory/turns.md" not in index.indexed_files()
+        _write(folder / "memory" / "turns.md", "# t\n\nzzfixedwords text\n")
+        index.index(folder)
+        assert index.search("zzfixedwords", build_options(mode="keyword")).hits[0].path == "memory/turns.md"
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize("loss", ["deleted", "emptied"])
+def test_a_lost_database_is_rebuilt_from_the_files_and_says_so(tmp_path, folder, loss, caplog):
+    index = MemoryIndex.open(tmp_path / "data", "lost", HashingEmbedder(), create=True)
+    index.index(folder)
+    db_path = index.db_path
+    index.close()
+    if loss == "deleted":
+        db_path.unlink()
+    else:
+        db_path.write_bytes(b"")
+
+    reopened = MemoryIndex.open(tmp_path / "data", "lost", HashingEmbedder())
+    try:
+        assert any("has no database" in record.message for record in caplog.records)
+        hits = reopened.search("webhook idempotent processed events", build_options(mode="keyword")).hits
+        assert hits[0].path == "memory/2026-11-18.md" and reopened.status().files == {"memory": 5}
+    finally:
+        reopened.close()
+
+
+def test_a_new_index_without_files_opens_without_a_warning(tmp_path, caplog):
+    MemoryIndex.open(tmp_path / "data", "fresh", HashingEmbedder(), create=True).close()
+    assert not [record for record in caplog.records if record.levelname == "WARNING"]
