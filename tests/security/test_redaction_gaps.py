@@ -1,5 +1,6 @@
-"""The forms probes and reviews found unredacted (finding 7, then the November 2026 review). Each secret disappears entirely;
-what is not a secret stays. Secrets of a known format are built at run time (see tests/secret_corpus.py)."""
+"""The forms probes and reviews found unredacted (finding 7, then the November 2026 review). Each secret
+disappears entirely; what is not a secret stays. Secrets of a known format are built at run time (see
+tests/secret_corpus.py)."""
 
 from __future__ import annotations
 
