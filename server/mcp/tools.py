@@ -39,7 +39,6 @@ from server.mcp.calls import Progress, in_thread, run_with_progress, tool_caller
 from server.mcp.history_tools import add_history_tools
 from server.mcp.prompts import add_prompts
 from server.memory.history import HistoryService
-from server.memory.reading import read_file
 from server.memory.results import (
     DeleteOutput,
     GetOutput,
@@ -330,7 +329,7 @@ def _add_resources(mcp: MCPServer, service: MemoryService) -> None:
         if index != caller.index:  # the same answer as a missing file: other indexes are not visible here
             raise ResourceNotFoundError(f"no memory file {path!r} in index {index!r}")
         # The whole file in one read, exactly: memory_get's pages cut long lines and join lines with "\n".
-        found = await in_thread("resources/read", read_file, service, caller, path, kind=ResourceNotFoundError)
+        found = await in_thread("resources/read", service.read, caller, path, kind=ResourceNotFoundError)
         if found is None:
             raise ResourceNotFoundError(f"no memory file {path!r} in index {index!r}")
         return found.text

@@ -1,11 +1,9 @@
-"""Reading an index's files for the tools: a page of lines of one file (or of a past version), a whole file (for a
-`memory://` resource), a page of the file listing."""
+"""Reading an index's files for the tools: a page of lines of one file (or of a past version), a page of the file
+listing."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
-from typing import Protocol
 
 from server.errors import InvalidArgumentError
 from server.index.labelled_files import FileLabels
@@ -14,11 +12,9 @@ from server.indexes.registry import OpenIndex
 from server.indexes.storage import FileStore
 from server.memory import sections
 from server.memory.arguments import check_version, encode_cursor
-from server.memory.caller import CallerContext
 from server.memory.results import FileEntry, GetOutput, ListOutput
 from server.memory.text import count_lines, page
 from server.mirror.history import Version
-from server.mirror.paths import normalise_mirror_path
 from server.mirror.state import FileState, MirrorFile
 from syncproto.paths import is_session_file
 
@@ -83,22 +79,6 @@ def read_lines(
         section_hash=hashed,
         version=version,
     )
-
-
-class Service(Protocol):
-    """What reading a whole file needs of `MemoryService` (a protocol: `server.memory.service` imports this module)."""
-
-    def calling(self) -> AbstractContextManager[None]: ...
-
-    def open_index(self, caller: CallerContext, *, write: bool = False) -> OpenIndex: ...
-
-
-def read_file(service: Service, caller: CallerContext, path: str) -> MirrorFile | None:
-    """The whole current file at `path` of the caller's index, exactly as stored (line ends and long lines kept, no
-    page limit: the mirror refuses a file over its `max_file_bytes`); None when there is none."""
-    with service.calling():
-        handle = service.open_index(caller)
-        return handle.mirror.read(normalise_mirror_path(path))
 
 
 def version_file(mirror: FileStore, path: str, version: int) -> tuple[MirrorFile | None, Version]:

@@ -60,7 +60,7 @@ from server.memory.upkeep import sync_index
 from server.memory.writing import check_write, write_locked
 from server.mirror.mirror import ABSENT, IdempotencyRecord, utc_now
 from server.mirror.paths import normalise_memory_path, normalise_memory_prefix, normalise_mirror_path
-from server.mirror.state import iso_epoch
+from server.mirror.state import MirrorFile, iso_epoch
 
 __all__ = [
     "ABSENT",
@@ -237,6 +237,13 @@ class MemoryService:
             parts = check_heading(heading)
             handle = self.indexes.get(name)
             return read_lines(handle, path, start_line, end_line, MAX_GET_CHARS, parts, version)
+
+    def read(self, caller: CallerContext, path: str) -> MirrorFile | None:
+        """The whole current file at `path`, exactly as stored (line ends and long lines kept, no page limit: the
+        mirror refuses a file over its `max_file_bytes`), for a `memory://` resource; None when there is none."""
+        with self._call():
+            name, _access = authorise(caller)
+            return self.indexes.get(name).mirror.read(normalise_mirror_path(path))
 
     # write ---------------------------------------------------------------------------------------------
 
