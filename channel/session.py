@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from channel.constants import (
-    CLOCK_WINDOW,
     MAX_SESSIONS,
     MAX_SESSIONS_PER_CALLER,
     REQUEST_ID_MEMORY,
@@ -20,7 +19,7 @@ from channel.constants import (
 )
 from channel.replay import ReplayWindow
 from channel.request_ids import RequestIds
-from channel.timestamps import MemoryTimestamps, TimestampStore
+from channel.timestamps import MemoryTimestamps, TimestampStore, stray_above
 
 Clock = Callable[[], float]
 
@@ -84,13 +83,10 @@ class SessionTable:
         return len(self._sessions)
 
     def timestamp_is_fresh(self, static_key: bytes, timestamp: int) -> bool:
-        """Whether msg1's timestamp is newer than every one accepted from this key (a replayed msg1 is not).
-
-        Only timestamps within CLOCK_WINDOW of the server's clock are accepted, so a recorded one more than two
-        windows ahead of that clock was accepted before that check existed (a clock years ahead): it is ignored,
-        and the next accepted handshake replaces it, so a device locked out that way gets back in."""
+        """Whether msg1's timestamp is newer than every one accepted from this key (a replayed msg1 is not); a
+        recorded one that is stray (`channel.timestamps.stray_above`) is ignored."""
         latest = self._timestamps.latest(static_key)
-        if latest - self._clock() * 1e9 > 2 * CLOCK_WINDOW * 1e9:
+        if latest > stray_above(self._clock()):
             return True
         return timestamp > latest
 

@@ -17,11 +17,20 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
+from channel.constants import CLOCK_WINDOW
 from channel.files import atomic_write
 
 log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 4 * 1024 * 1024  # ~40,000 device keys: far beyond any deployment; a bigger file is not ours
+
+
+def stray_above(now: float) -> int:
+    """The msg1 timestamp (ns) above which a recorded one is stray, at clock `now` (seconds): two clock windows
+    ahead. Only timestamps within CLOCK_WINDOW of the server's clock are accepted, so a higher one was recorded
+    before that check existed (a clock years ahead), or by a stray file; it is ignored, so that a device it would
+    lock out gets back in, and the next accepted handshake replaces it. The one rule for both sides and stores."""
+    return int(now * 1e9) + int(2 * CLOCK_WINDOW * 1e9)
 
 
 class TimestampStore(Protocol):

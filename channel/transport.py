@@ -29,7 +29,6 @@ from channel.client_stamps import StampFile
 from channel.codec import InnerHead, InnerRequest, pack_request, unpack_head
 from channel.constants import (
     CLOCK_OFF,
-    CLOCK_WINDOW,
     CONTENT_TYPE,
     HANDSHAKE_PATH,
     KIND_BODY,
@@ -53,6 +52,7 @@ from channel.framing import ResponseReader, seal_request
 from channel.handshake import consume_response, create_initiation
 from channel.keys import PrivateKey, PublicKey
 from channel.request_ids import new_request_id
+from channel.timestamps import stray_above
 
 log = logging.getLogger("channel.client")
 
@@ -221,7 +221,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         """Just above the newest timestamp any process of this device had accepted; 0 without one, or when it is
         more than two clock windows ahead of this clock (a stray file: the server ignores such a one too)."""
         newest = self._stamps.newest() if self._stamps is not None else 0
-        if newest - self._clock() * 1e9 > 2 * CLOCK_WINDOW * 1e9:
+        if newest > stray_above(self._clock()):
             return 0
         return newest + 1 if newest else 0
 

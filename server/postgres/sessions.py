@@ -28,10 +28,11 @@ from typing import Any
 
 from psycopg import Cursor
 
-from channel.constants import CLOCK_WINDOW, MAX_SESSIONS, MAX_SESSIONS_PER_CALLER, SESSION_IDLE, SESSION_LIFETIME
+from channel.constants import MAX_SESSIONS, MAX_SESSIONS_PER_CALLER, SESSION_IDLE, SESSION_LIFETIME
 from channel.keys import PrivateKey
 from channel.sealer import Revoked
 from channel.session import Session
+from channel.timestamps import stray_above
 from server.errors import EngineError
 from server.postgres.channel_schema import open_channel_db
 from server.postgres.connection import PgConnection
@@ -44,7 +45,6 @@ RECHECK_SECONDS = 1.0  # a cached session is looked up again after this long (en
 TOUCH_SECONDS = 5.0  # an open stream writes `last_used` at most this often (idle expiry is minutes)
 SEND_BLOCK = 1 << 16  # response nonces leased at a time
 SEND_RESERVE = SEND_BLOCK // 2  # a request's commit leases a block when fewer are left (a 2**63 space: waste is free)
-SKEW_NS = int(2 * CLOCK_WINDOW * 1e9)  # a recorded timestamp this far ahead of the clock is from before its check
 
 _COMMIT = """
 WITH live AS (
@@ -158,9 +158,9 @@ class PgSessionStore:
         return latest > self._stray_above() or timestamp > latest
 
     def _stray_above(self) -> int:
-        """A recorded timestamp above this (two clock windows ahead of the clock) was accepted before the clock
-        check existed: it is ignored, as `channel.session.SessionTable` does."""
-        return int(self._clock() * 1e9) + SKEW_NS
+        """A recorded timestamp above this was accepted before the clock check existed: it is ignored
+        (`channel.timestamps.stray_above`)."""
+        return stray_above(self._clock())
 
     def open(self, session: Session, timestamp: int) -> bool:
         now = self._clock()
