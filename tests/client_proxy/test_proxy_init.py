@@ -226,9 +226,10 @@ SECRET = PrivateKey.generate("laptop").file_text().split()[1]  # a private key's
         ("device_name", f"memory-ed25519-private {SECRET}", "invalid device name: use lowercase letters"),
         ("index", f"memory-ed25519-private {SECRET}", "invalid index name: use lowercase letters"),
         ("server_url", f"https://memory.lan/?token={SECRET}", "server URL must not have a query"),
-        # percent-encoded, as a URL holds a password: a raw "/" of the base64 would end the host there
+        # percent-encoded, as a URL holds a password or a port: a raw "/" of the base64 would end the host there
+        # (a key starting "/" or "443/" then had no port or a good one)
         ("server_url", f"https://bob:{quote(SECRET, safe='')}@memory.lan", "server URL must not hold a user"),
-        ("server_url", f"https://memory.lan:{SECRET}", "server URL has an invalid port"),
+        ("server_url", f"https://memory.lan:{quote(SECRET, safe='')}", "server URL has an invalid port"),
         ("server_url", f"memory.lan/{SECRET}", "server URL must start with https://"),
         ("sync_exclude", ["notes/**", f"/{SECRET}"], "sync_exclude pattern 2: a pattern is a relative path"),
     ],
