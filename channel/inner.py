@@ -19,7 +19,7 @@ from channel.codec import InnerRequest
 from channel.constants import INDEX_HEADER
 from channel.sealer import ResponseSealer, Revoked
 
-REVOCATION_POLL = 1.0  # seconds between checks of the caller's key while a response streams
+REVOCATION_POLL = 1.0  # seconds between checks of the caller's key and grant while a response streams
 _INDEX = INDEX_HEADER.encode()
 _FRAMING = (b"content-length", b"transfer-encoding")
 
@@ -37,6 +37,16 @@ def user_for(identity: Identity, request: InnerRequest) -> ChannelUser | None:
     if len(values) > 1 or not valid_name(index) or index not in grants:
         return None
     return ChannelUser(identity.name, identity.fingerprint, grants, index, grants[index])
+
+
+def still_granted(user: ChannelUser | None, identity: Identity) -> bool:
+    """Whether a request opened as `user` may go on with the caller now holding the key: the same caller, with
+    the same access to the request's index (a grant removed or changed ends a stream opened under the old one)."""
+    if user is None:
+        return True  # refused before the inner app ran: nothing streams on its behalf
+    if identity.name != user.name:
+        return False
+    return user.index is None or identity.caller.grants.get(user.index) == user.access
 
 
 def inner_scope(scope: Scope, request: InnerRequest, user: ChannelUser) -> Scope:
@@ -77,9 +87,10 @@ async def run_inner(
     """Run the inner app for an opened request; return an error class for the log, or ''.
 
     Whatever happens, the outer response ends: complete, as a sealed inner error, or cut before its FINAL frame
-    (which the client reports). Exception text never leaves this function. A revoked caller's stream stops at
-    the next thing the app sends (the sealer refuses it) or, if the app is waiting for the client, within
-    `REVOCATION_POLL`: the app then receives `http.disconnect`, exactly as if the client had gone away.
+    (which the client reports). Exception text never leaves this function. A revoked caller's stream, or one
+    whose grant on its index was removed or changed, stops at the next thing the app sends (the sealer refuses
+    it) or, if the app is waiting for the client, within `REVOCATION_POLL`: the app then receives
+    `http.disconnect`, exactly as if the client had gone away.
     """
     if user is None:
         sent = await sealer.error(403, json.dumps({"error": "index not granted to this caller"}).encode())

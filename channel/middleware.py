@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from channel.admission import HandshakeAdmission
 from channel.asgi import ASGIApp, BodyTooLarge, BodyTooSlow, ClientGone, Receive, Scope, Send, answer, header, read_body
-from channel.authz import CallerDirectory, Identity
+from channel.authz import CallerDirectory, ChannelUser, Identity
 from channel.caller_load import RETRY_AFTER, CallerLimits, CallerLoad
 from channel.codec import InnerRequest, unpack_request
 from channel.constants import (
@@ -37,7 +37,7 @@ from channel.constants import (
 from channel.errors import FrameError, HandshakeError, StoreUnavailable
 from channel.framing import decode_session_id, open_request, parse_request
 from channel.handshake import Welcome, consume_initiation, create_response
-from channel.inner import run_inner, user_for
+from channel.inner import run_inner, still_granted, user_for
 from channel.keys import PrivateKey, PublicKey
 from channel.ratelimit import Rate
 from channel.sealer import ResponseSealer
@@ -272,9 +272,9 @@ class ChannelMiddleware:
     ) -> None:
         """Run the inner app for an opened request, and log it."""
         request, counter = opened
-        keep_alive = self._keep_alive_for(session)
-        sealer = ResponseSealer(send, session, counter, keep_alive)
         user = user_for(identity, request)
+        keep_alive = self._keep_alive_for(session, user)
+        sealer = ResponseSealer(send, session, counter, keep_alive)
         error = await run_inner(self.app, scope, receive, request, user, sealer, keep_alive)
         if not log.isEnabledFor(logging.INFO):
             return
@@ -337,12 +337,15 @@ class ChannelMiddleware:
         """Whether the session is still live and its key still allowed (without marking it in use)."""
         return self.sessions.get(session.id) is session and self._identity(session) is not None
 
-    def _keep_alive_for(self, session: Session) -> Callable[[], bool]:
-        """For an opened request: a check that the session is live and its key still allowed, which also marks
-        the session in use (an open response stream keeps it alive)."""
+    def _keep_alive_for(self, session: Session, user: ChannelUser | None) -> Callable[[], bool]:
+        """For an opened request: a check that the session is live, its key still allowed and the request's
+        grant unchanged, which also marks the session in use (an open response stream keeps it alive)."""
 
         def keep_alive() -> bool:
-            if not self._alive(session):
+            if self.sessions.get(session.id) is not session:
+                return False
+            identity = self._identity(session)
+            if identity is None or not still_granted(user, identity):
                 return False
             self.sessions.touch(session)
             return True

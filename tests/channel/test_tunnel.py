@@ -276,6 +276,54 @@ async def test_a_revoked_caller_loses_its_open_stream_and_its_sessions(server, s
     assert await anyio.to_thread.run_sync(state.disconnected.wait, WAIT)  # to the app, the revoked client left
 
 
+@pytest.mark.parametrize("grants", [{}, {"notes": "r"}], ids=["grant-removed", "grant-lowered"])
+async def test_a_stream_opened_under_a_grant_the_operator_changed_stops_at_its_next_event(
+    server, state, directory, grants
+):
+    async with server.client(DEVICE) as client:
+        async with client.stream("GET", "/events", headers={INDEX_HEADER: "notes"}) as response:
+            chunks = response.aiter_bytes()
+            with anyio.fail_after(WAIT):
+                assert await chunks.__anext__() == b"data: first\n\n"
+            directory.table = table(caller("alice", DEVICE, **grants, shared="r"))
+            state.release.set()  # the inner app sends its next event: the channel refuses to seal it
+            with anyio.fail_after(WAIT), pytest.raises(FrameError):
+                async for chunk in chunks:
+                    assert chunk != b"data: second\n\n"
+        assert (await client.get("/echo", headers={INDEX_HEADER: "shared"})).status_code == 200  # key still good
+    assert len(server.middleware.sessions) == 1
+
+
+async def test_a_stream_on_another_index_outlives_a_change_to_a_grant_it_does_not_use(server, state, directory):
+    async with (
+        server.client(DEVICE) as client,
+        client.stream("GET", "/events", headers={INDEX_HEADER: "shared"}) as response,
+    ):
+        chunks = response.aiter_bytes()
+        with anyio.fail_after(WAIT):
+            assert await chunks.__anext__() == b"data: first\n\n"
+        directory.table = table(caller("alice", DEVICE, shared="r"))
+        state.release.set()
+        with anyio.fail_after(WAIT):
+            assert b"".join([chunk async for chunk in chunks]) == b"data: second\n\n"
+
+
+async def test_a_held_stream_ends_within_the_poll_once_its_grant_is_removed(server, state, directory, monkeypatch):
+    monkeypatch.setattr(channel.inner, "REVOCATION_POLL", 0.02)
+    async with (
+        server.client(DEVICE) as client,
+        client.stream("GET", "/hold", headers={INDEX_HEADER: "notes"}) as response,
+    ):
+        chunks = response.aiter_bytes()
+        with anyio.fail_after(WAIT):
+            assert await chunks.__anext__() == b"data: open\n\n"
+        directory.table = table(caller("alice", DEVICE, shared="r"))
+        with anyio.fail_after(WAIT), pytest.raises(FrameError):
+            async for _ in chunks:
+                pass
+    assert await anyio.to_thread.run_sync(state.disconnected.wait, WAIT)
+
+
 async def test_connect_checks_the_pinned_key_and_authorization_before_any_request(server, make_relay):
     relay = make_relay()
     transport = server.transport(DEVICE, transport=relay)
