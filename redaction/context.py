@@ -284,6 +284,16 @@ CONTEXT_RULES: tuple[Rule, ...] = (
         re.compile(r"://[^\s:/?#@\[\]\"'`<>\\]{0,128}+:(?P<secret>[^\s/?#\"'`<>\\]{1,256})@(?=[A-Za-z0-9\[._-])"),
         when(_url_password),
     ),
+    # A password holding an unescaped `/`, `?` or `#` (invalid in a URL, but pasted all the same): the first @ ends
+    # it, and it may not start with a port and a path (`host:8080/a@b`) or with `/` (`file://C:/Users/me@home`).
+    Rule(
+        "url-password",
+        re.compile(
+            r"://[^\s:/?#@\[\]\"'`<>\\]{0,128}+:(?!\d{1,5}+[/?#]|/)"
+            r"(?P<secret>[^\s/?#@\"'`<>\\]{0,255}+[/?#][^\s@\"'`<>\\]{0,255}+)@(?=[A-Za-z0-9\[._-])"
+        ),
+        when(_url_password),
+    ),
     # user:password@host.name without a scheme (`admin:s3cret@db.example.com`, a DSN pasted bare). The host
     # must have a dot, so `image:tag@sha256:…` and `a:b@c` in prose stay.
     Rule(

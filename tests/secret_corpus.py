@@ -303,6 +303,8 @@ LOOK_ALIKES = [
     "https://user@host.example.com/path",
     "postgres://localhost:5432/db",
     "http://[::1]:8080/health and https://example.com:443/a:b@c",
+    "http://localhost:3000/api?email=dev@example.com and https://example.com:8443/users/@alice",
+    "file://C:/Users/me@home/notes.md",
     "postgres://user:password@localhost/db and redis://:${REDIS_PASSWORD}@cache:6379",
     # Markers are not redacted again.
     "password=[redacted:password]",

@@ -56,6 +56,16 @@ def test_names_quotes_and_the_rest_of_the_line_stay() -> None:
     )
 
 
+@pytest.mark.parametrize("mark", ["/", "?", "#"])
+def test_a_url_password_holding_an_unescaped_slash_question_mark_or_hash_is_redacted_whole(mark: str) -> None:
+    secret = password()[:6] + mark + password()[:6]
+    url = f"DATABASE_URL=postgres://app:{secret}@db.example.com:5432/app?sslmode=require"
+    result = redact(url)
+    assert result.text == "DATABASE_URL=postgres://app:[redacted:url-password]@db.example.com:5432/app?sslmode=require"
+    assert result.counts == {"url-password": 1}
+    assert redact(f"redis://:{secret}@cache:6379/0").text == "redis://:[redacted:url-password]@cache:6379/0"
+
+
 def test_the_issuer_format_wins_over_the_generic_kinds() -> None:
     token = jwt()
     assert redact(f"Authorization: Bearer {token}").counts == {"jwt": 1}
