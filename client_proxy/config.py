@@ -71,7 +71,12 @@ def validate_server_url(url: str) -> str:
     A refusal never shows the URL: its query or user part may hold a token or a password pasted by mistake."""
     if not url or any(ch.isspace() or not ch.isprintable() for ch in url):
         raise ConfigError("server URL must be one URL without spaces or control characters")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed or invalid [IPv6] host; the error's text would show the URL
+        raise ConfigError(
+            "server URL has an invalid host (an IPv6 address goes in brackets: https://[::1]:8443)"
+        ) from None
     if parts.scheme not in ("http", "https"):
         raise ConfigError("server URL must start with https:// (or http://)")
     if "@" in parts.netloc:
@@ -79,9 +84,11 @@ def validate_server_url(url: str) -> str:
     if "?" in url or "#" in url:
         raise ConfigError("server URL must not have a query (?) or fragment (#)")
     try:
-        parts.port  # noqa: B018 - raises on a malformed port
+        port = parts.port  # raises on a malformed port
     except ValueError:
-        raise ConfigError("server URL has an invalid port (a number from 1 to 65535 after the host's ':')") from None
+        port = 0
+    if port == 0:
+        raise ConfigError("server URL has an invalid port (a number from 1 to 65535 after the host's ':')")
     if not parts.hostname:
         raise ConfigError("server URL has no host, e.g. https://memory.example.com")
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
@@ -189,6 +196,8 @@ class ProxyConfig:
             document = tomllib.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}; fix it or run `memory-proxy init` again") from None
+        except RecursionError:  # arrays or tables nested past the reader's stack
+            raise ConfigError(f"{path} is nested too deeply to read; fix it or run `memory-proxy init` again") from None
         values = _fields(document, path)
         sync, sync_exclude = _sync_fields(document, path)
         transcripts = document.get("transcripts")

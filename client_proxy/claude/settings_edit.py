@@ -1,9 +1,12 @@
 """Claude Code's settings, edited as data: our hooks into `.claude/settings.json`, our server into `.mcp.json`.
 
 Pure: a parsed JSON document in, a new one out; the input is never changed. Everything not ours is kept as it was,
-in its order. What is ours is recognised by its command (`memory-proxy hook ...` or `memory-proxy context`, the
-hand set-up the README used to describe), so adding twice changes nothing and removing leaves the user's settings
-as they were before the first add (a container our removal empties is dropped; one that was empty is kept).
+in its order. What is ours is recognised by its command, only when it is exactly one of our own forms: a hook
+`memory-proxy hook EVENT` as `HOOKS` writes it, or `memory-proxy context [--project DIR]`, the hand set-up the
+README used to describe (any path to the program). A command with anything more (`&&`, `;`, a pipe, a redirection,
+another word, a `$(...)`) is the user's, kept as it is. So adding twice changes nothing and removing leaves the
+user's settings as they were before the first add (a container our removal empties is dropped; one that was empty
+is kept).
 
 Claude Code's documented formats (https://code.claude.com/docs/en/hooks, https://code.claude.com/docs/en/mcp):
 - settings `hooks`: event name -> list of matcher groups `{"matcher": ..., "hooks": [handler, ...]}`, each
@@ -22,7 +25,6 @@ from typing import Any, Final
 from client_proxy.errors import ProxyError
 
 PROGRAM: Final = "memory-proxy"
-OUR_SUBCOMMANDS: Final = frozenset({"hook", "context"})
 SERVER_NAME: Final = "memory"
 HOOK_TIMEOUT: Final = 30  # seconds; the context hook reads local files only, the others less
 
@@ -33,6 +35,8 @@ HOOKS: Final[dict[str, dict[str, Any]]] = {
     "PreCompact": {"type": "command", "command": f"{PROGRAM} hook pre-compact", "timeout": HOOK_TIMEOUT},
     "Stop": {"type": "command", "command": f"{PROGRAM} hook stop", "timeout": HOOK_TIMEOUT},
 }
+# The arguments of our hook commands (`hook session-start`, ...): with any path to the program, these are ours.
+_OUR_HOOK_ARGUMENTS: Final = frozenset(tuple(shlex.split(handler["command"])[1:]) for handler in HOOKS.values())
 
 Json = dict[str, Any]
 
@@ -42,14 +46,41 @@ class SettingsFormatError(ProxyError):
 
 
 def is_ours(command: object) -> bool:
-    """Whether a hook command or MCP server command is memory-proxy's (any path to it)."""
+    """Whether a hook command is exactly one of memory-proxy's own (any path to the program); see the module's
+    docstring. Anything the shell would run besides it makes the command the user's."""
     if not isinstance(command, str):
         return False
-    try:
-        words = shlex.split(command)
-    except ValueError:
+    words = _shell_words(command)
+    if not words or posixpath.basename(words[0]) != PROGRAM:
         return False
-    return bool(words) and posixpath.basename(words[0]) == PROGRAM and words[1:2] != [] and words[1] in OUR_SUBCOMMANDS
+    arguments = words[1:]
+    if tuple(arguments) in _OUR_HOOK_ARGUMENTS:
+        return True
+    match arguments:
+        case ["context"]:
+            return True
+        case ["context", "--project", project]:
+            return _runs_nothing(project)
+        case ["context", option] if option.startswith("--project="):
+            return _runs_nothing(option.removeprefix("--project="))
+    return False
+
+
+def _shell_words(command: str) -> list[str] | None:
+    """The words of `command` as a POSIX shell splits them, each shell operator (`;`, `&&`, `|`, `>`, ...) a word
+    of its own and `#` kept as a word; None when it cannot be split (an open quote)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    try:
+        return list(lexer)
+    except ValueError:
+        return None
+
+
+def _runs_nothing(word: str) -> bool:
+    """A `--project` value the shell only expands (`"$CLAUDE_PROJECT_DIR"`), with no command substitution in it."""
+    return bool(word) and "`" not in word and "$(" not in word
 
 
 def add_hooks(settings: Json) -> Json:

@@ -4,7 +4,8 @@ The text is `MEMORY.md` (or `memory.md`; its first lines) and the daily logs of 
 lines), each under a header naming the file. It is read from the local files only, never from the server. A file
 that links out of the project, is not UTF-8 or is larger than `MAX_FILE_BYTES` is skipped with a note. The whole
 text stays under `MAX_OUTPUT_CHARS`: Claude Code replaces hook output past 10,000 characters by a file path and a
-preview, and a huge log must not flood the agent's context anyway.
+preview, and a huge log must not flood the agent's context anyway. Characters are counted as Claude Code (a
+JavaScript program) counts them, in UTF-16 units (`units`): an emoji or another character past U+FFFF is two.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from syncproto.wire import MAX_FILE_BYTES
 
 MEMORY_LINES: Final = 200  # MEMORY.md: its first lines
 DAILY_LINES: Final = 200  # a daily log: its last lines
-MAX_OUTPUT_CHARS: Final = 9_000  # under Claude Code's 10,000 (counted in UTF-16 units there), with room
+MAX_OUTPUT_CHARS: Final = 9_000  # UTF-16 units: under Claude Code's 10,000, with room
 
 
 class SkippedFileError(Exception):
@@ -128,7 +129,7 @@ def render(sections: list[Section], notes: list[str], max_chars: int) -> str:
     """Headers, the sections' lines fitted into `max_chars` in all, and the notes after them."""
     headers = [f"=== {s.path}{s.label} ===" for s in sections]
     # Each cut note names a line count; 80 characters each is room for it.
-    fixed = sum(len(h) + 2 for h in headers) + sum(len(n) + 1 for n in notes) + 80 * len(sections)
+    fixed = sum(units(h) + 2 for h in headers) + sum(units(n) + 1 for n in notes) + 80 * len(sections)
     budgets = share(max(0, max_chars - fixed), [_size(s.lines) for s in sections])
     parts: list[str] = []
     for header, section, budget in zip(headers, sections, budgets, strict=True):
@@ -174,19 +175,31 @@ def _fit(lines: list[str], budget: int, keep: str) -> tuple[list[str], int]:
     kept: list[str] = []
     used = 0
     for line in ordered:
-        if used + len(line) + 1 > budget:
+        size = units(line) + 1
+        if used + size > budget:
             if not kept and budget > 1:  # one line longer than the whole budget: show its part that fits
-                kept.append(line[: budget - 2] + "…")
+                kept.append(_cut(line, budget - 2) + "…")
             break
         kept.append(line)
-        used += len(line) + 1
+        used += size
     if keep == "tail":
         kept.reverse()
     return kept, len(lines) - len(kept)
 
 
 def _size(lines: list[str]) -> int:
-    return sum(len(line) + 1 for line in lines)
+    return sum(units(line) + 1 for line in lines)
+
+
+def units(text: str) -> int:
+    """The length of `text` as Claude Code counts it: in UTF-16 code units."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _cut(text: str, limit: int) -> str:
+    """The start of `text` that is at most `limit` UTF-16 units long (never half a character)."""
+    start = text.encode("utf-16-le", "surrogatepass")[: 2 * limit].decode("utf-16-le", "surrogatepass")
+    return start[:-1] if start and "\ud800" <= start[-1] <= "\udbff" else start  # the half of a pair cut through
 
 
 def _project_root(project: Path) -> Path:

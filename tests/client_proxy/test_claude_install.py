@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from channel.keys import PrivateKey
 from client_proxy.claude import settings_edit
+from client_proxy.claude.install import MAX_JSON_DEPTH, MAX_TRIES
 from client_proxy.claude.settings_edit import HOOKS, SettingsFormatError
 from client_proxy.cli import main
 from tests.conftest import REPO
@@ -247,6 +251,53 @@ def test_the_hand_written_context_hook_of_the_old_readme_is_replaced_not_doubled
     assert old["hooks"]["SessionStart"][0]["hooks"][0]["command"] == "memory-proxy context"  # input not changed
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "memory-proxy context && cat docs/TEAM-RULES.md && ./scripts/check-vpn.sh",
+        "memory-proxy hook stop; ./scripts/notify-slack.sh done",
+        "memory-proxy hook stop|tee -a hook.log",
+        "memory-proxy hook stop >> /tmp/hook.log 2>&1",
+        "memory-proxy hook stop\n./scripts/notify.sh",
+        "memory-proxy hook stop --verbose",
+        "memory-proxy hook stop # and the team's notifier, see below",
+        'memory-proxy context --project "$(git rev-parse --show-toplevel)"',
+        "memory-proxy context --project=`pwd`",
+    ],
+)
+def test_a_users_own_command_that_only_starts_like_ours_is_kept_by_install_and_by_remove(
+    tmp_path: Path, command: str
+) -> None:
+    theirs = {"type": "command", "command": command}
+    settings = {"hooks": {"Stop": [{"hooks": [theirs]}], "SessionStart": [{"matcher": "startup", "hooks": [theirs]}]}}
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "settings.json").write_text(json.dumps(settings), "utf-8")
+
+    assert _install(tmp_path, "--index", "team") == 0
+
+    installed = _load(tmp_path / ".claude" / "settings.json")["hooks"]
+    assert installed["Stop"] == [{"hooks": [theirs]}, {"hooks": [HOOKS["Stop"]]}]
+    assert installed["SessionStart"] == [{"matcher": "startup", "hooks": [theirs]}, {"hooks": [HOOKS["SessionStart"]]}]
+
+    assert _install(tmp_path, "--remove") == 0
+
+    assert _load(tmp_path / ".claude" / "settings.json") == settings
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "memory-proxy context",
+        'memory-proxy context --project "$CLAUDE_PROJECT_DIR"',
+        "/usr/local/bin/memory-proxy context --project=/work/app",
+        "~/.local/bin/memory-proxy  hook   pre-compact",
+        "'/opt/memory proxy/bin/memory-proxy' hook stop",
+    ],
+)
+def test_our_own_commands_are_recognised_with_any_path_and_spacing(command: str) -> None:
+    assert settings_edit.is_ours(command)
+
+
 def test_a_hook_sharing_a_group_with_ours_survives_the_removal() -> None:
     theirs = {"type": "command", "command": "echo done"}
     ours = {"type": "command", "command": "/opt/bin/memory-proxy hook stop"}
@@ -290,3 +341,137 @@ def test_init_with_claude_registers_the_project_in_the_same_step(
     assert settings_edit.installed_hooks(_load(tmp_path / ".claude" / "settings.json")) == list(HOOKS)
     assert _load(tmp_path / ".mcp.json")["mcpServers"]["memory"]["command"] == "memory-proxy"
     assert (tmp_path / "MEMORY.md").exists()
+
+
+def _big_settings(path: Path) -> None:
+    """A settings file of some 300 KB: the user's long list of allowed commands."""
+    path.write_text(json.dumps({"permissions": {"allow": [f"Bash(tool-{n})" for n in range(20_000)]}}), "utf-8")
+
+
+@pytest.mark.parametrize("mcp_existed", [True, False], ids=["mcp-json-of-the-user", "mcp-json-made-by-install"])
+def test_when_the_second_file_cannot_be_written_the_first_is_put_back_and_the_error_names_the_file(
+    project: Path, state_home: Path, mcp_existed: bool
+) -> None:
+    settings, mcp = project / ".claude" / "settings.json", project / ".mcp.json"
+    _big_settings(settings)
+    before = settings.read_bytes()
+    if mcp_existed:
+        os.chmod(mcp, 0o600)
+        mcp_before = mcp.read_bytes()
+    else:
+        mcp.unlink()
+    limit = 100_000  # bytes a file may grow to: .mcp.json fits, the new settings.json does not (a full disk)
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    code = "import sys; from client_proxy.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "install-claude", "--project", str(project), "--index", "team"],
+        cwd=REPO,
+        env={**os.environ, "MEMORY_PROXY_STATE_HOME": str(state_home)},
+        preexec_fn=limit_file_size,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert f"memory-proxy: error: cannot write {settings}: File too large; nothing was changed" in done.stderr
+    assert settings.read_bytes() == before
+    if mcp_existed:
+        assert mcp.read_bytes() == mcp_before and os.stat(mcp).st_mode & 0o777 == 0o600
+    else:
+        assert not mcp.exists()
+    assert list(state_home.rglob("*.created")) == []  # no note of a file install made: there is none
+
+
+def test_a_read_only_settings_file_is_refused_before_anything_is_written(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = project / ".claude" / "settings.json"
+    os.chmod(settings, 0o444)
+    before = settings.read_bytes(), (project / ".mcp.json").read_bytes()
+
+    assert _install(project, "--index", "team") == 2
+
+    error = capsys.readouterr().err
+    assert f"{settings} is read-only (mode 0444)" in error and "nothing was changed" in error
+    assert (settings.read_bytes(), (project / ".mcp.json").read_bytes()) == before
+    assert os.stat(settings).st_mode & 0o777 == 0o444
+
+
+def _saved_meanwhile(monkeypatch: pytest.MonkeyPatch, path: Path, times: int) -> list[str]:
+    """Make another program (Claude Code recording an approved permission) save `path` while install runs: after
+    install has read it, before it writes, in its first `times` runs. Returns the permissions saved."""
+    add_hooks = settings_edit.add_hooks
+    saved: list[str] = []
+
+    def add_hooks_while_the_file_is_saved(settings: dict) -> dict:
+        if len(saved) < times:
+            saved.append(f"Bash(npm test:{len(saved)})")
+            path.write_text(json.dumps({"permissions": {"allow": ["Bash(ls)", *saved]}}), "utf-8")
+        return add_hooks(settings)
+
+    monkeypatch.setattr(settings_edit, "add_hooks", add_hooks_while_the_file_is_saved)
+    return saved
+
+
+def test_a_settings_edit_saved_while_install_ran_is_kept_and_our_hooks_added(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = tmp_path / ".claude" / "settings.local.json"
+    local.parent.mkdir()
+    local.write_text(json.dumps({"permissions": {"allow": ["Bash(ls)"]}}), "utf-8")
+    saved = _saved_meanwhile(monkeypatch, local, times=1)
+
+    assert _install(tmp_path, "--local") == 0
+
+    after = _load(local)
+    assert after["permissions"] == {"allow": ["Bash(ls)", *saved]}
+    assert settings_edit.installed_hooks(after) == list(HOOKS)
+    assert _load(tmp_path / ".mcp.json")["mcpServers"]["memory"]["command"] == "memory-proxy"
+
+
+def test_a_settings_file_that_keeps_changing_while_install_runs_is_refused_and_nothing_is_changed(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = project / ".claude" / "settings.json"
+    mcp_before = (project / ".mcp.json").read_bytes()
+    saved = _saved_meanwhile(monkeypatch, settings, times=MAX_TRIES)
+
+    assert _install(project, "--index", "team") == 2
+
+    assert "kept changing while install-claude ran" in capsys.readouterr().err
+    assert _load(settings) == {"permissions": {"allow": ["Bash(ls)", *saved]}}  # the last save, as it was saved
+    assert (project / ".mcp.json").read_bytes() == mcp_before
+
+
+def _nested(depth: int) -> bytes:
+    """A settings object whose nesting is `depth` levels deep (the object itself is the first)."""
+    return b'{"x": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}\n"
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 600])
+def test_settings_nested_past_the_depth_limit_are_refused_and_nothing_changes(
+    project: Path, capsys: pytest.CaptureFixture[str], depth: int
+) -> None:
+    settings = project / ".claude" / "settings.json"
+    settings.write_bytes(_nested(depth))
+    before = settings.read_bytes(), (project / ".mcp.json").read_bytes()
+
+    assert _install(project, "--index", "team") == 2
+
+    error = capsys.readouterr().err
+    assert f"{settings} is nested too deeply to read" in error and "nothing was changed" in error
+    assert (settings.read_bytes(), (project / ".mcp.json").read_bytes()) == before
+
+
+def test_settings_nested_up_to_the_depth_limit_are_edited(project: Path) -> None:
+    settings = project / ".claude" / "settings.json"
+    settings.write_bytes(_nested(MAX_JSON_DEPTH))
+
+    assert _install(project, "--index", "team") == 0
+
+    assert settings_edit.installed_hooks(_load(settings)) == list(HOOKS)
+    assert _load(settings)["x"] == json.loads(_nested(MAX_JSON_DEPTH))["x"]

@@ -141,6 +141,28 @@ def test_one_enormous_line_is_shortened_rather_than_dropped(project):
     assert len(text) <= MAX_OUTPUT_CHARS and "yyyy…" in text
 
 
+def utf16_units(text: str) -> int:
+    """What Claude Code (JavaScript) counts as a string's length."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def test_the_output_limit_counts_utf16_units_as_claude_code_does_so_emoji_cannot_push_it_past(project):
+    line = "- 🚀 deploy 𝐫𝐮𝐥𝐞𝐬: " + "🔥" * 40  # characters past U+FFFF: two UTF-16 units each
+    write(project, "MEMORY.md", f"{line}\n" * 150)
+    write(project, TODAY_LOG, f"{line}\n" * 150 + "latest today 🎉\n")
+    text = build_context(project, TODAY)
+    assert utf16_units(text) <= MAX_OUTPUT_CHARS
+    assert utf16_units(text) > MAX_OUTPUT_CHARS * 0.9  # the room is used, not given away
+    assert "[MEMORY.md: cut after " in text and "latest today 🎉" in text
+
+
+def test_an_enormous_line_of_emoji_is_shortened_to_the_limit_without_splitting_a_character(project):
+    write(project, "MEMORY.md", "🔥" * 400_000)
+    text = build_context(project, TODAY)
+    assert utf16_units(text) <= MAX_OUTPUT_CHARS and "🔥🔥…" in text
+    text.encode("utf-8")  # no half of a surrogate pair left over
+
+
 def test_a_small_file_leaves_its_unused_share_to_the_others():
     assert share(900, [100, 5000, 5000]) == [100, 400, 400]
     assert share(900, [10, 20, 30]) == [10, 20, 30]

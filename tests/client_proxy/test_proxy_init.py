@@ -83,6 +83,9 @@ def test_a_server_url_is_normalised(url, expected):
         ("https://memory.lan/?x=1", "must not have a query"),
         ("https://memory.lan/#top", "or fragment"),
         ("https://memory.lan:99999", "invalid port"),
+        ("https://memory.lan:0", "invalid port"),
+        ("https://[::1", "invalid host"),
+        ("https://[zz]/", "invalid host"),
         ("https://", "has no host"),
         ("https://memory.lan/a b", "without spaces"),
         ("", "without spaces"),
@@ -162,6 +165,8 @@ def test_init_force_replaces_the_key_and_says_how_to_revoke_the_old_one(run, hom
         (["--server", "https://u:p@memory.lan", "--server-key", SERVER.line()], "must not hold a user or password"),
         (["--server", "https://memory.lan", "--server-key", "ssh-ed25519 AAAA"], "server key: a public key line"),
         (["--server", "https://memory.lan", "--server-key", SERVER.line(), "--name", "../x"], "invalid device name"),
+        (["--server", "https://[::1", "--server-key", SERVER.line()], "server URL has an invalid host"),
+        (["--server", "https://memory.lan:0", "--server-key", SERVER.line()], "server URL has an invalid port"),
     ],
 )
 def test_bad_init_arguments_exit_2_and_create_nothing(run, home, argv, message):
@@ -208,6 +213,8 @@ def ready(run, home):
         (render_config("ftp://m", SERVER, "a"), "proxy.toml: server URL must start with https://"),
         (render_config("https://m", SERVER, "A B"), "proxy.toml: invalid device name"),
         ('server_url = "https://m"\nserver_key = "nope"\ndevice_name = "a"\n', "proxy.toml: server key: a public"),
+        (render_config("https://[::1", SERVER, "a"), "proxy.toml: server URL has an invalid host"),
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "proxy.toml is nested too deeply to read"),
     ],
 )
 def test_a_malformed_proxy_toml_is_refused_with_the_file_and_the_fault(ready, text, message):
@@ -230,6 +237,8 @@ SECRET = PrivateKey.generate("laptop").file_text().split()[1]  # a private key's
         # (a key starting "/" or "443/" then had no port or a good one)
         ("server_url", f"https://bob:{quote(SECRET, safe='')}@memory.lan", "server URL must not hold a user"),
         ("server_url", f"https://memory.lan:{quote(SECRET, safe='')}", "server URL has an invalid port"),
+        ("server_url", f"https://[{SECRET}]", "server URL has an invalid host"),
+        ("server_url", f"https://[{quote(SECRET, safe='')}]:8443", "server URL has an invalid host"),
         ("server_url", f"memory.lan/{SECRET}", "server URL must start with https://"),
         ("sync_exclude", ["notes/**", f"/{SECRET}"], "sync_exclude pattern 2: a pattern is a relative path"),
     ],
