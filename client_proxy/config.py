@@ -203,6 +203,7 @@ class ProxyConfig:
         transcripts = document.get("transcripts")
         if transcripts is not None and not isinstance(transcripts, bool):
             raise ConfigError(f"{path}: transcripts must be true or false")
+        tuning = file_values(document, path)  # its errors name the file already
         try:
             return cls(
                 home=home,
@@ -214,7 +215,7 @@ class ProxyConfig:
                 sync=sync,
                 sync_exclude=sync_exclude,
                 transcripts=transcripts,
-                tuning=file_values(document, path),
+                tuning=tuning,
             )
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
