@@ -2,8 +2,8 @@
 
 A public key is shown as `memory-ed25519 <base64> <comment>` and fingerprinted like SSH, as
 `SHA256:<unpadded base64 of sha256(raw key)>`. The Noise static key of an identity is the key's X25519 form.
-A private key file holds one line, `memory-ed25519-private <base64 of seed and public key> [comment]`, and must
-be a regular file of mode 0600 (no group or world bits), never a symlink. The public half is there so a corrupted
+A private key file holds one ASCII line, `memory-ed25519-private <base64 of seed and public key> [comment]`, and
+must be a regular file of mode 0600 (no group or world bits), never a symlink. The public half is there so a corrupted
 seed is detected instead of silently becoming another, unknown identity.
 """
 
@@ -32,6 +32,7 @@ SEED_LEN = 32
 PRIVATE_LEN = SEED_LEN + 32  # seed, then the public key it must produce
 MAX_KEY_FILE = 4096
 MAX_COMMENT = 200
+PUBLIC_FILE_MODE = 0o644
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class PrivateKey:
     def __init__(self, seed: bytes, comment: str = "") -> None:
         if len(seed) != SEED_LEN:
             raise KeyFileError(f"an Ed25519 private key seed has {SEED_LEN} bytes, not {len(seed)}")
+        if not comment.isascii():  # the key file is ASCII (`parse_private_key`); a public line may hold more
+            raise KeyFileError("a private key's comment must be ASCII text: it is kept in the key file, which is ASCII")
         public_raw, signing = bindings.crypto_sign_seed_keypair(seed)
         self._seed = seed
         self._signing = signing
@@ -174,7 +177,7 @@ def write_private_key(path: Path, key: PrivateKey, *, overwrite: bool = False) -
 
 def write_public_key(path: Path, key: PublicKey) -> None:
     """Write the one-line public form atomically (mode 0644), replacing any previous file."""
-    _atomic_write(path, (key.line() + "\n").encode("utf-8"), 0o644, overwrite=True)
+    _atomic_write(path, (key.line() + "\n").encode("utf-8"), PUBLIC_FILE_MODE, overwrite=True)
 
 
 def _atomic_write(path: Path, data: bytes, mode: int, *, overwrite: bool) -> None:

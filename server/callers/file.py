@@ -35,6 +35,7 @@ from server.callers.config import (
 )
 
 CHECK_EVERY = 0.5
+MAX_LINKS = 40  # symlinks followed to reach the callers file, as Linux's own limit
 Signature = tuple[int, int, int, int]
 
 log = logging.getLogger("server.callers.config")
@@ -69,11 +70,15 @@ def _read_checked(path: Path) -> tuple[bytes, os.stat_result] | None:
     if not path.parent.is_dir():
         return None
     _check_directory(path.parent)
+    real, folders = _resolved(path)
     try:  # O_NONBLOCK: a FIFO planted here must not hang the server; fstat below refuses it
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # The file the links led to, opened without following another: one swapped in since is refused (ELOOP).
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as handle:
+        for folder in folders:
+            _check_directory(Path(folder), f"folder on the way to {path.name}")
         info = os.fstat(handle.fileno())
         mode = stat.S_IMODE(info.st_mode)
         if not stat.S_ISREG(info.st_mode):
@@ -86,6 +91,36 @@ def _read_checked(path: Path) -> tuple[bytes, os.stat_result] | None:
     if len(data) > MAX_FILE_BYTES:
         raise CallersFileError(f"refusing {path}: larger than {MAX_FILE_BYTES} bytes")
     return data, info
+
+
+def _resolved(path: Path) -> tuple[str, list[str]]:
+    """Where `path` (in the keys directory) leads, its symlinks followed one name at a time, and every folder that
+    decides it: each one holding a link on the way (whoever may write there can point the link elsewhere) and the
+    one holding the file. A `..data/` link inside the keys directory (Kubernetes' mounts) stays in it."""
+    resolved, links = os.path.realpath(path.parent), 0
+    folders: list[str] = []
+    pending = [path.name]
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, name)
+        if not os.path.islink(candidate):
+            resolved = candidate
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            raise CallersFileError(f"refusing {path}: more than {MAX_LINKS} symlinks to follow")
+        folders.append(resolved)
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            resolved = "/"
+        pending.extend(reversed(target.split("/")))
+    folders.append(os.path.dirname(resolved))
+    return resolved, list(dict.fromkeys(folders))
 
 
 def write_callers(path: Path, config: CallersConfig) -> None:
@@ -174,15 +209,14 @@ class CallersFile:
         return True
 
 
-def _check_directory(path: Path) -> None:
+def _check_directory(path: Path, what: str = "keys directory") -> None:
     info = os.stat(path)
     mode = stat.S_IMODE(info.st_mode)
     if not stat.S_ISDIR(info.st_mode):
         raise CallersFileError(f"{path} is not a directory")
     if mode & 0o022:
         raise CallersFileError(
-            f"refusing keys directory {path}: mode {mode:04o} lets group or others replace files in it; "
-            f"run: chmod go-w {path}"
+            f"refusing {what} {path}: mode {mode:04o} lets group or others replace files in it; run: chmod go-w {path}"
         )
 
 

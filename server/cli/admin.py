@@ -8,17 +8,29 @@ file as it was. No command ever prints a private key.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import os
 import shlex
+import stat
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from channel.authz import Access
 from channel.errors import ChannelError
-from channel.keys import PrivateKey, PublicKey, read_private_key, write_private_key, write_public_key
+from channel.files import atomic_write
+from channel.keys import (
+    MAX_KEY_FILE,
+    PUBLIC_FILE_MODE,
+    PrivateKey,
+    PublicKey,
+    read_private_key,
+    write_private_key,
+    write_public_key,
+)
 from server.callers.config import CALLERS_FILE, CallerEntry, CallersConfig, CallersFileError, check_name, parse_access
 from server.callers.file import prepare_keys_dir, read_callers, update_callers
 from server.errors import InvalidArgumentError
@@ -114,8 +126,21 @@ def cmd_keys_init(args: argparse.Namespace) -> int:
             "Print it with `memory-server keys show`; pass --force only to replace it on purpose."
         )
     key = PrivateKey.generate(args.comment)
-    write_private_key(key_path, key, overwrite=args.force)
-    write_public_key(pub_path, key.public)
+    # The public half first: should the private key then fail to be written, the old .pub is put back and the old
+    # identity stays whole (a new .pub beside the old key would hand laptops a line no server answers to).
+    old_pub = _read_small_file(pub_path)
+    with _naming(pub_path):
+        write_public_key(pub_path, key.public)
+    try:
+        with _naming(key_path):
+            write_private_key(key_path, key, overwrite=args.force)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if old_pub is None:
+                pub_path.unlink(missing_ok=True)
+            else:
+                atomic_write(pub_path, old_pub, PUBLIC_FILE_MODE)
+        raise
     print(f"wrote {key_path} (private, mode 0600: never share it) and {pub_path}")
     _print_server_key(key.public)
     return 0
@@ -125,11 +150,39 @@ def cmd_keys_show(args: argparse.Namespace) -> int:
     key_path, pub_path = args.keys_dir / SERVER_KEY_FILE, args.keys_dir / SERVER_PUB_FILE
     if not (key_path.exists() or key_path.is_symlink()):
         raise InvalidArgumentError(f"no server key at {key_path}; create one with `memory-server keys init`")
+    prepare_keys_dir(args.keys_dir)  # it exists (it holds the key): refused as `serve` refuses it
     public = read_private_key(key_path).public
-    if pub_path.exists() and pub_path.read_text("utf-8", errors="replace").strip() != public.line():
+    held = _read_small_file(pub_path)
+    there = held is not None or pub_path.exists() or pub_path.is_symlink()
+    if there and (held or b"").decode("utf-8", errors="replace").strip() != public.line():
         print(f"warning: {pub_path} does not match {key_path}; the line below comes from {key_path}", file=sys.stderr)
     _print_server_key(public)
     return 0
+
+
+def _read_small_file(path: Path) -> bytes | None:
+    """The bytes of the regular file at `path`; None for anything else (none, a symlink, a FIFO, a folder, past
+    MAX_KEY_FILE bytes). Opened without following a link or waiting on a FIFO's writer, as the private key is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_KEY_FILE:
+            return None
+        return os.read(fd, MAX_KEY_FILE + 1)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError while writing `path` names `path`, not the temporary file it was written through."""
+    try:
+        yield
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _print_server_key(public: PublicKey) -> None:

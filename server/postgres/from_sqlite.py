@@ -5,10 +5,11 @@ would), then every live file's bytes go into `files.content` beside its state. W
 holds goes along unchanged, so laptops carry on where they were: the revision counter, tombstones, the version
 history with its stored versions (merge bases), idempotency records and each caller's last sync. The search index
 (`index.sqlite3`) is not copied: it stays in the data folder as each replica's local cache, rebuilt from the files
-when missing. An index is copied in one transaction, into an empty schema only, streamed row by row (its size is
-not bounded by the memory of the machine running the copy); nothing is written to the SQLite side but the
-mirror's own record of disk changes. An index whose schema already holds exactly its content (`copied`: a rerun
-after another index failed) is left as it is.
+when missing. An index is copied in one transaction, into an empty schema only (revision 0, no file and no row in
+any of CARRIED_TABLES), streamed row by row (its size is not bounded by the memory of the machine running the copy);
+nothing is written to the SQLite side but the mirror's own record of disk changes. An index whose schema already
+holds exactly its content (`copied`: a rerun after another index failed, or of a finished migration) is left as it
+is. Nothing in the target is ever deleted or overwritten: a schema holding anything is skipped or refused.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def read_sqlite_index(data_dir: Path, name: str) -> SqliteIndex:
 
 
 def target_content(url: str, name: str) -> tuple[int, int] | None:
-    """(revision, live files) of index `name` in the database at `url` when it holds anything there, else None."""
+    """(revision, live files) of index `name` in the database at `url` when it holds anything there (a row of
+    CARRIED_TABLES too: a laptop's sync of an index with no file yet), else None."""
     db = PgConnection(url)
     try:
         if not db.execute(*q.schema_exists(schema_of(name))).fetchall():
@@ -110,10 +112,17 @@ def target_content(url: str, name: str) -> tuple[int, int] | None:
         if int(tables[0][0]) < 2:
             return None
         revision = int(db.execute(f'SELECT revision FROM "{schema}".meta WHERE id = 1').fetchall()[0][0])
-        files = int(db.execute(f'SELECT count(*) FROM "{schema}".files WHERE hash IS NOT NULL').fetchall()[0][0])
+        files, rows = _held(db, schema)
     finally:
         db.close()
-    return None if revision == 0 and files == 0 else (revision, files)
+    return None if revision == 0 and files == 0 and rows == 0 else (revision, files)
+
+
+def _held(db: PgConnection, schema: str) -> tuple[int, int]:
+    """(live files, rows of CARRIED_TABLES) in index schema `schema`: with revision 0, both 0 is an empty one."""
+    tables = " + ".join(f'(SELECT count(*) FROM "{schema}".{table})' for table in CARRIED_TABLES)
+    row = db.execute(f'SELECT (SELECT count(*) FROM "{schema}".files WHERE hash IS NOT NULL), {tables}').fetchall()
+    return int(row[0][0]), int(row[0][1])
 
 
 def copied(url: str, data_dir: Path, name: str) -> bool:
@@ -153,7 +162,8 @@ def write_index(url: str, source: SqliteIndex) -> Carried:
     """Copy `source` into its schema at `url` in one transaction, row by row from one snapshot of its state (no
     more than one file or row in memory at once); InvalidArgumentError when the schema holds anything
     already (checked under the index's revision lock, so a server writing meanwhile is noticed), EngineError when
-    a file changed since that snapshot (nothing is kept of the copy)."""
+    a file changed since that snapshot (nothing is kept of the copy). Holding anything includes a row of
+    CARRIED_TABLES: a copy never adds to (nor clears) what a server recorded there."""
     schema = schema_of(source.name)
     db = PgConnection(url, schema)
     mirror = Mirror(source.directory)
@@ -163,8 +173,8 @@ def write_index(url: str, source: SqliteIndex) -> Carried:
             state.execute("BEGIN")  # one snapshot of the SQLite state for every read below
             revision = int(state.execute(*mirror_queries.current_revision()).fetchall()[0][0])  # type: ignore[arg-type]
             held = int(db.execute(*q.lock_revision()).fetchall()[0][0])
-            files = int(db.execute("SELECT count(*) FROM files WHERE hash IS NOT NULL").fetchall()[0][0])
-            if held or files:
+            files, rows = _held(db, schema)
+            if held or files or rows:
                 raise InvalidArgumentError(not_empty(source.name, held, files))
             live = tombstones = 0
             for path, digest, size, lines, rev, by, at in state.execute(
@@ -210,8 +220,9 @@ def _carry(state: apsw.Connection, db: PgConnection, table: str) -> int:
 
 
 def not_empty(name: str, revision: int, files: int) -> str:
+    held = f"{files} file(s) at revision {revision}" if revision or files else "no file but records of its use"
     return (
-        f"index {name!r} already holds {files} file(s) at revision {revision} in the database (schema "
+        f"index {name!r} already holds {held} in the database (schema "
         f"{schema_of(name)}), not what the data folder holds: nothing was copied. An index copied by an earlier "
         "run is skipped only while the two match; to start again, drop that schema (DROP SCHEMA ... CASCADE) or "
         "use an empty database"

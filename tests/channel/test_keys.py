@@ -43,6 +43,16 @@ def test_a_comment_with_control_characters_or_too_long_is_refused(comment):
         PublicKey(raw, comment)
 
 
+def test_a_private_key_with_a_non_ascii_comment_is_refused_before_any_file_is_written(tmp_path):
+    with pytest.raises(KeyFileError, match="comment must be ASCII"):
+        PrivateKey.generate("José-server")
+    # a public line may hold one (it is UTF-8 wherever it is written)
+    assert PublicKey(PrivateKey(SEED).public.raw, "José-server").line().endswith(" José-server")
+    key = PrivateKey(SEED, "ascii-only")
+    write_private_key(tmp_path / "k" / "server.key", key)
+    assert read_private_key(tmp_path / "k" / "server.key").public.comment == "ascii-only"
+
+
 def test_the_fingerprint_is_sha256_of_the_raw_key_like_ssh():
     key = PrivateKey(SEED).public
     expected = "SHA256:" + base64.b64encode(hashlib.sha256(key.raw).digest()).decode().rstrip("=")

@@ -105,6 +105,58 @@ def test_keys_show_refuses_a_group_readable_or_symlinked_key(run, keys_dir, tmp_
     assert code == 2 and "symlink" in err
 
 
+def test_keys_init_with_a_non_ascii_comment_exits_2_and_writes_nothing(run, keys_dir):
+    code, out, err = run("keys", "init", "--comment", "José-server")
+    assert code == 2 and out == ""
+    assert err.startswith("memory-server: error: ") and "comment must be ASCII" in err and "Traceback" not in err
+    assert not (keys_dir / "server.key").exists() and not (keys_dir / "server.pub").exists()
+
+
+def test_keys_init_force_that_cannot_write_server_pub_keeps_the_old_identity_and_names_the_file(run, keys_dir):
+    run("keys", "init")
+    old_key = (keys_dir / "server.key").read_bytes()
+    (keys_dir / "server.pub").unlink()
+    (keys_dir / "server.pub").mkdir()  # anything that makes the .pub's write fail
+    code, _, err = run("keys", "init", "--force")
+    assert code == 2 and f"cannot write {keys_dir / 'server.pub'}: Is a directory" in err and ".tmp" not in err
+    assert (keys_dir / "server.key").read_bytes() == old_key
+
+
+def test_keys_init_force_that_cannot_write_the_key_puts_the_old_server_pub_back(run, keys_dir):
+    run("keys", "init")
+    old_pub = (keys_dir / "server.pub").read_bytes()
+    (keys_dir / "server.key").unlink()
+    (keys_dir / "server.key").mkdir()  # the private key's write fails after the .pub's
+    code, _, err = run("keys", "init", "--force")
+    assert code == 2 and f"cannot write {keys_dir / 'server.key'}" in err
+    assert (keys_dir / "server.pub").read_bytes() == old_pub and mode(keys_dir / "server.pub") == 0o644
+    assert sorted(p.name for p in keys_dir.iterdir()) == ["server.key", "server.pub"]  # no temporary file left
+
+
+def test_keys_show_refuses_a_keys_dir_others_may_write(run, keys_dir):
+    run("keys", "init")
+    os.chmod(keys_dir, 0o777)
+    code, out, err = run("keys", "show")
+    assert code == 2 and out == "" and "mode 0777 lets group or others replace files" in err
+
+
+def test_keys_show_does_not_wait_on_a_fifo_named_server_pub(run, keys_dir):
+    run("keys", "init")
+    (keys_dir / "server.pub").unlink()
+    os.mkfifo(keys_dir / "server.pub")
+    command = "import sys; from server.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    shown = subprocess.run(  # a real process: a blocking open would hang it, and the bound ends the test
+        [sys.executable, "-c", command, "--keys-dir", str(keys_dir), "keys", "show"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    key = read_private_key(keys_dir / "server.key")
+    assert shown.returncode == 0 and key.public.line() in shown.stdout
+    assert "server.pub does not match" in shown.stderr
+
+
 # callers ----------------------------------------------------------------------------------------------------
 
 

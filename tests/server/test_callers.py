@@ -98,7 +98,10 @@ def test_an_unquoted_dotted_name_is_explained():
 
 names = st.from_regex(NAME_PATTERN, fullmatch=True).filter(lambda name: ".." not in name)
 comments = st.text(st.characters(exclude_categories=("Cs", "Cc", "Cf")), max_size=30).map(str.strip)
-keys = st.builds(lambda seed, comment: PrivateKey(seed, comment).public, st.binary(min_size=32, max_size=32), comments)
+# A public line's comment may be any printable text; a private key's is ASCII (its key file is), so none is made here.
+keys = st.builds(
+    lambda seed, comment: PublicKey(PrivateKey(seed).public.raw, comment), st.binary(min_size=32, max_size=32), comments
+)
 entries = st.builds(
     CallerEntry,
     names,
@@ -291,6 +294,38 @@ def test_a_symlinked_callers_file_is_read_but_never_replaced(keys_dir, callers_p
     assert read_callers(callers_path)[0].get("bob") is not None
     with pytest.raises(CallersFileError, match="it is a symlink; edit the file it points to"):
         write_callers(callers_path, CallersConfig())
+
+
+@pytest.mark.parametrize("through_a_link_there", [False, True])
+def test_a_callers_file_reached_through_a_folder_others_may_write_is_refused(
+    keys_dir, callers_path, tmp_path, through_a_link_there
+):
+    """Another local user could rename a file (or a link to a folder of theirs) over what the keys folder points at."""
+    safe, shared = tmp_path / "safe", tmp_path / "shared"
+    safe.mkdir(mode=0o755)
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    text = render_callers(CallersConfig().add("bob", [BOB], {"team": "rw"}))
+    if through_a_link_there:  # keys/callers.toml -> shared/link -> safe/callers.toml: the real file is safe
+        (safe / "callers.toml").write_text(text)
+        (shared / "link").symlink_to(safe / "callers.toml")
+        callers_path.symlink_to(shared / "link")
+    else:
+        (shared / "callers.toml").write_text(text)
+        callers_path.symlink_to(shared / "callers.toml")
+    with pytest.raises(CallersFileError, match=f"refusing folder on the way to callers.toml {shared}: mode 0777"):
+        read_callers(callers_path)
+    directory = CallersFile(callers_path)
+    assert directory.lookup(BOB.x25519) is None and "chmod go-w" in (directory.error or "")
+
+
+def test_a_kubernetes_style_data_link_in_the_keys_folder_is_read(keys_dir, callers_path):
+    version = keys_dir / "..2024_05_01_09_30_00.1"
+    version.mkdir(mode=0o755)
+    (version / "callers.toml").write_text(render_callers(CallersConfig().add("bob", [BOB], {"team": "rw"})))
+    (keys_dir / "..data").symlink_to(version.name)
+    callers_path.symlink_to("..data/callers.toml")
+    assert read_callers(callers_path)[0].get("bob") is not None
 
 
 def test_a_failed_edit_leaves_the_file_untouched(callers_path):

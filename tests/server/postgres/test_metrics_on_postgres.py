@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from channel.keys import PrivateKey
 from server.index.engine_settings import EngineSettings
 from server.memory.caller import CallerContext
 from server.memory.service import MemoryService
 from server.observe.metrics_app import service_metrics
 from server.postgres.backend import PgBackend
+from server.postgres.callers import update_shared_callers
 from server.postgres.connection import PgConnection, schema_of
 from server.postgres.search_vectors import NEXT, create_space
 from tests.fakes.embedder import HashingEmbedder
@@ -104,3 +106,19 @@ def test_sqlite_files_left_in_the_data_folder_are_not_reported_as_the_databases_
     assert (tmp_path / "one" / "indexes" / "alice-notes" / "index.sqlite3").is_file()
     assert set(page["memory_index_chunks"]) == {(("index", "team"),)}
     assert set(page["memory_index_database_bytes"]) == {(("index", "team"), ("database", "schema"))}
+
+
+def test_an_index_named_past_57_characters_is_shown_under_its_name_to_the_callers_granted_it_and_the_scraper(
+    servers: Start, postgres_url: str, tmp_path: Path
+):
+    long = "team-" + "design-notes-" * 4 + "archive"  # 64 characters: its schema holds its start and a digest
+    one = servers("one", HashingEmbedder())
+    one.write(CallerContext("alice", "SHA256:alice", {long: "rw"}, long, "rw"), "Standup at nine.", path="memory/a.md")
+    key = PrivateKey.generate().public
+    update_shared_callers(
+        postgres_url, tmp_path / "callers.toml", lambda config: config.add("alice", [key], {long: "rw"})
+    )
+
+    label = (("index", long),)
+    assert set(scrape(one, {long}.__contains__)["memory_index_chunks"]) == {label}  # the inner /metrics' filter
+    assert set(scrape(one)["memory_index_chunks"]) == {label}

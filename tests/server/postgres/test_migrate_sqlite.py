@@ -141,6 +141,36 @@ def test_a_rerun_after_a_failed_index_skips_the_indexes_already_copied_and_copie
     assert migrate(data_dir) == 0  # a finished migration run again changes nothing
 
 
+def test_a_finished_migration_of_an_index_a_laptop_pulled_but_with_no_file_yet_is_skipped_when_run_again(
+    tmp_path: Path, database: str, opened: dict[str, PgFileStore], capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "fresh"
+    empty = Mirror(data / "indexes" / "team", clock=lambda: NOW)
+    empty.record_sync("alice-laptop", "pull", 0)  # a laptop's first pull: revision 0, no file, a caller's sync
+    empty.close()
+    assert migrate(data) == 0
+    capsys.readouterr()
+
+    assert migrate(data) == 0  # a finished migration run again changes nothing
+    assert "team: already in the database (revision 0, 0 files); skipped" in capsys.readouterr().out
+    team = opened["team"] = PgFileStore(database, "team", tmp_path / "replica" / "files")
+    assert team.revision() == 0 and [(c.caller, c.pulled_revision) for c in team.sync_callers()] == [
+        ("alice-laptop", 0)
+    ]
+
+
+def test_a_target_holding_only_a_servers_sync_records_is_refused_and_keeps_them(
+    data_dir: Path, database: str, opened: dict[str, PgFileStore], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    team = opened["team"] = PgFileStore(database, "team", tmp_path / "replica" / "files")
+    team.record_sync("carol-laptop", "pull", 0)  # a replica served the still empty index before the migration
+
+    assert migrate(data_dir, "--index", "team") == 2
+    err = capsys.readouterr().err
+    assert "index 'team' already holds no file but records of its use" in err and "nothing was copied" in err
+    assert team.revision() == 0 and [c.caller for c in team.sync_callers()] == ["carol-laptop"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
