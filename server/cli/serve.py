@@ -9,18 +9,21 @@ config file alone. With `MEMORY_METRICS_PORT`, Prometheus metrics are also serve
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import shlex
 import socket
+import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from channel.errors import ChannelError
 from channel.keys import PrivateKey, read_private_key
 from server.callers.config import CALLERS_FILE, CallersFileError
-from server.callers.file import CallersFile, prepare_keys_dir
+from server.callers.file import CallersFile, prepare_keys_dir, read_callers
 from server.cli import admin as admin_cli
 from server.cli.http_guard import (
     ACCEPT_BATCH,
@@ -214,12 +217,49 @@ def print_callers_hint(keys_option: str, out: TextIO) -> None:
 
 
 def prepare_data_dir(path: Path) -> None:
-    """Create the data directory (mode 0700: it holds every index's memory files) when missing."""
+    """The data directory, mode 0700 (it holds every index's memory files): created when missing, tightened when
+    group or others may enter it, refused (with the command that fixes it) when this server cannot write it, or
+    when others may write it and this server cannot change that. One shared through a group the server cannot
+    tighten (Kubernetes' `fsGroup` volumes: root's, group-writable) is served with a warning. Refused now rather
+    than at the first write, which would fail for a caller with no clue."""
     if not path.exists():
         path.mkdir(mode=0o700, parents=True)
         os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
     elif not path.is_dir():
         raise InvalidArgumentError(f"the data directory {path} is not a directory")
+    _check_writable(path)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        try:  # its owner may (or root); the files inside are then reachable only through it
+            os.chmod(path, mode & ~0o077)
+        except OSError:
+            if mode & 0o002:
+                raise InvalidArgumentError(
+                    f"refusing the data directory {path}: mode {mode:04o} lets others replace the memory files in "
+                    f"it, and this server (uid {os.geteuid()}) cannot change that; run: chmod 700 {path}"
+                ) from None
+            log.warning(
+                "the data directory %s is mode %04o, open to group or others, and this server (uid %d) cannot change "
+                "that; if no group is meant to share it, run: chmod 700 %s",
+                path, mode, os.geteuid(), path,
+            )  # fmt: skip
+            return
+        log.warning("the data directory %s was mode %04o, open to group or others; now %04o", path, mode, mode & ~0o077)
+
+
+def _check_writable(path: Path) -> None:
+    """Create and remove a file in `path`: the one test that also catches a read-only mount (and that root, whom
+    `os.access` always answers yes, fails as anyone else does)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        uid, gid = os.geteuid(), os.getegid()
+        fix = "mount it read-write" if exc.errno == errno.EROFS else f"run: chown -R {uid}:{gid} {path}"
+        raise InvalidArgumentError(
+            f"the data directory {path} is not writable by this server (uid {uid}): {exc.strerror}; {fix}"
+        ) from None
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -260,8 +300,14 @@ def channel_state(
     settings: Settings, keys_dir: Path, key: PrivateKey
 ) -> tuple[CallersFile | SharedCallers, SessionStore | None]:
     """Who may connect and where sessions live: `callers.toml` and this process's memory, or with
-    `MEMORY_DATABASE_URL` both in PostgreSQL, shared by every replica (the file imported on the first start)."""
+    `MEMORY_DATABASE_URL` both in PostgreSQL, shared by every replica (the file imported on the first start). A
+    file that is unsafe or does not parse stops the start in both cases (with PostgreSQL only when it is read: into
+    an empty database)."""
     if settings.database_url is None:
+        try:  # read strictly once here; while running, a broken edit keeps the last good version (CallersFile)
+            read_callers(keys_dir / CALLERS_FILE)
+        except CallersFileError as exc:
+            raise InvalidArgumentError(str(exc)) from None
         return CallersFile(keys_dir / CALLERS_FILE), None
     import time
 

@@ -85,7 +85,8 @@ class MemoryIndex:
         if not (directory / "index.json").is_file():
             if not create:
                 raise UnknownIndexError(f"there is no index named {name!r}")
-            directory.mkdir(parents=True, exist_ok=True)
+            for folder in (data_dir, directory.parent, directory):  # those missing made 0700: they hold memory text
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_info(directory, {"root": None, "created_at": time.time()})
         return cls(name, directory, embedder, settings or EngineSettings())
 

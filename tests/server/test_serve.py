@@ -6,11 +6,13 @@ import logging
 import os
 import queue
 import re
+import shutil
 import signal
 import stat
 import subprocess
+import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import MappingProxyType
@@ -20,7 +22,7 @@ import numpy as np
 import pytest
 
 from server.cli.main import main
-from server.cli.serve import bind, check_local_model, is_loopback
+from server.cli.serve import bind, check_local_model, is_loopback, prepare_data_dir
 from server.index.errors import EmbeddingError, InvalidArgumentError
 from server.settings import Settings
 from tests.conftest import REPO
@@ -33,10 +35,10 @@ LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 
 @contextmanager
 def running(
-    tmp_path: Path, *args: str, env: Mapping[str, str] = MappingProxyType({})
+    tmp_path: Path, *args: str, env: Mapping[str, str] = MappingProxyType({}), prefix: Sequence[str] = ()
 ) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str], list[str]]]:
     """`memory-server serve` as a real process (keyword-only: no model to load); stdout lines in a queue. `env`
-    adds to or overrides its environment."""
+    adds to or overrides its environment; `prefix` comes before the command (`bound_by_file_modes`)."""
     env = {
         **os.environ,
         "MEMORY_EMBEDDING_PROVIDERS": "none",
@@ -47,7 +49,7 @@ def running(
         **env,
     }
     env.pop("MEMORY_HOST", None)
-    command = [str(REPO / ".venv" / "bin" / "memory-server"), "serve", "--port", "0", *args]
+    command = [*prefix, str(REPO / ".venv" / "bin" / "memory-server"), "serve", "--port", "0", *args]
     log = (tmp_path / "stderr.log").open("a")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
@@ -79,6 +81,35 @@ def until_listening(lines: queue.Queue[str], seen: list[str]) -> str:
         found = LISTENING.search(line)
         if found:
             return found.group(1)
+
+
+def until_exit(lines: queue.Queue[str], seen: list[str]) -> str:
+    """Everything the server printed before it exited; it must not have started listening."""
+    while True:
+        line = lines.get(timeout=WAIT)
+        seen.append(line)
+        assert not LISTENING.search(line), "the server started:\n" + "".join(seen)
+        if not line:
+            return "".join(seen)
+
+
+def refused_start(tmp_path: Path, prefix: Sequence[str] = ()) -> str:
+    """Start `serve`, expect exit code 2 before it listens; what it wrote on stderr."""
+    with running(tmp_path, prefix=prefix) as (process, lines, seen):
+        until_exit(lines, seen)
+        assert process.wait(WAIT) == 2
+    return (tmp_path / "stderr.log").read_text()
+
+
+def bound_by_file_modes() -> list[str]:
+    """A command prefix under which the server obeys file modes: root keeps its uid (the venv may live where only
+    root may enter) but loses every capability, as the image's `cap_drop: ALL` does; anyone else runs as is."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root needs setpriv (util-linux) to drop the capabilities that ignore file modes")
+    return [setpriv, "--bounding-set=-all"]
 
 
 def test_the_first_run_creates_keys_and_data_prints_what_to_do_and_stops_cleanly(tmp_path):
@@ -168,3 +199,92 @@ def test_a_local_model_failing_its_reference_sentences_at_start_is_warned_of_not
     (record,) = caplog.records
     said = "the local model did not embed its reference sentences: the model failed: RuntimeError"
     assert record.getMessage() == said
+
+
+def test_a_data_folder_the_server_cannot_write_stops_the_start_with_the_command_that_fixes_it(tmp_path):
+    prefix = bound_by_file_modes()
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o500)  # as a bind mount another user owns, or a read-only one, is to the server
+    err = refused_start(tmp_path, prefix)
+    uid, gid = os.geteuid(), os.getegid()
+    assert f"the data directory {data} is not writable by this server (uid {uid}): Permission denied" in err
+    assert f"run: chown -R {uid}:{gid} {data}" in err
+    assert not list(data.iterdir()) and not (tmp_path / "keys").exists()  # refused before anything was written
+
+
+def test_a_callers_file_others_may_change_or_that_does_not_parse_stops_the_start(tmp_path):
+    keys = tmp_path / "keys"
+    assert main(["--keys-dir", str(keys), "keys", "init"]) == 0
+    line = (keys / "server.pub").read_text().split()
+    device = f"{line[0]} {line[1]} laptop"
+    assert main(["--keys-dir", str(keys), "callers", "add", "alice", "--key", device, "--grant", "alice=rw"]) == 0
+    callers = keys / "callers.toml"
+    callers.chmod(0o664)
+    err = refused_start(tmp_path)
+    assert (
+        f"refusing {callers}: mode 0664 lets group or others change who may connect; run: chmod go-w {callers}" in err
+    )
+
+    callers.chmod(0o644)
+    callers.write_text("[callers.alice\nkeys = [")
+    assert f"{callers}: not valid TOML" in refused_start(tmp_path)
+
+
+def test_an_existing_data_folder_others_may_enter_is_made_0700_at_start(tmp_path, caplog):
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o755)  # as `memory-server index` made it before, with a umask of 022
+    with caplog.at_level(logging.WARNING, logger="server.cli.serve"):
+        prepare_data_dir(data)
+        prepare_data_dir(data)
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    said = f"the data directory {data} was mode 0755, open to group or others; now 0700"
+    assert [record.getMessage() for record in caplog.records] == [said]  # once: the second start finds it 0700
+
+
+def test_a_data_folder_others_may_enter_that_the_server_may_not_tighten_stops_the_start(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving the folder to another user needs root")
+    prefix = bound_by_file_modes()
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o777)  # writable by the server, but another user's to change
+    os.chown(data, 10001, 10001)
+    err = refused_start(tmp_path, prefix)
+    assert f"refusing the data directory {data}: mode 0777 lets others replace the memory files in it" in err
+    assert f"run: chmod 700 {data}" in err
+    assert stat.S_IMODE(data.stat().st_mode) == 0o777
+
+
+def test_a_data_folder_shared_through_a_group_the_server_may_not_tighten_is_served_with_a_warning(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving the folder to another user needs root")
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chown(data, 10001, os.getegid())  # as a Kubernetes fsGroup volume: another user's, the server's group writes
+    data.chmod(0o2775)
+    check = "import logging, pathlib, sys; from server.cli.serve import prepare_data_dir; " \
+        "logging.basicConfig(); prepare_data_dir(pathlib.Path(sys.argv[1]))"  # fmt: skip
+    done = subprocess.run(
+        [*bound_by_file_modes(), sys.executable, "-c", check, str(data)],
+        capture_output=True, text=True, timeout=WAIT, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"the data directory {data} is mode 2775, open to group or others" in done.stderr
+    assert stat.S_IMODE(data.stat().st_mode) == 0o2775
+
+
+def test_an_index_the_command_line_creates_is_in_folders_only_its_owner_may_enter(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMORY_EMBEDDING_PROVIDERS", "none")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "MEMORY.md").write_text("# Ops\n\nThe staging database is db-stg-04.\n")
+    data = tmp_path / "data"
+    umask = os.umask(0o022)
+    try:
+        assert main(["--data-dir", str(data), "index", str(project), "--index", "ops"]) == 0
+    finally:
+        os.umask(umask)
+    for folder in (data, data / "indexes", data / "indexes" / "ops"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
