@@ -5,7 +5,8 @@ Writing (`write_archive`): to a private temporary file (mode 0600) in the target
 the target, the folder fsynced: a writer killed at any moment leaves the old file or none, never half of one.
 Reading (`unpack_archive`): the archive is hostile until proven otherwise. Only regular-file members whose names
 match the layout (`member_kind`) are accepted; no name is ever used as given, links and devices are refused, a
-name may appear once, and every byte is counted and hashed against the manifest before anything is trusted.
+name may appear once, and every byte is counted and hashed against the manifest before anything is trusted. A
+header the tar reader cannot parse is damage like any other, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ import os
 import re
 import secrets
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from server.backup.manifest import FORMAT, FORMAT_VERSION, seal, unseal
-from server.errors import BackupError, DamagedArchiveError, InvalidArgumentError
+from server.errors import BackupError, DamagedArchiveError
 from server.index.naming import NAME_PATTERN
-from server.mirror.paths import normalise_mirror_path
+from syncproto.errors import PathRefused
+from syncproto.paths import is_session_file, normalise_mirror_path, synced_path_problem
 
 MANIFEST = "manifest.json"
 SETTINGS = "settings.toml"
@@ -34,6 +36,8 @@ INDEX_FILES = ("state.sqlite3", "index.sqlite3", "index.json")
 MAX_MANIFEST_BYTES = 64 << 20
 _BLOCK = 1 << 20
 _INDEX_MEMBER = re.compile(r"^indexes/([^/]+)/(.+)$")
+
+T = TypeVar("T")
 
 
 def member_kind(name: str) -> str | None:
@@ -54,12 +58,20 @@ def member_kind(name: str) -> str | None:
     if rest in INDEX_FILES:
         return "index"
     if rest.startswith("files/"):
-        path = rest.removeprefix("files/")
-        try:
-            return "file" if normalise_mirror_path(path) == path else None
-        except InvalidArgumentError:
-            return None
+        return "file" if is_mirror_file(rest.removeprefix("files/")) else None
     return None
+
+
+def is_mirror_file(path: str) -> bool:
+    """Whether `path` is a file a mirror may hold, in canonical form, by the path rules that do not depend on this
+    process's extra folders (the backed-up server's may differ): a session transcript, or a memory file in
+    `memory/` or in any folder that could be an extra one. Every segment passes the same checks either way."""
+    if is_session_file(path):
+        try:
+            return normalise_mirror_path(path) == path
+        except PathRefused:
+            return False
+    return synced_path_problem(path, any_extra_folder=True) is None
 
 
 @dataclass(frozen=True)
@@ -150,7 +162,7 @@ def unpack_archive(archive: Path, into: Path) -> dict[str, Any]:
     manifest_at = 0
     try:
         with _open_tar(archive) as (tar, handle):
-            for info in tar:
+            for info in _headers(tar):
                 name = info.name
                 if not info.isreg():
                     raise DamagedArchiveError(f"member {name!r} is not a regular file (a link or a device); refused")
@@ -195,8 +207,23 @@ def _open_tar(archive: Path) -> Iterator[tuple[tarfile.TarFile, IO[bytes]]]:
         handle = archive.open("rb")
     except FileNotFoundError:
         raise BackupError(f"no archive at {archive}") from None
-    with handle, tarfile.open(fileobj=handle, mode="r:") as tar:
+    with handle, _parsed(lambda: tarfile.open(fileobj=handle, mode="r:")) as tar:
         yield tar, handle
+
+
+def _headers(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    members = iter(tar)
+    while (info := _parsed(lambda: next(members, None))) is not None:
+        yield info
+
+
+def _parsed(read: Callable[[], T]) -> T:
+    """`read()` (opening the tar, or reading its next header), a header it cannot parse raised as the TarError it
+    is: tarfile raises ValueError (UnicodeDecodeError among them) for a malformed GNU sparse map or PAX field."""
+    try:
+        return read()
+    except ValueError as exc:
+        raise tarfile.HeaderError(f"a malformed header ({type(exc).__name__})") from None
 
 
 def _check_end(handle: IO[bytes], offset: int) -> None:

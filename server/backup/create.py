@@ -7,20 +7,15 @@ leaves the old target (or none) and this folder, which the next backup beside it
 
 from __future__ import annotations
 
-import glob
-import logging
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from server.backup.archive import Member, write_archive
 from server.backup.snapshot import IndexCopy, copy_extras, copy_index, copy_keys
+from server.backup.work import work_folder
 from server.errors import BackupError
 from server.index.naming import NAME_PATTERN
 from server.mirror.state import iso, utc_now
-
-log = logging.getLogger(__name__)
 
 WORK_SUFFIX = ".backup"
 
@@ -37,10 +32,7 @@ def take_backup(
         raise BackupError(f"{target} is a folder; name the archive file to write")
     if not target.parent.is_dir():
         raise BackupError(f"the folder {target.parent} does not exist")
-    remove_stale_work(target)
-    work = target.with_name(f".{target.name}.{os.getpid()}{WORK_SUFFIX}")
-    work.mkdir(mode=0o700)
-    try:
+    with work_folder(target.parent, f".{target.name}.", WORK_SUFFIX) as work:
         created_at = iso(utc_now())
         copies = [
             copy_index(directory, work / "indexes" / directory.name, work / "blobs")
@@ -56,8 +48,6 @@ def take_backup(
             "server_key": any(member.name == "keys/server.key" for member in members),
         }
         return write_archive(target, members, manifest, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _index_dirs(data_dir: Path) -> list[Path]:
@@ -74,28 +64,3 @@ def _index_dirs(data_dir: Path) -> list[Path]:
 
 def _summary(copied: IndexCopy) -> dict[str, int]:
     return {"revision": copied.revision, "files": copied.files}
-
-
-def remove_stale_work(target: Path) -> None:
-    """Remove the work folders of backups to `target` whose process is gone (killed mid-way)."""
-    prefix = f".{target.name}."
-    for entry in target.parent.glob(f"{glob.escape(prefix)}*{WORK_SUFFIX}"):
-        pid = entry.name.removeprefix(prefix).removesuffix(WORK_SUFFIX)
-        if not pid.isdigit() or entry.is_symlink() or not entry.is_dir() or _alive(int(pid)):
-            continue
-        log.info("backup: removing %s, left by a backup that was stopped", entry.name)
-        shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (killed, not yet reaped by its parent) is gone too
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True

@@ -3,7 +3,8 @@
 Both unpack the archive into a private staging folder first and check it whole: every member's sha256 and size
 against the manifest, `PRAGMA integrity_check` of every database, and that each index's files are exactly the
 live files its state records, with those hashes. Only then does a restore move the indexes into the data folder
-(one rename) and write the key files that are missing; a damaged or hostile archive writes nothing there.
+(one rename) and write the key files that are missing; a damaged or hostile archive writes nothing there, and
+neither does one whose databases a newer server wrote (their schema is past this server's migrations).
 """
 
 from __future__ import annotations
@@ -11,10 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +20,35 @@ import apsw
 
 from channel.files import atomic_write
 from server.backup.archive import KEY_FILES, SETTINGS, TIMESTAMPS, fsync_folder, unpack_archive
+from server.backup.snapshot import read_key_file
+from server.backup.work import remove_stale_work, work_folder
 from server.callers.config import CALLERS_FILE, FILE_MODE
 from server.callers.file import prepare_keys_dir
 from server.errors import BackupError, DamagedArchiveError
+from server.index.migrations import SCHEMA_VERSION as INDEX_SCHEMA
 from server.index.store import load_vec, vec_available
 from server.mirror import queries as q
+from server.mirror.state import MIGRATIONS as STATE_MIGRATIONS
 from server.mirror.state import state_of
 
 RESTORED_SETTINGS = "settings-from-backup.toml"
 KEY_MODES = {"server.key": 0o600, "server.pub": 0o644, CALLERS_FILE: FILE_MODE}
+RESTORE_PREFIX = ".restore-"  # the staging folder inside the data folder: .restore-<pid>
+VERIFY_SUFFIX = ".verify"  # beside the archive: .<archive>.<pid>.verify
+# The schema versions this server's migrations reach (`PRAGMA user_version`), per database of an index.
+KNOWN_SCHEMAS = {"state.sqlite3": len(STATE_MIGRATIONS), "index.sqlite3": INDEX_SCHEMA}
 
 
 def verify_archive(archive: Path) -> dict[str, Any]:
     """The manifest of `archive` once every check passed; DamagedArchiveError naming the first that failed."""
-    with _staging(_scratch_folder(archive.parent), f".{archive.name}.{os.getpid()}.verify") as staging:
+    with work_folder(_scratch_folder(archive.parent), f".{archive.name}.", VERIFY_SUFFIX) as staging:
         return check_unpacked(archive, staging)
 
 
 def restore_archive(archive: Path, data_dir: Path, keys_dir: Path) -> dict[str, Any]:
     """Restore `archive` into the empty (or missing) `data_dir` and the key files it holds into `keys_dir`."""
+    if data_dir.is_dir() and not data_dir.is_symlink():
+        remove_stale_work(data_dir, RESTORE_PREFIX)  # a killed restore's staging folder is no one's data
     refuse_non_empty(data_dir)
     created = not data_dir.exists()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -54,7 +62,7 @@ def restore_archive(archive: Path, data_dir: Path, keys_dir: Path) -> dict[str, 
 
 
 def _restore(archive: Path, data_dir: Path, keys_dir: Path) -> dict[str, Any]:
-    with _staging(data_dir, f".restore-{os.getpid()}") as staging:
+    with work_folder(data_dir, RESTORE_PREFIX) as staging:
         manifest = check_unpacked(archive, staging)
         keys, kept = _keys_to_write(staging / "keys", keys_dir)
         for name in manifest["indexes"]:
@@ -83,23 +91,13 @@ def refuse_non_empty(data_dir: Path) -> None:
         )
 
 
-@contextmanager
-def _staging(parent: Path, name: str) -> Iterator[Path]:
-    staging = parent / name
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(mode=0o700)
-    try:
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def _scratch_folder(preferred: Path) -> Path:
     return preferred if os.access(preferred, os.W_OK) else Path(tempfile.gettempdir())
 
 
 def check_unpacked(archive: Path, staging: Path) -> dict[str, Any]:
-    """Unpack `archive` into `staging` and check it whole (hashes, databases, files against state)."""
+    """Unpack `archive` into `staging` and check it whole (hashes, databases, files against state). BackupError for
+    databases of a schema newer than this server's."""
     manifest = unpack_archive(archive, staging)
     indexes = manifest["indexes"]  # its shape checked with the seal (`manifest.unseal`)
     found = {entry.name for entry in (staging / "indexes").iterdir()} if (staging / "indexes").is_dir() else set()
@@ -108,12 +106,31 @@ def check_unpacked(archive: Path, staging: Path) -> dict[str, Any]:
     hashes = {entry["name"]: entry["sha256"] for entry in manifest["members"]}
     for name in sorted(indexes):
         folder = staging / "indexes" / name
-        for database in ("state.sqlite3", "index.sqlite3"):
+        for database, known in KNOWN_SCHEMAS.items():
             if (folder / database).is_file():
+                refuse_newer(folder / database, f"{name}/{database}", known)
                 check_integrity(folder / database, f"{name}/{database}")
         if (folder / "state.sqlite3").is_file():
             _check_files_agree(folder / "state.sqlite3", name, hashes)
     return manifest
+
+
+def refuse_newer(path: Path, shown: str, known: int) -> None:
+    """BackupError when the database at `path` records more migrations than the `known` this server has: a newer
+    server took the archive, and this one could not open what it restored."""
+    try:
+        db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            version = int(db.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
+        finally:
+            db.close()
+    except apsw.Error:
+        raise DamagedArchiveError(f"{shown} cannot be opened") from None
+    if version > known:
+        raise BackupError(
+            f"{shown} was taken by a newer server (schema {version}; this one knows {known}): restore it with "
+            "that version; nothing was written"
+        )
 
 
 def check_integrity(path: Path, shown: str) -> None:
@@ -165,8 +182,8 @@ def _keys_to_write(staged: Path, keys_dir: Path) -> tuple[dict[str, bytes], list
         data = source.read_bytes()
         target = keys_dir / name
         if target.is_symlink() or target.exists():
-            if target.is_symlink() or not target.is_file() or target.read_bytes() != data:
-                if name == CALLERS_FILE and not target.is_symlink():
+            if not _holds(keys_dir, name, data):
+                if name == CALLERS_FILE:
                     kept.append(name)
                     continue
                 raise BackupError(
@@ -176,6 +193,15 @@ def _keys_to_write(staged: Path, keys_dir: Path) -> tuple[dict[str, bytes], list
             continue
         wanted[name] = data
     return wanted, kept
+
+
+def _holds(keys_dir: Path, name: str, data: bytes) -> bool:
+    """Whether the key file `name` in `keys_dir` holds `data`: `callers.toml` read as the server reads it (a link
+    from config management followed, its folder and mode checked), the key pair never through a link."""
+    if name == CALLERS_FILE:
+        return read_key_file(keys_dir, name) == data
+    target = keys_dir / name
+    return not target.is_symlink() and target.is_file() and target.read_bytes() == data
 
 
 def _point_at_files(staged: Path, final: Path) -> None:

@@ -9,7 +9,12 @@ file changed in between, the whole index is copied again (`ATTEMPTS`). So the fi
 construction. A file whose disk content still differs from a recorded state that did not move between two copies
 was changed behind the mirror (edited or removed by hand), not by a write in flight: its change is recorded as the
 server records one it finds on a read (`Mirror.read`, as by "(disk)"), and the next copy holds the disk's content.
-The search index (`index.sqlite3`) is copied the same way right after the state; where it differs from it (changes
+Before the first copy, every change made on disk behind the server (a file added, edited or removed by hand) is
+recorded the same way, as the server does when it lists the folder (`Mirror.reconcile_all`): a file the state has
+no row for yet would otherwise be in no copy at all.
+The search index is copied the same way right after the state: the database index.json names as live
+(`index-<n>.sqlite3` once a re-chunk swapped one in, else `index.sqlite3`), copied again if a swap came in between,
+and archived as `index.sqlite3` under an index.json that names no other. Where it differs from the state (changes
 in flight, indexed just after they were recorded), the restored server's freshness check on a search re-indexes
 those files.
 """
@@ -17,6 +22,7 @@ those files.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -25,11 +31,15 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import apsw
 
 from server.backup.archive import INDEX_FILES, KEY_FILES, SETTINGS, TIMESTAMPS, Member
+from server.callers.config import CALLERS_FILE
+from server.callers.file import read_checked as read_callers_file
 from server.errors import BackupError, InvalidArgumentError, MemoryServerError, UnsafePathError
+from server.index.rechunk import LIVE_DATABASE, present_database
 from server.index.store import BUSY_TIMEOUT_MS, load_vec, vec_available
 from server.mirror import queries as q
 from server.mirror.files import take_snapshot
@@ -42,6 +52,7 @@ log = logging.getLogger(__name__)
 ATTEMPTS = 5  # copies of one index's state before giving up on files that keep changing under it
 RETRY_PAUSE = 0.2  # seconds, times the attempt number
 _NO_CAP = 1 << 62  # a file is copied whatever its size: the mirror's cap is the server's business
+_DATABASE_KEYS = ("database", "next_database")  # index.json's names of a re-chunk's databases (server.index.rechunk)
 
 
 @dataclass
@@ -83,6 +94,8 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
     """A consistent copy of the index in `directory` under `work`, its files' contents in `blobs` (by sha256)."""
     name = directory.name
     blobs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if (directory / "state.sqlite3").is_file():
+        _record_disk_changes(directory, None)
     unmoved: set[FileState] = set()  # the states the last copy could not find the content of
     for attempt in range(1, ATTEMPTS + 1):
         shutil.rmtree(work, ignore_errors=True)
@@ -91,7 +104,7 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
         has_state = copy_database(directory / "state.sqlite3", work / "state.sqlite3")
         # At once: the server indexes a change right after recording it, so the two copies differ by the few
         # changes in flight (the restored server indexes those on its first search).
-        copy_database(directory / "index.sqlite3", work / "index.sqlite3", vec=True)
+        description = _copy_search_index(directory, work / "index.sqlite3")
         if has_state:
             changed = _copy_files(directory, work / "state.sqlite3", blobs, copied)
             if changed:
@@ -108,25 +121,69 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
                 time.sleep(RETRY_PAUSE * attempt)
                 continue
         break
-    description = read_regular(directory / "index.json")
     if description is not None:
-        (work / "index.json").write_bytes(description)
+        (work / "index.json").write_text(json.dumps(description), "utf-8")
     for part in INDEX_FILES:
         if (work / part).is_file():
             copied.members.append(Member(f"indexes/{name}/{part}", work / part))
     return copied
 
 
-def _record_disk_changes(directory: Path, paths: list[str]) -> None:
-    """Record what is on disk at `paths` in the index's live state, as the server does when it reads one. A failure
-    (the server writing that file at this very moment) is left to the next copy."""
+def _copy_search_index(directory: Path, target: Path) -> dict[str, Any] | None:
+    """Copy the search index's live database to `target`; the index's description (index.json) as archived: the
+    one the copy was named by, without its database names (the copy is the archive's `index.sqlite3`). None when
+    the index has no description."""
+    for _ in range(ATTEMPTS):
+        target.unlink(missing_ok=True)
+        info = _description(directory)
+        live = _live_database(info)
+        copy_database(directory / live, target, vec=True)
+        if _live_database(_description(directory)) == live:
+            if info is None:
+                return None
+            return {key: value for key, value in info.items() if key not in _DATABASE_KEYS}
+        log.info(
+            "backup: %s: a re-chunk swapped the search index in while it was copied; copying again", directory.name
+        )
+    raise BackupError(f"index {directory.name!r}: its search index was swapped during {ATTEMPTS} copies; try again")
+
+
+def _description(directory: Path) -> dict[str, Any] | None:
+    """The index's index.json, None when there is none. One that is not a JSON object names the newest database
+    in the folder, as the engine rewrites it (`present_database`)."""
+    data = read_regular(directory / "index.json")
+    if data is None:
+        return None
+    try:
+        info = json.loads(data)
+    except ValueError:  # not JSON, or not UTF-8
+        info = None
+    return info if isinstance(info, dict) else {"database": present_database(directory)}
+
+
+def _live_database(info: dict[str, Any] | None) -> str:
+    """The file name of the search index's live database that `info` names, as the engine reads it
+    (`MemoryIndex.db_path`): an `index-` name that is a plain file name, else `index.sqlite3`."""
+    name = (info or {}).get("database")
+    return name if isinstance(name, str) and name.startswith("index-") and "/" not in name else LIVE_DATABASE
+
+
+def _record_disk_changes(directory: Path, paths: list[str] | None) -> None:
+    """Record what is on disk at `paths` (None: in the whole folder) in the index's live state, as the server does
+    when it reads a file (or lists the folder). A failure (the server writing that file at this very moment) is
+    left to the next copy, or to the server's next listing."""
     try:
         mirror = Mirror(directory)
     except (MemoryServerError, apsw.Error) as exc:
         log.warning("backup: %s: cannot record changes made on disk (%s)", directory.name, exc)
         return
     try:
-        for path in paths:
+        if paths is None:
+            try:
+                mirror.reconcile_all()
+            except (MemoryServerError, apsw.Error) as exc:
+                log.warning("backup: %s: cannot record changes made on disk (%s)", directory.name, exc)
+        for path in paths or ():
             log.info("backup: %s: %s was changed on disk behind the server; recording it", directory.name, path)
             try:
                 mirror.read(path)  # records the disk's content (or its absence) first
@@ -197,6 +254,19 @@ def read_regular(path: Path, limit: int = 16 << 20) -> bytes | None:
     return data
 
 
+def read_key_file(keys_dir: Path, name: str) -> bytes | None:
+    """The bytes of the key file `name` in `keys_dir`, None when there is none. `callers.toml` is read as the
+    server reads it (a link from config management followed, the folders and the file's mode checked); the key
+    pair never through a link."""
+    if name != CALLERS_FILE:
+        return read_regular(keys_dir / name)
+    try:
+        found = read_callers_file(keys_dir / name)
+    except OSError as exc:
+        raise BackupError(f"cannot read {name}: {exc.strerror}") from None
+    return None if found is None else found[0]
+
+
 def copy_keys(keys_dir: Path, work: Path, *, server_key: bool) -> list[Member]:
     """The server's key pair (the private key only with `server_key`) and `callers.toml`, as they are now."""
     members = []
@@ -204,7 +274,7 @@ def copy_keys(keys_dir: Path, work: Path, *, server_key: bool) -> list[Member]:
     for name in KEY_FILES:
         if name == "server.key" and not server_key:
             continue
-        data = read_regular(keys_dir / name)
+        data = read_key_file(keys_dir, name)
         if data is None:
             continue
         fd = os.open(work / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)

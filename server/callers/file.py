@@ -52,7 +52,7 @@ def prepare_keys_dir(path: Path) -> None:
 def read_callers(path: Path) -> tuple[CallersConfig, Signature | None]:
     """The callers and the signature of the version read; no callers and None when the file is missing."""
     try:
-        found = _read_checked(path)
+        found = read_checked(path)
     except OSError as exc:
         raise CallersFileError(f"cannot read {path}: {exc.strerror}") from None
     if found is None:
@@ -66,7 +66,10 @@ def read_callers(path: Path) -> tuple[CallersConfig, Signature | None]:
         raise CallersFileError(f"{path}: {exc}") from None
 
 
-def _read_checked(path: Path) -> tuple[bytes, os.stat_result] | None:
+def read_checked(path: Path) -> tuple[bytes, os.stat_result] | None:
+    """The callers file's bytes and status as the server may trust them (None when there is none); also the backup's
+    reader, so an archive holds what the server would read. CallersFileError when the file or a folder deciding it
+    may be changed by group or others, or it is not a regular file, or too large."""
     if not path.parent.is_dir():
         return None
     _check_directory(path.parent)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import io
+import json
 import os
 import random
 import stat
@@ -13,6 +14,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import pytest
 
 from server.backup import archive as backup_archive
@@ -23,16 +25,21 @@ from server.backup.restore import restore_archive, verify_archive
 from server.cli import serve
 from server.cli.main import main
 from server.errors import BackupError, DamagedArchiveError
+from server.index.engine import MemoryIndex
+from server.index.engine_settings import EngineSettings
+from server.index.rechunk import CHUNKING_KEY
+from server.index.tuning import chunker_config, chunking_identity
 from server.memory.caller import CallerContext
 from server.memory.service import MemoryService
 from server.settings import VARIABLES, Settings
-from syncproto.paths import session_file_path
+from syncproto.paths import session_file_path, set_extra_folders
 from tests.fakes.embedder import HashingEmbedder
 
 ALICE = CallerContext("alice", "SHA256:alice", {"team": "rw"}, "team", "rw")
 SESSION = session_file_path("alice", dt.date(2026, 5, 1), "s1", 1)
 QUERIES = ("kestrel staging host", "blue-green deploys", "what did alice say in the session")
 CANARY = "sk-proj-canary0123456789abcdefABCDEF0123456789"
+SMALL = EngineSettings(chunker=chunker_config(64, 8))  # other chunking than the fixture's: a re-chunk
 
 
 @pytest.fixture
@@ -172,6 +179,124 @@ def test_a_transcript_changed_on_disk_behind_the_server_is_recorded_and_backed_u
     verify_archive(folder / "b.tar")
 
 
+def _rechunk(data_dir: Path) -> str:
+    """Cut the index again with other settings, as the server does after a chunk_tokens change; the live file."""
+    index = MemoryIndex.open(data_dir, "team", HashingEmbedder(), settings=SMALL)
+    try:
+        assert index.rechunker.run() is True
+        return index.db_path.name
+    finally:
+        index.close()
+
+
+def test_a_rechunked_index_is_restored_with_its_search_index_and_nothing_is_embedded_again(folder, tmp_path):
+    assert _rechunk(folder / "data").startswith("index-")  # the live search index is index-<n>.sqlite3 now
+    archive = _backup(folder)
+    restore_archive(archive, tmp_path / "r" / "data", tmp_path / "r" / "keys")
+
+    embedder = HashingEmbedder()
+    index = MemoryIndex.open(tmp_path / "r" / "data", "team", embedder, settings=SMALL)
+    try:
+        report = index.index()  # what the restored server's first search or sync runs
+        assert embedder.embedded == 0 and report.chunks_embedded == 0 and not index.needs_rebuild
+        assert index.db_path.name == "index.sqlite3"
+    finally:
+        index.close()
+    description = json.loads((tmp_path / "r" / "data" / "indexes" / "team" / "index.json").read_text("utf-8"))
+    assert "database" not in description and "next_database" not in description
+
+
+def test_a_search_index_swapped_in_by_a_rechunk_during_the_copy_is_copied_again(folder, tmp_path, monkeypatch):
+    copied: list[str] = []
+    copy = snapshot.copy_database
+
+    def copy_then_rechunk(source: Path, target: Path, *, vec: bool = False) -> bool:
+        done = copy(source, target, vec=vec)
+        copied.append(source.name)
+        if copied == ["state.sqlite3", "index.sqlite3"]:  # the swap comes right after the first copy of it
+            _rechunk(folder / "data")
+        return done
+
+    monkeypatch.setattr(snapshot, "copy_database", copy_then_rechunk)
+    archive = _backup(folder)
+
+    assert copied[-1].startswith("index-")
+    archived = tmp_path / "archived.sqlite3"
+    archived.write_bytes(_members(archive)["indexes/team/index.sqlite3"])
+    db = apsw.Connection(str(archived))
+    try:
+        marks = db.execute("SELECT value FROM meta WHERE key = ?", (CHUNKING_KEY,)).fetchall()
+    finally:
+        db.close()
+    assert marks == [(chunking_identity(SMALL.chunker),)]  # the re-chunked database, not the one it replaced
+
+
+@pytest.mark.parametrize("server", ["stopped", "serving"])
+def test_a_memory_file_put_on_the_servers_disk_but_not_yet_recorded_is_backed_up_and_restored(folder, tmp_path, server):
+    on_disk = folder / "data" / "indexes" / "team" / "files" / "memory" / "decisions.md"
+    on_disk.write_text("# Decisions\n\nWe chose PostgreSQL for billing.\n", "utf-8")
+    serving = MemoryService(folder / "data", HashingEmbedder(), rescan_interval=0.0) if server == "serving" else None
+    try:
+        manifest = take_backup(
+            folder / "data", folder / "keys", folder / "b.tar", settings="", server_key=True, server_version="t"
+        )
+        if serving is not None:  # the serving server reads the change the backup recorded as its own
+            assert serving.get(ALICE, "memory/decisions.md").updated_by == "(disk)"
+    finally:
+        if serving is not None:
+            serving.close()
+
+    assert manifest["indexes"]["team"] == {"revision": 15, "files": 14}
+    restore_archive(folder / "b.tar", tmp_path / "r" / "data", tmp_path / "r" / "keys")
+    restored = MemoryService(tmp_path / "r" / "data", HashingEmbedder(), rescan_interval=0.0)
+    try:
+        assert "We chose PostgreSQL for billing." in restored.get(ALICE, "memory/decisions.md").content
+    finally:
+        restored.close()
+
+
+def test_an_archive_of_a_server_with_extra_folders_is_backed_up_verified_and_restored_without_that_setting(
+    folder, tmp_path
+):
+    set_extra_folders(["notes"])  # the backed-up server's MEMORY_EXTRA_PATHS
+    try:
+        service = MemoryService(folder / "data", HashingEmbedder(), rescan_interval=0.0)
+        try:
+            service.write(ALICE, "# Deploys\n\nBlue-green.\n", path="notes/deploys.md", expected_hash="absent")
+        finally:
+            service.close()
+    finally:
+        set_extra_folders(())  # the backup, verify and restore run without it
+    archive = _backup(folder)
+
+    assert verify_archive(archive)["indexes"]["team"]["files"] == 14
+    restore_archive(archive, tmp_path / "r" / "data", tmp_path / "r" / "keys")
+    restored = tmp_path / "r" / "data" / "indexes" / "team" / "files" / "notes" / "deploys.md"
+    assert restored.read_text("utf-8") == "# Deploys\n\nBlue-green.\n"
+
+
+@pytest.mark.parametrize("database", ["state.sqlite3", "index.sqlite3"])
+def test_an_archive_a_newer_server_took_is_refused_by_verify_and_restore_before_anything_is_written(
+    folder, tmp_path, capsys, database
+):
+    members = _members(_backup(folder))
+    newer = tmp_path / "newer.sqlite3"
+    newer.write_bytes(members[f"indexes/team/{database}"])
+    db = apsw.Connection(str(newer))
+    db.execute("PRAGMA user_version = 99")  # a schema past every migration this server has
+    db.close()
+    members[f"indexes/team/{database}"] = newer.read_bytes()
+    forged = _rewritten(tmp_path / "newer.tar", members)
+    capsys.readouterr()
+
+    assert main(["backup", "--verify", str(forged)]) == 1
+    assert f"team/{database} was taken by a newer server (schema 99" in capsys.readouterr().err
+    target = tmp_path / "restored"
+    assert main(["--data-dir", str(target / "data"), "--keys-dir", str(target / "keys"), "restore", str(forged)]) == 1
+    assert "restore it with that version" in capsys.readouterr().err
+    assert not (target / "data").exists() and not (target / "keys").exists()
+
+
 def test_verify_passes_a_sound_archive_and_names_a_flipped_byte(folder, capsys):
     archive = _backup(folder)
     assert main(["backup", "--verify", str(archive)]) == 0
@@ -268,11 +393,17 @@ def _manifest(indexes: object) -> dict[str, object]:
     return {"created_at": "2026-05-01T00:00:00Z", "server_version": "forged", "indexes": indexes, "server_key": True}
 
 
-def _tar(target: Path, entries: list[tuple[str, bytes]], links: tuple[tuple[str, str, bytes], ...] = ()) -> Path:
-    with tarfile.open(target, "w") as tar:
-        for name, data in entries:
+def _tar(
+    target: Path,
+    entries: list[tuple[str, bytes]] | list[tuple[str, bytes, dict[str, str]]],
+    links: tuple[tuple[str, str, bytes], ...] = (),
+) -> Path:
+    """A tar of `entries` (name, data, and PAX header fields if any) and `links`, written as a forger would."""
+    with tarfile.open(target, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data, *pax in entries:
             info = tarfile.TarInfo(name)
             info.size = len(data)
+            info.pax_headers = pax[0] if pax else {}
             tar.addfile(info, io.BytesIO(data))
         for name, link, kind in links:
             info = tarfile.TarInfo(name)
@@ -288,6 +419,21 @@ HOSTILE = {
     "bad index name": [("indexes/../files/memory/a.md", b"x")],
     "duplicate": [("indexes/team/index.json", b"{}"), ("indexes/team/index.json", b"{}")],
     "file and folder": [("indexes/team/files/memory/a.md", b"x"), ("indexes/team/files/memory/a.md/b.md", b"y")],
+    "hidden folder as an extra one": [("indexes/team/files/.git/a.md", b"x")],
+    "device name as an extra folder": [("indexes/team/files/CON/a.md", b"x")],
+    "invisible character in a folder": [("indexes/team/files/no\u200btes/a.md", b"x")],
+    "not a transcript under sessions": [("indexes/team/files/sessions/alice/notes.md", b"x")],
+    "not in canonical form": [("indexes/team/files/notes//a.md", b"x")],
+    # Malformed GNU sparse maps, which tarfile reports as ValueError while reading the header.
+    "sparse 1.0 map without its newline": [
+        ("indexes/team/files/memory/a.md", b"x" * 512, {"GNU.sparse.major": "1", "GNU.sparse.minor": "0"})
+    ],
+    "sparse 1.0 map count not a number": [
+        ("indexes/team/files/memory/a.md", b"zz\n" + b"\0" * 509, {"GNU.sparse.major": "1", "GNU.sparse.minor": "0"})
+    ],
+    "sparse 0.1 map not numbers": [
+        ("indexes/team/files/memory/a.md", b"x" * 512, {"GNU.sparse.map": "a,b", "GNU.sparse.size": "10"})
+    ],
 }
 
 
@@ -394,6 +540,28 @@ def test_restore_keeps_a_newer_callers_file_and_says_so(folder, tmp_path):
     assert (folder / "keys" / "callers.toml").read_text("utf-8") == "# edited after the backup\n"
 
 
+def test_a_symlinked_callers_file_is_backed_up_and_an_identical_one_is_left_as_it_is_on_restore(folder, tmp_path):
+    managed = tmp_path / "managed"  # config management keeps the file elsewhere and links it in
+    managed.mkdir()
+    (managed / "callers.toml").write_text("# managed elsewhere\n", "utf-8")
+    (folder / "keys" / "callers.toml").symlink_to(managed / "callers.toml")
+    archive = _backup(folder)
+    assert _members(archive)["keys/callers.toml"] == b"# managed elsewhere\n"
+
+    manifest = restore_archive(archive, tmp_path / "r" / "data", folder / "keys")
+
+    assert manifest["keys_written"] == [] and manifest["keys_kept"] == []
+    assert (folder / "keys" / "callers.toml").is_symlink()
+
+
+def test_a_symlinked_server_key_is_still_refused_by_the_backup(folder, tmp_path):
+    moved = tmp_path / "server.key"
+    os.replace(folder / "keys" / "server.key", moved)
+    (folder / "keys" / "server.key").symlink_to(moved)
+    with pytest.raises(BackupError, match=r"server\.key"):
+        _backup(folder)
+
+
 def test_no_provider_key_or_key_file_reaches_the_archive(folder, tmp_path, monkeypatch, capsys):
     key_file = tmp_path / "voyage.key"
     key_file.write_text(CANARY, "utf-8")
@@ -418,6 +586,41 @@ def test_a_second_backup_removes_the_work_folder_a_killed_one_left(folder):
     (stale / "archive-1.tmp").write_bytes(b"half")
     _backup(folder)
     assert not stale.exists() and verify_archive(folder / "backup.tar")["indexes"]
+
+
+def test_a_restore_into_a_folder_holding_only_a_killed_restores_staging_folder_removes_it_and_restores(
+    folder, tmp_path
+):
+    archive = _backup(folder)
+    data = tmp_path / "new"
+    staging = data / f".restore-{_dead_pid()}" / "indexes" / "team" / "files" / "memory"
+    staging.mkdir(parents=True)
+    (staging / "h1.md").write_text("half\n", "utf-8")
+
+    manifest = restore_archive(archive, data, tmp_path / "keys")
+
+    assert manifest["indexes"]["team"]["files"] == 13
+    assert sorted(p.name for p in data.iterdir()) == ["indexes", "settings-from-backup.toml"]
+
+
+def test_a_restore_beside_the_staging_folder_of_a_restore_still_running_is_refused(folder, tmp_path):
+    archive = _backup(folder)
+    running = tmp_path / "new" / f".restore-{os.getppid()}"  # a live process's
+    running.mkdir(parents=True)
+    with pytest.raises(BackupError, match="not empty"):
+        restore_archive(archive, tmp_path / "new", tmp_path / "keys")
+    assert running.is_dir()
+
+
+def test_a_verify_removes_the_staging_folder_a_killed_verify_left_beside_the_archive(folder):
+    archive = _backup(folder)
+    stale = folder / f".{archive.name}.{_dead_pid()}.verify"
+    (stale / "keys").mkdir(parents=True)
+    (stale / "keys" / "server.key").write_bytes((folder / "keys" / "server.key").read_bytes())
+
+    verify_archive(archive)
+
+    assert sorted(p.name for p in folder.iterdir()) == ["backup.tar", "data", "keys"]
 
 
 def _dead_pid() -> int:
