@@ -57,8 +57,9 @@ USER 10001:10001
 WORKDIR /data
 VOLUME ["/data"]
 EXPOSE 8765
+# No proxy: Docker may set http_proxy in the container (from the client's proxies), and urllib would follow it.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8765/healthz', timeout=4).status != 200)"]
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.build_opener(urllib.request.ProxyHandler({})).open('http://127.0.0.1:8765/healthz', timeout=4).status != 200)"]
 STOPSIGNAL SIGTERM
 # Inside the container the server must listen on every interface; compose decides what the host publishes.
 ENTRYPOINT ["memory-server", "serve", "--host", "0.0.0.0"]

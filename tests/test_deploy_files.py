@@ -1,23 +1,40 @@
-"""The container files: hadolint and the compose-spec schema accept them, and the build context holds the packages
-pyproject.toml lists and none of the keys, data, settings or tests."""
+"""The container files: hadolint and the compose-spec schema accept them, the build context holds the packages
+pyproject.toml lists and none of the keys, data, settings or tests, compose.scale.yaml's replicas get what
+compose.yaml's server gets (and a database password of any characters, and addresses that survive a recreate), and
+the health checks reach the server whatever proxy the container's environment names."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import tomllib
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from docker.utils.build import exclude_paths
+from psycopg.conninfo import conninfo_to_dict
 from setuptools import find_packages
 
+from server.settings import url_parts
 from tests.conftest import REPO
+from tests.ports import free_port
 
 BIN = Path(sys.executable).parent
 NEVER_SENT = ("keys/", "backups/", "tests/", ".venv/", ".git/", ".data/", "bench/", "config/")
+CONFIG_VOLUME = "./config:/config:ro"  # commented out in the compose files; docs/deploy.md says to uncomment it
+# What breaks a password pasted into a URL: '/' (in about half of base64 random strings), '@', '%', '#', '?'.
+URL_BREAKING_PASSWORD = "q3Zr/Kx9@vT%2b#Lm?8Wd0Yb4+Hn6="
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,6 +45,32 @@ def shipped_packages() -> list[str]:
     """What pip installs into the image: the packages pyproject.toml's find-include lists."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
     return find_packages(str(REPO), include=config["tool"]["setuptools"]["packages"]["find"]["include"])
+
+
+def compose_file(name: str, *, uncommented: bool = False) -> dict[str, Any]:
+    """A compose file of the repository; `uncommented`: after the guide's step of uncommenting the config volume."""
+    text = (REPO / name).read_text()
+    if uncommented:
+        text = text.replace(f"# - {CONFIG_VOLUME}", f"- {CONFIG_VOLUME}")
+    loaded: dict[str, Any] = yaml.safe_load(text)
+    return loaded
+
+
+def replicas(scale: Mapping[str, Any]) -> list[str]:
+    return sorted(name for name in scale["services"] if name.startswith("memory-server-"))
+
+
+def interpolate(value: str, env: Mapping[str, str]) -> str:
+    """`value` as compose reads it: ${NAME}, ${NAME:-default} (unset or empty), ${NAME:?message} (set or fail)."""
+
+    def one(found: re.Match[str]) -> str:
+        name, operator, argument = found.group(1), found.group(2), found.group(3)
+        given = env.get(name, "")
+        if operator == ":?" and not given:
+            raise AssertionError(f"compose refuses to start: {argument}")
+        return given or (argument if operator == ":-" else "")
+
+    return re.sub(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", one, value)
 
 
 def build_context(root: Path) -> set[str]:
@@ -117,3 +160,137 @@ def test_the_balancer_is_round_robin_over_every_replica_and_passes_streams_throu
     assert directives["proxy_read_timeout"] == "1h"  # long-polls of 30 s, quiet MCP streams
     assert directives["client_max_body_size"] == "34m"
     assert "non_idempotent" not in directives["proxy_next_upstream"]  # a POST that reached a replica is never re-sent
+
+
+def test_each_replica_keeps_one_fixed_address_beside_the_database_and_the_balancer():
+    """nginx (deploy/nginx/nginx.conf) looks the replicas' names up once, when it starts: a replica compose recreates
+    (`up -d` after a build) must come back on the address it had. The other containers are given addresses from a
+    range apart from the replicas', and one .env variable moves the network and every address together."""
+    scale = compose_file("compose.scale.yaml")
+    services = scale["services"]
+    for env in ({}, {"SCALE_SUBNET": "10.213.40"}):
+        addresses, networks = {}, set()
+        for name in replicas(scale):
+            ((network, settings),) = services[name]["networks"].items()
+            addresses[name] = ipaddress.ip_address(interpolate(settings["ipv4_address"], env))
+            networks.add(network)
+        (network,) = networks
+        (pool,) = scale["networks"][network]["ipam"]["config"]
+        subnet = ipaddress.ip_network(interpolate(pool["subnet"], env))
+        dynamic = ipaddress.ip_network(interpolate(pool["ip_range"], env))
+        assert dynamic.subnet_of(subnet)  # type: ignore[arg-type]
+        assert len(set(addresses.values())) == len(addresses)
+        for name, address in addresses.items():
+            assert address in subnet and address not in dynamic, f"{name}: {address} in {subnet}, outside {dynamic}"
+        for other in ("db", "balancer"):
+            assert services[other]["networks"] == [network]
+    assert subnet == ipaddress.ip_network("10.213.40.0/24")
+
+
+def test_a_replica_is_given_the_provider_key_secrets_and_the_config_folder_compose_yaml_gives_its_server():
+    single_file = compose_file("compose.yaml", uncommented=True)
+    single = single_file["services"]["memory-server"]
+    scale = compose_file("compose.scale.yaml", uncommented=True)
+    assert CONFIG_VOLUME in single["volumes"]
+    assert scale["secrets"] == single_file["secrets"]  # the same .env variables name the same files
+    for name in replicas(scale):
+        replica = scale["services"][name]
+        missing = single["environment"].items() - replica["environment"].items()
+        assert not missing, f"{name} is not given {dict(missing)}"
+        assert replica["secrets"] == single["secrets"]
+        assert CONFIG_VOLUME in replica["volumes"], f"{name}: the guide's step leaves it without the config folder"
+    shipped = compose_file("compose.scale.yaml")["services"]  # commented out, as in compose.yaml
+    assert not [name for name in replicas(scale) if CONFIG_VOLUME in shipped[name]["volumes"]]
+
+
+def test_the_replicas_database_url_holds_no_password_and_one_of_any_characters_reaches_libpq_apart(tmp_path):
+    scale = compose_file("compose.scale.yaml")
+    env = {"POSTGRES_PASSWORD": URL_BREAKING_PASSWORD}
+    db = {key: interpolate(str(value), env) for key, value in scale["services"]["db"]["environment"].items()}
+    clean = {key: value for key, value in os.environ.items() if not key.startswith(("MEMORY_", "PG"))}
+    for name in replicas(scale):
+        template = scale["services"][name]["environment"]
+        _scheme, userinfo, _rest = url_parts(template["MEMORY_DATABASE_URL"])
+        assert userinfo is not None and "$" not in userinfo and ":" not in userinfo  # no password in the URL
+        given = {key: interpolate(str(value), env) for key, value in template.items()}
+        url = given["MEMORY_DATABASE_URL"]
+        wanted = {"user": db["POSTGRES_USER"], "host": "db", "port": "5432", "dbname": db["POSTGRES_DB"]}
+        assert conninfo_to_dict(url) == wanted
+        assert given["PGPASSWORD"] == db["POSTGRES_PASSWORD"] == URL_BREAKING_PASSWORD  # libpq reads PGPASSWORD
+    # and the server takes it as it is, without showing it: `memory-server config` with the replica's variables
+    settings = {"MEMORY_DATABASE_URL": url, "PGPASSWORD": given["PGPASSWORD"],
+                "MEMORY_DATA_DIR": str(tmp_path / "data"), "MEMORY_KEYS_DIR": str(tmp_path / "keys")}  # fmt: skip
+    shown = subprocess.run([str(BIN / "memory-server"), "config"], env={**clean, **settings},
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert URL_BREAKING_PASSWORD not in shown.stdout + shown.stderr
+    assert re.search(r"^database_url\s+postgresql://\S*db:5432/memory\s", shown.stdout, flags=re.M), shown.stdout
+
+
+def dockerfile_healthcheck() -> list[str]:
+    """The image's HEALTHCHECK command (the Dockerfile's exec form), without the CMD."""
+    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    found = re.search(r"^HEALTHCHECK .*? CMD (\[.*\])$", text, flags=re.M)
+    assert found, "the Dockerfile has an exec-form HEALTHCHECK"
+    command: list[str] = json.loads(found.group(1))
+    return command
+
+
+def balancer_healthcheck() -> list[str]:
+    test: list[str] = compose_file("compose.scale.yaml")["services"]["balancer"]["healthcheck"]["test"]
+    assert test[0] == "CMD"
+    return test[1:]
+
+
+@contextmanager
+def answering_http() -> Iterator[tuple[int, list[str]]]:
+    """An HTTP server on 127.0.0.1 answering 200 to every GET; yields its port and the paths it was asked for."""
+    asked: list[str] = []
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"ok\n")
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], asked
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.mark.parametrize("healthcheck", [dockerfile_healthcheck, balancer_healthcheck], ids=["server", "balancer"])
+def test_the_health_check_reaches_the_server_when_the_environment_names_a_proxy(healthcheck):
+    """Docker sets http_proxy / HTTP_PROXY in a container from the client's proxies: the check must not follow
+    them to 127.0.0.1. Its command as shipped, with a free port for 8765, against a live HTTP server."""
+    command = healthcheck()
+    if command[0] == "python":
+        command = [sys.executable, *command[1:]]
+    elif shutil.which(command[0]) is None:
+        pytest.skip(f"{command[0]} is not installed here")
+    proxy = f"http://127.0.0.1:{free_port()}"  # nothing listens: a check sent through it fails
+    env = {key: value for key, value in os.environ.items() if "proxy" not in key.lower()}
+    env.update(http_proxy=proxy, HTTP_PROXY=proxy)
+    with answering_http() as (port, asked):
+        argv = [word.replace(":8765/", f":{port}/") for word in command]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(asked) == 1 and asked[0].endswith("healthz")
+
+
+def test_the_image_and_both_compose_files_spell_the_servers_health_check_alike():
+    spelled = ["CMD", *dockerfile_healthcheck()]
+    assert compose_file("compose.yaml")["services"]["memory-server"]["healthcheck"]["test"] == spelled
+    scale = compose_file("compose.scale.yaml")
+    for name in replicas(scale):
+        assert scale["services"][name]["healthcheck"]["test"] == spelled

@@ -12,6 +12,7 @@ project name is its own, so it runs beside anything else on the engine; `down(vo
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shlex
@@ -65,6 +66,21 @@ def compose_command() -> tuple[str, ...]:
     if shutil.which("docker-compose"):
         return ("docker-compose",)
     raise DockerError("neither `docker compose` nor `docker-compose` is installed")
+
+
+def free_subnet() -> str:
+    """A /24 of 172.16.0.0/16 that no network of the engine overlaps, by its first three numbers: compose.scale.yaml's
+    SCALE_SUBNET, so that a test's scale deployment (whose replicas have fixed addresses) runs beside others."""
+    networks = run(["docker", "network", "ls", "--quiet"]).split()
+    listed = run(["docker", "network", "inspect", "--format", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", *networks])
+    subnets = [ipaddress.ip_network(subnet, strict=False) for subnet in listed.split()]
+    taken = [net for net in subnets if isinstance(net, ipaddress.IPv4Network)]
+    for step in range(256):
+        third = (os.getpid() + step) % 256  # concurrent runs start apart
+        candidate = ipaddress.IPv4Network(f"172.16.{third}.0/24")
+        if not any(candidate.overlaps(net) for net in taken):
+            return f"172.16.{third}"
+    raise DockerError("every /24 of 172.16.0.0/16 overlaps a network of the engine")
 
 
 def admin_command(folder: Path, image: str) -> list[str]:

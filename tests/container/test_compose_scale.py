@@ -2,7 +2,9 @@
 replicas, the shipped nginx configuration, and PostgreSQL with pgvector, with keys and callers set up as
 docs/deploy.md says; real `memory-proxy` processes on the host reach the replicas through the balancer's published
 port. PostgreSQL and nginx are stand-ins built here (tests/container/standins.py): no registry serves the images
-the file names. The tests of this module share one deployment and run in order."""
+the file names. The tests of this module share one deployment and run in order. Its database password holds the
+characters that break a URL, and its replicas' network is one no other network of the engine overlaps
+(SCALE_SUBNET in .env, as docs/deploy.md says for a clash)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 
 from server.postgres.connection import schema_of
 from tests.container.conftest import record
-from tests.container.deployment import Deployment
+from tests.container.deployment import Deployment, free_subnet
 from tests.container.standins import base_image, build_nginx, build_postgres, pgserver_package
 from tests.container.test_compose import written_on_a_found_on_b
 from tests.sync_support import Laptop
@@ -26,7 +28,9 @@ pytestmark = [pytest.mark.container, pytest.mark.anyio, pytest.mark.timeout(900)
 TEAM = "team"
 REPLICAS = ("memory-server-1", "memory-server-2")
 UP_WITHIN = 120.0  # PostgreSQL's first start, then two replicas loading the model on two cores
-PASSWORD = "scale-tier-3b9e61f0c4d8a2"
+# '/' (in about half of base64 random strings), '@' and '%' each broke the replicas' URL when it held the password.
+PASSWORD = "scale/tier@3b9e%61f0+c4d8a2"
+ADDRESS = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"  # docker inspect: a container's address
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +53,7 @@ class ScaleStack:
                 "POSTGRES_IMAGE": postgres,
                 "NGINX_IMAGE": nginx,
                 "MEMORY_LOG_LEVEL": "info",
+                "SCALE_SUBNET": free_subnet(),
             },
             compose_file="compose.scale.yaml",
             carried=("deploy/nginx/nginx.conf", "deploy/nginx/proxy.conf"),
@@ -123,6 +128,30 @@ async def test_with_one_replica_stopped_the_laptops_carry_on_through_the_other(s
     finally:
         stack.deployment.compose("start", REPLICAS[0])
     await stack.deployment.wait_healthy(UP_WITHIN, REPLICAS[0])
+
+
+async def test_replicas_recreated_by_up_keep_their_addresses_and_the_balancer_left_running_reaches_both(stack):
+    # An upgrade: `up -d` after a build recreates the replicas and leaves nginx running, with the addresses it
+    # looked their names up to when it started.
+    deployment = stack.deployment
+    before = {replica: deployment.inspect(ADDRESS, replica) for replica in REPLICAS}
+    balancer = deployment.container("balancer")
+    deployment.compose("up", "--detach", "--no-build", "--no-deps", "--force-recreate", *REPLICAS)
+    for replica in REPLICAS:
+        await deployment.wait_healthy(UP_WITHIN, replica)
+    assert deployment.container("balancer") == balancer, "compose left the balancer as it was"
+    assert {replica: deployment.inspect(ADDRESS, replica) for replica in REPLICAS} == before
+    await deployment.wait_answering(UP_WITHIN)
+    note = {"content": "The staging database is rebuilt from the nightly dump every Sunday.", "topic": "ops"}
+    async with stack.alice.running() as a:
+        await a.call_tool("memory_write", note)
+        with anyio.fail_after(60):
+            while "staging database" not in str(await a.call_tool("memory_search", {"query": "staging rebuild"})):
+                await anyio.sleep(0.5)
+        for _ in range(4):  # round-robin: the calls land on both recreated replicas
+            assert "staging database" in str(await a.call_tool("memory_search", {"query": "staging rebuild"}))
+    for replica in REPLICAS:  # the logs of the new containers only
+        assert served_by(stack, replica, "alice") > 0, f"nginx sent none of alice's requests to the new {replica}"
 
 
 def test_a_dump_taken_as_the_guide_says_holds_the_team_index(stack, tmp_path):
