@@ -14,20 +14,23 @@ import re
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePath
-from typing import Final
+from typing import BinaryIO, Final
 
 from client_proxy.errors import ProxyError
 from client_proxy.transcripts.lines import LineReader, Transcript
 from syncproto.content import NotRegularFile, open_regular
 
-MAX_TRANSCRIPT_BYTES: Final = 64 * 1024 * 1024
+# One line, its newline included (a tool result with an image runs to a few MiB). A longer line is skipped unread,
+# a chunk at a time, so a session goes on uploading however large its file grows.
+MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+_SKIP_CHUNK: Final = 1024 * 1024  # what skipping a longer line holds in memory at once
 # Claude Code cuts a munged folder name to 200 characters and appends a hash of the path we cannot recompute.
 _MAX_MUNGED_CHARS: Final = 200
 _LEGACY_SEPARATORS: Final = re.compile(r"[/.\\:]")  # older releases replaced only these
 
 
 class TranscriptError(ProxyError):
-    """A transcript file that cannot be read at all: missing, a symlink, not a regular file, or too large."""
+    """A transcript file that cannot be read at all: missing, a symlink or not a regular file."""
 
 
 def claude_home(environ: Mapping[str, str]) -> Path:
@@ -108,9 +111,10 @@ def is_empty(transcript: Transcript) -> bool:
     return not any(m.role in ("user", "assistant") and m.text for m in transcript.messages)
 
 
-def read_transcript(path: Path, *, max_bytes: int = MAX_TRANSCRIPT_BYTES) -> Transcript:
-    """Read the complete lines of one session file. A last line without its newline is still being written: it is
-    left for the next read, and `complete_bytes` stops before it."""
+def read_transcript(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Transcript:
+    """Read the complete lines of one session file; one longer than `max_line_bytes` is skipped and counted in
+    `bad_lines`. A last line without its newline is still being written: it is left for the next read, and
+    `complete_bytes` stops before it."""
     try:
         fd, info = open_regular(path)
     except NotRegularFile:
@@ -123,17 +127,33 @@ def read_transcript(path: Path, *, max_bytes: int = MAX_TRANSCRIPT_BYTES) -> Tra
     complete = lines = 0
     try:
         with os.fdopen(fd, "rb") as handle:
-            if info.st_size > max_bytes:
-                raise TranscriptError(f"{path} is {info.st_size} bytes, more than the {max_bytes} read at most")
             remaining = info.st_size  # what was there when we looked: a file still growing is read next time
             while remaining > 0:
-                raw = handle.readline(remaining)
-                if not raw.endswith(b"\n"):
+                raw = handle.readline(min(remaining, max_line_bytes))
+                if raw.endswith(b"\n"):
+                    length = len(raw)
+                    reader.feed(raw)
+                elif len(raw) == max_line_bytes < remaining and (skipped := _skip_line(handle, len(raw), remaining)):
+                    length = skipped
+                    reader.too_long()
+                else:  # the last line, not written to its end yet
                     break
-                remaining -= len(raw)
-                complete += len(raw)
+                remaining -= length
+                complete += length
                 lines += 1
-                reader.feed(raw)
     except OSError as exc:
         raise TranscriptError(f"cannot read {path}: {exc.strerror}") from exc
     return reader.finish(path.stem, complete_bytes=complete, line_count=lines)
+
+
+def _skip_line(handle: BinaryIO, read: int, remaining: int) -> int | None:
+    """The length of the line whose first `read` bytes were read, reading its rest a chunk at a time and keeping
+    none of it; None when the `remaining` bytes end before its newline (it is still being written)."""
+    while read < remaining:
+        chunk = handle.readline(min(remaining - read, _SKIP_CHUNK))
+        if not chunk:
+            return None
+        read += len(chunk)
+        if chunk.endswith(b"\n"):
+            return read
+    return None

@@ -122,6 +122,10 @@ class LineReader:
             return
         self._line(line)
 
+    def too_long(self) -> None:
+        """A line too long to read, skipped unread: counted in `bad_lines`."""
+        self.bad_lines += 1
+
     def _line(self, line: dict[str, Any]) -> None:
         for key in ("sessionId", "cwd", "gitBranch"):
             value = _text(line.get(key))
@@ -130,8 +134,7 @@ class LineReader:
         self.version = _text(line.get("version")) or self.version
         if isinstance(line.get("uuid"), str):
             self.seen.add(line["uuid"])
-        kind = line.get("type")
-        kind = kind if isinstance(kind, str) else "(no type)"
+        kind = _type(line)
         if kind in ("user", "assistant"):
             self._envelope(kind, line)
         elif kind == "system" and line.get("subtype") == "local_command":
@@ -180,7 +183,7 @@ class LineReader:
         texts: list[str] = []
         results = 0
         for block in blocks:
-            kind = block.get("type")
+            kind = _type(block)
             if kind == "text":
                 texts.append(_text(block.get("text")) or "")
             elif kind == "tool_result":
@@ -190,7 +193,7 @@ class LineReader:
             elif kind == "image":
                 texts.append("[image]")
             else:
-                self.unknown_blocks[str(kind)] += 1
+                self.unknown_blocks[kind] += 1
         text = _clean_text("\n\n".join(texts))
         if text:
             self._user_text(text, time)
@@ -214,14 +217,14 @@ class LineReader:
         texts: list[str] = []
         tools: list[tuple[str | None, ToolCall]] = []
         for block in blocks:
-            kind = block.get("type")
+            kind = _type(block)
             if kind == "text":
                 texts.append(_text(block.get("text")) or "")
             elif kind in _TOOL_BLOCKS:
                 name = _one_line(_text(block.get("name")) or "?")
                 tools.append((_text(block.get("id")), ToolCall(name, _target(block.get("input"), cwd))))
             elif kind not in _THINKING_BLOCKS:
-                self.unknown_blocks[str(kind)] += 1
+                self.unknown_blocks[kind] += 1
         text = _clean_text("\n\n".join(texts))
         last = self.drafts[-1] if self.drafts else None
         if last is not None and last.role == "assistant" and api_id is not None and last.api_id == api_id:
@@ -231,7 +234,7 @@ class LineReader:
         elif text or tools:
             draft = self._add("assistant", time, text, api_id)
         else:
-            thought = blocks and all(block.get("type") in _THINKING_BLOCKS for block in blocks)
+            thought = blocks and all(_type(block) in _THINKING_BLOCKS for block in blocks)
             self._skip("thinking" if thought else "empty")
             return
         for tool_id, call in tools:
@@ -277,6 +280,12 @@ class LineReader:
             unknown_lines=dict(self.unknown),
             unknown_blocks=dict(self.unknown_blocks),
         )
+
+
+def _type(item: dict[str, Any]) -> str:
+    """A line's or a block's `type`; any other JSON value there (a list is unhashable) counts as no type."""
+    kind = item.get("type")
+    return kind if isinstance(kind, str) else "(no type)"
 
 
 def _blocks(content: object) -> list[dict[str, Any]]:

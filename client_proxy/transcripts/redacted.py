@@ -15,7 +15,8 @@ from redaction import redact
 
 
 def redact_transcript(transcript: Transcript) -> tuple[Transcript, dict[str, int]]:
-    """`transcript` with its title, folder, branch, message texts and tool calls redacted, and the counts per kind."""
+    """`transcript` with its id, title, folder, branch, message texts and tool calls redacted, and the counts per
+    kind. (The id is shown, and stands in for a missing title; the server's file name is made of it apart.)"""
     counts: Counter[str] = Counter()
 
     def clean(text: str) -> str:
@@ -36,6 +37,7 @@ def redact_transcript(transcript: Transcript) -> tuple[Transcript, dict[str, int
     )
     redacted = replace(
         transcript,
+        session_id=clean(transcript.session_id),
         title=optional(transcript.title),
         cwd=optional(transcript.cwd),
         git_branch=optional(transcript.git_branch),

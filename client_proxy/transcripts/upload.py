@@ -5,13 +5,18 @@ When: a pass every `POLL` seconds looks at each session file's size (cheap). A s
 grown by `RESEND_BYTES`, or by `RESEND_LINES` complete lines (`transcripts_delta_bytes` and `_lines` in
 client_proxy.tuning), since its last upload; or when it has been quiet for
 `QUIET` seconds with anything not yet sent (a finished session's final state); and once more at shutdown, within
-`FLUSH_GRACE`. The pass at start catches up sessions that ran while the proxy did not. Of a session's parts only
-those whose text changed are sent. Nothing unredacted ever leaves: `redaction.redact` runs on each piece of the
-session whole (before rendering cuts a long message or command short) and again on the whole rendered text
-before it is split.
+`FLUSH_GRACE`. A file unchanged since it was last read through is not read again. The pass at start catches up
+sessions that ran while the proxy did not. Of a session's parts only those whose text changed are sent, in as
+many requests as the server's body cap needs (`client_proxy.transcripts.batches`). A session goes up under its
+file's name (Claude Code names a file after its session id, and copies of a session keep the id inside), and a
+file that cannot be read is set aside until it grows, so the others still go. Nothing unredacted ever leaves:
+`redaction.redact` runs on each piece of the session whole (before rendering cuts a long message or command short)
+and again on the whole rendered text before it is split.
 
 State (`<state home>/<digest>.transcripts.json`, beside the file sync's): per session file, the bytes covered by
-the last upload and each part's hash. A lost or corrupt state costs one re-upload, nothing else.
+the last upload, each part's hash and the day it went up under (so a session without times of its own, dated by
+its file, keeps its first day as it grows; files of older versions have none). A lost or corrupt state costs one
+re-upload, nothing else.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import json
 import logging
 import os
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Final
 
@@ -35,6 +41,7 @@ from channel.files import atomic_write
 from client_proxy.sync.api import EXPECTED_FAILURES, SyncApi, SyncRefusedError, describe_failure
 from client_proxy.sync.retry import Retry
 from client_proxy.sync.state import state_path, utc_stamp
+from client_proxy.transcripts.batches import upload_batches
 from client_proxy.transcripts.files import (
     TranscriptError,
     belongs_to,
@@ -56,7 +63,6 @@ RESEND_BYTES: Final = 64 * 1024  # growth of a session file that is worth an upl
 RESEND_LINES: Final = 40  # or this many new complete lines (about twenty exchanges)
 QUIET: Final = 60.0  # seconds without growth after which whatever is unsent goes (the session's final state)
 FLUSH_GRACE: Final = 10.0  # seconds the last pass may take when the proxy stops
-PARTS_PER_REQUEST: Final = 16  # the server's limit
 MAX_STATE_BYTES: Final = 16 * 1024 * 1024
 
 
@@ -69,6 +75,7 @@ class SentSession:
     skipped: str | None = None  # why it is not uploaded ("empty", "another project"), until it grows
     uploaded_at: str | None = None
     redacted: int = 0
+    day: str | None = None  # the day the server files it under, kept as the session grows (None: not sent yet)
 
 
 class TranscriptState:
@@ -91,6 +98,7 @@ class TranscriptState:
                     skipped=entry.get("skipped"),
                     uploaded_at=entry.get("uploaded_at"),
                     redacted=int(entry.get("redacted", 0)),
+                    day=_day(entry.get("day")),
                 )
                 for path, entry in document["sessions"].items()
             }
@@ -131,6 +139,8 @@ class TranscriptUploader:
         self.delta_bytes, self.delta_lines = delta_bytes, delta_lines
         self._retry = Retry()
         self.stopped = False  # set when the server refuses this device for good (no write access)
+        # (size, mtime) of each session file when last read through: reading it again unchanged finds nothing new.
+        self._read_through: dict[str, tuple[int, int]] = {}
 
     async def run(self) -> None:
         await anyio.to_thread.run_sync(self.state.load)
@@ -178,12 +188,15 @@ class TranscriptUploader:
             self._retry.succeeded()
         return True
 
-    def _set_aside(self, path: Path, why: str) -> None:
-        try:
-            size = os.stat(path, follow_symlinks=False).st_size
-        except OSError:
-            return
-        self.state.sessions[str(path)] = SentSession(size, [], why)
+    def _set_aside(self, path: Path, why: str, covered: int | None = None) -> None:
+        """Not uploaded until it grows past `covered` (by default, its size now); the day it went up under stays."""
+        if covered is None:
+            try:
+                covered = os.stat(path, follow_symlinks=False).st_size
+            except OSError:
+                return
+        previous = self.state.sessions.get(str(path))
+        self.state.sessions[str(path)] = SentSession(covered, [], why, day=previous.day if previous else None)
         self.state.save()
 
     def _due(self, path: Path, flush: bool) -> bool:
@@ -192,6 +205,8 @@ class TranscriptUploader:
             info = os.stat(path, follow_symlinks=False)
         except OSError:
             return False
+        if self._read_through.get(str(path)) == (info.st_size, info.st_mtime_ns):
+            return False  # e.g. a long last line never finished: re-reading the whole session would find no more
         sent = self.state.sessions.get(str(path))
         covered = sent.covered if sent is not None else 0
         if info.st_size == covered:
@@ -206,18 +221,27 @@ class TranscriptUploader:
         return flush or lines >= self.delta_lines or self.clock() - info.st_mtime >= QUIET
 
     async def _upload(self, path: Path) -> None:
+        try:
+            info = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return
+        await self._send(path)
+        self._read_through[str(path)] = (info.st_size, info.st_mtime_ns)  # as it was before the read
+
+    async def _send(self, path: Path) -> None:
         prepared = await anyio.to_thread.run_sync(self._prepare, path)
         if prepared is None:
             return
-        session, day, parts, redacted, covered = prepared
+        session, first_day, parts, redacted, covered = prepared
         sent = self.state.sessions.get(str(path))
+        day = sent.day if sent is not None and sent.day is not None else first_day
         before = sent.parts if sent is not None and sent.skipped is None else []
         hashes = [hashlib.sha256(part.encode("utf-8")).hexdigest() for part in parts]
         changed = [(n + 1, part) for n, part in enumerate(parts) if n >= len(before) or before[n] != hashes[n]]
         if changed or len(before) != len(parts):
             # At least one request, even with no part changed: a smaller count makes the server drop the rest.
-            for start in range(0, max(len(changed), 1), PARTS_PER_REQUEST):
-                await self.api.upload_session(session, day, len(parts), changed[start : start + PARTS_PER_REQUEST])
+            for batch in upload_batches(session, day, len(parts), changed):
+                await self.api.upload_session(session, day, len(parts), batch)
             log.info(
                 "transcripts: sent session %s (%d of %d part(s), %d secret(s) redacted)",
                 session[:8],
@@ -227,11 +251,27 @@ class TranscriptUploader:
             )
             if redacted.counts:
                 log.info("transcripts: redacted %s", ", ".join(f"{k} {n}" for k, n in sorted(redacted.counts.items())))
-        self.state.sessions[str(path)] = SentSession(covered, hashes, None, utc_stamp(), redacted.total)
+        self.state.sessions[str(path)] = SentSession(covered, hashes, None, utc_stamp(), redacted.total, day)
         await anyio.to_thread.run_sync(self.state.save)
 
     def _prepare(self, path: Path) -> tuple[str, str, list[str], Redaction, int] | None:
         """The session's id, first day, redacted parts; None (and the reason recorded) when it is not sent."""
+        try:
+            return self._prepare_file(path)
+        except Exception as exc:  # a shape no reader foresaw costs that file only, until it grows
+            # Where it failed, never the message: that may quote the file's text.
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            log.error(
+                "transcripts: %s could not be read (%s in %s:%s); it is tried again when it grows",
+                path.name,
+                type(exc).__name__,
+                Path(frame.filename).name,
+                frame.lineno,
+            )
+            self._set_aside(path, "unreadable")
+            return None
+
+    def _prepare_file(self, path: Path) -> tuple[str, str, list[str], Redaction, int] | None:
         try:
             transcript = read_transcript(path)
         except TranscriptError as exc:
@@ -243,20 +283,36 @@ class TranscriptUploader:
         elif is_empty(transcript):
             skipped = "empty"
         if skipped is not None:
-            self.state.sessions[str(path)] = SentSession(transcript.complete_bytes, [], skipped)
-            self.state.save()
+            self._set_aside(path, skipped, transcript.complete_bytes)
             return None
         # Each piece whole first, then the rendered text, whose cuts and joins only a second pass sees.
         pieces, counts = redact_transcript(transcript)
         rendered = redact(render_markdown(pieces, laptop=self.laptop))
         redaction = Redaction(rendered.text, dict(Counter(counts) + Counter(rendered.counts)))
-        session = transcript.session_id
-        if not SESSION_ID.fullmatch(session) or redact(session).total:  # Claude Code's are UUIDs; an id names files
-            session = hashlib.sha256(session.encode("utf-8", "replace")).hexdigest()[:32]
         first = transcript.started or datetime.fromtimestamp(os.stat(path).st_mtime, UTC)
         day = first.astimezone(UTC).date().isoformat()
         parts = split_parts(redaction.text)
-        return session, day, parts, redaction, transcript.complete_bytes
+        return _upload_id(path, transcript.session_id), day, parts, redaction, transcript.complete_bytes
+
+
+def _upload_id(path: Path, session_id: str) -> str:
+    """The id the server names the session's files by: the file's name (no two files of a folder share one, while
+    a resumed, forked or copied session keeps the id inside), else the id its lines give; hashed when neither is a
+    usable id, since an id names files and a name cannot be redacted."""
+    for candidate in (path.stem, session_id):
+        if SESSION_ID.fullmatch(candidate) and not redact(candidate).total:
+            return candidate
+    return hashlib.sha256(session_id.encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def _day(value: object) -> str | None:
+    """A remembered day as the state file holds it; anything else is none (the day is worked out again)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return date.fromisoformat(value).isoformat() if len(value) == 10 else None
+    except ValueError:
+        return None
 
 
 def _new_lines(path: Path, covered: int, max_bytes: int, max_lines: int) -> int:

@@ -5,6 +5,9 @@ leaves, and what is sent when the proxy stops."""
 from __future__ import annotations
 
 import functools
+import json
+import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,12 +21,14 @@ import pytest
 from channel.authz import ChannelUser
 from client_proxy.sync.api import SyncApi
 from client_proxy.transcripts import upload as transcript_sync
-from client_proxy.transcripts.render import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, render_markdown
+from client_proxy.transcripts.batches import upload_batches
+from client_proxy.transcripts.render import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PART_BYTES, render_markdown
 from client_proxy.transcripts.upload import QUIET, RESEND_LINES, TranscriptState, TranscriptUploader
 from redaction import marker
 from server.index.engine_settings import EngineSettings
 from server.index.scan import ScanConfig
 from server.memory.service import CallerContext, MemoryService
+from syncproto.wire import MAX_PARTS_PER_UPLOAD, MAX_PUSH_BYTES
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
 from tests.secret_corpus import B62, LOOK_ALIKES, PLANTED, rand
@@ -343,3 +348,165 @@ async def test_the_configured_growth_thresholds_decide_when_a_session_goes_again
     clock.now = path.stat().st_mtime + 1
     assert await by_bytes.pass_once() and len(api.uploads) == 3
     assert "third topic" in next(iter(stored(service).values()))
+
+
+@pytest.mark.slow  # the server indexes 9 MiB
+@pytest.mark.sqlite_only("how the parts are packed in requests is the laptop's; the backend stores what arrives")
+async def test_a_session_of_more_parts_than_one_request_can_carry_goes_up_in_full(api, service, project, tmp_path):
+    # Half of every message is tabs, which JSON writes as two bytes each: a part weighs half as much again on the
+    # wire as on disk, so only the body's encoded size tells when a request is full. (Long words index cheaply.)
+    chunk = "abcdefghij" * 12 + "\t" * 120
+    text = (chunk * (MAX_MESSAGE_CHARS // len(chunk)))[: MAX_MESSAGE_CHARS - 20]
+    lines: list[Any] = []
+    for n in range(620):
+        lines.append(user_line(f"Q{n} {text}", cwd=str(project), ts=at(2 * n), session=SESSION))
+        lines += assistant_lines(f"A{n} {text}", cwd=str(project), ts=at(2 * n + 1), session=SESSION)
+    write_session(project_folder(tmp_path / "claude", project), SESSION, lines)
+    running = uploader(api, project, tmp_path)
+    assert await running.pass_once()
+    [sent] = running.state.sessions.values()
+    assert sent.skipped is None and len(sent.parts) >= 9
+    assert len(api.uploads) > 1 and sorted(n for request in api.uploads for n in request) == [
+        n + 1 for n in range(len(sent.parts))
+    ]
+    paths = [f"sessions/alice/{DAY}-{SESSION}{'' if n == 1 else f'.{n}'}.md" for n in range(1, len(sent.parts) + 1)]
+    assert sorted(stored(service)) == sorted(paths)
+    caller = CallerContext.from_user(ALICE)
+    assert [file.hash for file in (service.read(caller, path) for path in paths) if file] == sent.parts  # whole
+
+
+@pytest.mark.sqlite_only("no server: the packing alone")
+def test_parts_are_packed_in_requests_within_the_servers_part_count_and_body_size():
+    small = [(n, f"part {n}") for n in range(1, 41)]
+    most = MAX_PARTS_PER_UPLOAD
+    assert [len(batch) for batch in upload_batches(SESSION, DAY, 40, small)] == [most, most, 40 - 2 * most]
+    escaped = [(n, '"\\\n' * (PART_BYTES // 3)) for n in range(1, 10)]  # every byte doubled by JSON
+    batches = upload_batches(SESSION, DAY, 9, escaped)
+    assert [[n for n, _ in batch] for batch in batches] == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]  # 4 would pass the cap
+    for batch in batches:
+        body = {"session": SESSION, "day": DAY, "count": 9, "parts": [{"number": n, "content": c} for n, c in batch]}
+        assert len(json.dumps(body, ensure_ascii=False).encode("utf-8")) <= MAX_PUSH_BYTES
+    assert upload_batches(SESSION, DAY, 3, []) == [[]]  # nothing changed: the count alone still goes
+
+
+async def test_a_session_file_that_cannot_be_read_is_set_aside_and_the_others_still_go(
+    api, service, project, tmp_path, monkeypatch, caplog
+):
+    folder = project_folder(tmp_path / "claude", project)
+    odd = "7e6d5c4b-3a29-4180-9f7e-6d5c4b3a2918"
+    write_session(folder, odd, [user_line("A shape nobody foresaw.", cwd=str(project), session=odd)])
+    write_session(folder, SESSION, conversation(project, 2, "ordinary"))
+    real_read = transcript_sync.read_transcript
+
+    def read(path: Path) -> Any:
+        if path.stem == odd:
+            raise TypeError("unhashable: 'the text of line 7'")  # a message may quote the file
+        return real_read(path)
+
+    monkeypatch.setattr(transcript_sync, "read_transcript", read)
+    running = uploader(api, project, tmp_path)
+    with caplog.at_level(logging.ERROR, logger="client_proxy"):
+        assert await running.pass_once()
+    assert list(stored(service)) == [f"sessions/alice/{DAY}-{SESSION}.md"]
+    assert running.state.sessions[str(folder / f"{odd}.jsonl")].skipped == "unreadable"
+    assert "TypeError" in caplog.text and "line 7" not in caplog.text
+    assert await running.pass_once() and len(api.uploads) == 1  # not read again until it grows
+
+
+async def test_a_session_file_past_64_mib_still_goes_up_with_its_overlong_line_skipped(api, service, project, tmp_path):
+    folder = project_folder(tmp_path / "claude", project)
+    path = write_session(folder, SESSION, conversation(project, 1, "before"))
+    with path.open("r+b") as handle:  # a line of 65 MiB (sparse: NULs cost no disk), then the conversation goes on
+        handle.seek(0, os.SEEK_END)
+        handle.seek(65 * 1024 * 1024, os.SEEK_CUR)
+        handle.write(b"\n")
+    with path.open("ab") as handle:
+        handle.write(b"".join(json.dumps(line).encode() + b"\n" for line in conversation(project, 3, "after")[-2:]))
+    running = uploader(api, project, tmp_path)
+    assert await running.pass_once()
+    text = stored(service)[f"sessions/alice/{DAY}-{SESSION}.md"]
+    assert "the before works" in text and "Question 2 about the after 2?" in text
+    assert running.state.sessions[str(path)].covered == path.stat().st_size
+
+
+async def test_two_session_files_with_one_session_id_inside_are_kept_apart_on_the_server(
+    api, service, project, tmp_path
+):
+    folder = project_folder(tmp_path / "claude", project)
+    forked = "55555555-5555-4555-8555-555555555555"  # a copy of SESSION's file, gone on as another conversation
+    write_session(folder, SESSION, conversation(project, 1, "alpha billing"))
+    write_session(folder, forked, conversation(project, 1, "bravo login"))
+    write_session(folder, "not an id", [user_line("Charlie search", cwd=str(project), session="c0ffee-1")])
+    running = uploader(api, project, tmp_path)
+    assert await running.pass_once() and await running.pass_once()
+    files = stored(service)
+    assert sorted(files) == [f"sessions/alice/{DAY}-{name}.md" for name in sorted([SESSION, forked, "c0ffee-1"])]
+    assert "alpha billing" in files[f"sessions/alice/{DAY}-{SESSION}.md"]
+    assert "bravo login" in files[f"sessions/alice/{DAY}-{forked}.md"]
+
+
+async def test_a_secret_in_the_session_id_is_redacted_before_the_title_and_metadata_cut_it(
+    api, service, project, tmp_path
+):
+    # The id is shown on the `- session:` line (to 300 characters) and as the title (to 80) when nobody spoke
+    # first: a GitHub token straddling either cut would keep its head and no longer match its rule.
+    token = "gh" + "p_" + rand(B62, 36)
+    folder = project_folder(tmp_path / "claude", project)
+    meta = [user_line("What broke the nightly build?", cwd=str(project), ts=at(0))]
+    title = assistant_lines("The nightly build broke on the cache step.", cwd=str(project), ts=at(0))
+    for name, width, lines in (("meta-cut", 300, meta), ("title-cut", 80, title)):
+        session = "n" * (width - 30) + "-" + token
+        write_session(folder, name, [line | {"sessionId": session} for line in lines])
+    assert await uploader(api, project, tmp_path).pass_once()
+    files = stored(service)
+    assert len(files) == 2 and all(marker("github-token") in text for text in files.values())
+    assert not any(token[4:14] in text for text in files.values())
+
+
+async def test_a_session_without_times_keeps_the_day_it_first_went_up_under_as_it_grows(
+    api, service, project, tmp_path
+):
+    def line(text: str, n: int) -> Any:  # epoch milliseconds: not a time this reader takes
+        return user_line(text, cwd=str(project), session=SESSION, uuid=f"u{n}") | {"timestamp": 1764000000000 + n}
+
+    lines = [line("Day one: why does the deploy hang?", 0)]
+    path = write_session(project_folder(tmp_path / "claude", project), SESSION, lines)
+    three_days_ago = time.time() - 3 * 86400
+    os.utime(path, (three_days_ago, three_days_ago))
+    first_day = time.strftime("%Y-%m-%d", time.gmtime(three_days_ago))
+    assert await uploader(api, project, tmp_path).pass_once()
+    lines.append(line("Day three: it was the DNS cache.", 1))
+    append_session(path, lines)  # written today
+    restarted = uploader(api, project, tmp_path)  # the day is remembered in the state file
+    assert await restarted.pass_once() and len(api.uploads) == 2
+    files = stored(service)
+    assert list(files) == [f"sessions/alice/{first_day}-{SESSION}.md"]
+    assert "DNS cache" in files[f"sessions/alice/{first_day}-{SESSION}.md"]
+    # A state file of an older version, without days, still loads.
+    document = json.loads(restarted.state.path.read_bytes())
+    for entry in document["sessions"].values():
+        del entry["day"]
+    restarted.state.path.write_text(json.dumps(document))
+    restarted.state.load()
+    assert [sent.day for sent in restarted.state.sessions.values()] == [None]
+    assert [sent.covered for sent in restarted.state.sessions.values()] == [path.stat().st_size]
+
+
+async def test_a_long_last_line_never_finished_is_not_read_again_until_the_file_changes(
+    api, service, project, tmp_path
+):
+    lines = [*conversation(project, 2), user_line("caching " + "x" * 8192, cwd=str(project), session=SESSION)]
+    path = write_session(project_folder(tmp_path / "claude", project), SESSION, lines, truncate_last=True)
+    running = uploader(api, project, tmp_path, delta_bytes=1024)  # the unfinished line alone is past the delta
+    assert await running.pass_once() and len(api.uploads) == 1
+
+    def saved() -> tuple[int, int]:  # each save writes a new file in its place
+        info = running.state.path.stat()
+        return info.st_ino, info.st_mtime_ns
+
+    before = saved()
+    assert await running.pass_once() and await running.pass_once(flush=True)
+    assert saved() == before and len(api.uploads) == 1  # neither read, rendered nor recorded again
+    append_session(path, lines)
+    assert await running.pass_once() and len(api.uploads) == 2
+    assert "caching xxx" in next(iter(stored(service).values()))
