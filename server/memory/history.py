@@ -18,6 +18,7 @@ from server.memory.intake import redacted, refuse_secret_path
 from server.memory.reading import version_file
 from server.memory.results import HistoryOutput, RestoreOutput, VersionEntry
 from server.memory.service import ABSENT, MemoryService
+from server.mirror.current import current_file
 from server.mirror.history import Version
 from server.mirror.paths import normalise_memory_path, normalise_memory_prefix
 from syncproto.wire import sha256_hex
@@ -79,8 +80,7 @@ class HistoryService:
                     text = old.text if old is not None else None
                     if text is not None and self.service.redact_writes:
                         text = redacted(text, counts)  # a version kept from before redaction, or a newer rule
-                    current = mirror.read(path)
-                    now = current.hash if current is not None else None
+                    now = current_file(mirror, path).hash  # a damaged file is replaced: only its hash is needed
                     changed = (sha256_hex(text.encode("utf-8")) if text is not None else None) != now
                     if changed and text is None:
                         mirror.delete(path, caller=caller.name, expected_hash=now, change="restore")

@@ -47,6 +47,7 @@ from server.memory.arguments import (
 from server.memory.intake import redacted, refuse_secret_labels, refuse_secret_path
 from server.memory.results import WriteOutput
 from server.memory.text import clean_topic, compose_append, count_lines, entry_heading
+from server.mirror.current import Current, current_file
 from server.mirror.mirror import ABSENT, IdempotencyRecord, MirrorFile, check_expected
 from server.mirror.paths import normalise_memory_path
 from syncproto.paths import daily_log_path
@@ -135,11 +136,12 @@ def check_write(
     )
 
 
-def _whole_file(current: MirrorFile | None, req: WriteRequest) -> tuple[str, int, int]:
+def _whole_file(found: Current, req: WriteRequest) -> tuple[str, int, int]:
     """The file after a write without a heading, and the first and last line written."""
-    check_expected(req.target, current.hash if current else None, req.expected)
-    if req.mode == "replace":
+    check_expected(req.target, found.hash, req.expected)
+    if req.mode == "replace":  # the text it replaces is not needed: a file damaged on the server's disk may go
         return req.content, 1, count_lines(req.content)
+    current = found.needs_text("an append")
     if current is not None:  # the same rule as a write under a heading: nothing added inside an unclosed fence
         lines = sections.plain(sections.raw_lines(current.text))
         sections.refuse_open_fence(lines, len(lines), req.target)
@@ -203,9 +205,11 @@ def check_section_expected(
 
 def write_locked(handle: OpenIndex, req: WriteRequest) -> tuple[WriteOutput, IdempotencyRecord | None]:
     """The read-modify-write of `write`, under the mirror's lock."""
-    current = handle.mirror.read(req.target)
-    edit = _section(current, req, req.heading) if req.heading is not None else None
-    text, first, last = (edit.text, edit.start_line, edit.end_line) if edit else _whole_file(current, req)
+    found = current_file(handle.mirror, req.target)
+    edit = None
+    if req.heading is not None:
+        edit = _section(found.needs_text("a write to one section"), req, req.heading)
+    text, first, last = (edit.text, edit.start_line, edit.end_line) if edit else _whole_file(found, req)
     if req.labels and not req.inline_labels:
         labelled = with_front_matter(text, req.labels)
         moved = count_lines(labelled) - count_lines(text)  # the block grew at the top: the written lines moved
@@ -234,7 +238,7 @@ def write_locked(handle: OpenIndex, req: WriteRequest) -> tuple[WriteOutput, Ide
         req.target,
         text,
         caller=req.caller,
-        expected_hash=current.hash if current is not None else ABSENT,
+        expected_hash=found.hash if found.hash is not None else ABSENT,
         record=record,
     )
     return output, record

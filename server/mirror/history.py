@@ -10,22 +10,28 @@ disagree with the mirror. Session transcripts have no history (they are appended
 
 Retention (`Retention`): every version for `all_days`, then the last version of each day, dropped after `max_days`
 (0: never). The newest row of a path and its newest version with content are always kept, so the current file
-and the last text of a deleted file can always be restored.
+and the last text of a deleted file can always be restored. A wrong clock loses nothing: a change's time is never
+earlier than the last change's (`change_stamp`), and the prune (`StateRecords._prune_versions`) reckons with no
+later time than the history vouches for (`MirrorHistory.vouched_now`).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, cast
 
+from server.errors import InvalidArgumentError
+from server.mirror.files import encoded
 from server.mirror.sql import SqlConnection
-from server.mirror.state import iso, prune_versions
+from server.mirror.state import from_iso, iso, prune_versions
 
 ChangeKind = Literal["write", "push", "merge", "conflict", "delete", "restore", "disk", "before-history"]
 HISTORY_COLUMNS = "path, revision, hash, size, change, updated_by, updated_at"
+_CANDIDATES = 20  # versions looked at per query for the last restorable one
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,17 @@ class HistorySize:
     versions: int  # rows of history
     contents: int  # distinct contents kept (versions of files and merge bases)
     bytes: int  # their compressed bytes
+
+
+def restorable(text: str | None) -> bool:
+    """Whether `text` (a version's, None when it is not kept) could be a memory file again."""
+    if text is None:
+        return False
+    try:
+        encoded(text)
+    except InvalidArgumentError:  # NUL characters: kept from a file damaged on the server's disk
+        return False
+    return True
 
 
 def _version(row: tuple[object, ...]) -> Version:
@@ -99,31 +116,54 @@ def deleted_sql(prefix: str, before: int | None, limit: int) -> tuple[str, tuple
     )
 
 
-def last_content_sql(path: str, before: int) -> tuple[str, tuple[object, ...]]:
-    """The newest version of `path` with content below revision `before`."""
+def last_content_sql(path: str, before: int, limit: int) -> tuple[str, tuple[object, ...]]:
+    """The newest versions of `path` with content below revision `before` (whether or not their text is kept)."""
     return (
         f"SELECT {HISTORY_COLUMNS} FROM history WHERE path = ? AND revision < ? AND hash IS NOT NULL"
-        " ORDER BY revision DESC LIMIT 1",
-        (path, before),
+        " ORDER BY revision DESC LIMIT ?",
+        (path, before, limit),
     )
 
 
+def newest_stamp_sql() -> tuple[str, tuple[object, ...]]:
+    """When the last change was recorded (its `updated_at`; no row when there is no history)."""
+    return "SELECT updated_at FROM history ORDER BY revision DESC LIMIT 1", ()
+
+
+def newest_stamp(db: SqlConnection) -> str | None:
+    rows = db.execute(*newest_stamp_sql()).fetchall()
+    return str(rows[0][0]) if rows else None
+
+
+def change_stamp(db: SqlConnection, now: datetime) -> str:
+    """When a change the clock reads `now` for is recorded: `iso(now)`, or the last change's time when the clock
+    reads earlier (stepped back), so that the history's times never go backwards and no prune takes a version
+    written minutes ago for one written long ago."""
+    newest = newest_stamp(db)
+    return max(iso(now), newest) if newest is not None else iso(now)
+
+
 def prune_history_sql(retention: Retention, now: datetime) -> tuple[str, tuple[object, ...]]:
-    """Delete the versions `retention` lets go. Plain window functions: the same text runs on PostgreSQL."""
+    """Delete the versions `retention` lets go. Plain window functions, every subquery named: the same text runs
+    on SQLite and on every PostgreSQL. A version is as old as the newest time recorded up to it (`at`): one stamped
+    by a clock that stood behind (before stamps were kept from going backwards) is not older than the one before."""
     keep_all = iso(now - timedelta(days=retention.all_days))
     keep_any = iso(now - timedelta(days=retention.max_days)) if retention.max_days > 0 else ""
     return (
         """
         DELETE FROM history WHERE revision IN (
             SELECT revision FROM (
-                SELECT revision, updated_at,
+                SELECT revision, at, has_text,
                     row_number() OVER (PARTITION BY path ORDER BY revision DESC) AS newest,
-                    row_number() OVER (PARTITION BY path, hash IS NULL ORDER BY revision DESC) AS newest_of_kind,
-                    row_number() OVER (PARTITION BY path, substr(updated_at, 1, 10) ORDER BY revision DESC) AS of_day,
-                    hash IS NOT NULL AS has_text
-                FROM history
-            ) WHERE updated_at < ? AND newest > 1 AND NOT (has_text AND newest_of_kind = 1)
-                AND (of_day > 1 OR updated_at < ?)
+                    row_number() OVER (PARTITION BY path, has_text ORDER BY revision DESC) AS newest_of_kind,
+                    row_number() OVER (PARTITION BY path, substr(at, 1, 10) ORDER BY revision DESC) AS of_day
+                FROM (
+                    SELECT revision, path, hash IS NOT NULL AS has_text,
+                        max(updated_at) OVER (ORDER BY revision ROWS UNBOUNDED PRECEDING) AS at
+                    FROM history
+                ) AS stamped
+            ) AS ranked WHERE at < ? AND newest > 1 AND NOT (has_text AND newest_of_kind = 1)
+                AND (of_day > 1 OR at < ?)
         )
         """,
         (keep_all, keep_any),
@@ -142,8 +182,26 @@ class MirrorHistory:
     """Reads one mirror's history (`FileStore.history`); the mirror writes it. Thread-safe; every method blocks."""
 
     def __init__(self, db: SqlConnection, lock: threading.RLock, content: Callable[[str], str | None]) -> None:
-        """`content(digest)` is the text of a content hash the mirror has held (None when it is not kept)."""
+        """`content(digest)` is the text of a content hash the mirror has held (None when it is not kept). Made
+        when the store opens: the last change recorded until then is the time `vouched_now` counts from."""
         self._db, self._lock, self._content = db, lock, content
+        self._since: tuple[datetime, float] | None = None
+        self.vouched_now()
+
+    def vouched_now(self) -> datetime | None:
+        """The latest time the history vouches for: the last change recorded before the store opened (before its
+        first change, when it had none), plus the time the process has run since by its monotonic clock, which no
+        setting of the wall clock moves. None while there is no change at all. Real time is at least this, so a
+        prune that reckons with no later time cannot age a version by a clock set ahead; after a server was down
+        a while, it prunes that much later."""
+        if self._since is None:
+            with self._lock:
+                newest = newest_stamp(self._db)
+            if newest is None:
+                return None
+            self._since = (from_iso(newest), time.monotonic())
+        stamp, monotonic = self._since
+        return stamp + timedelta(seconds=time.monotonic() - monotonic)
 
     def versions(self, path: str | None = None, *, before: int | None = None, limit: int = 50) -> list[Version]:
         """Versions of `path` (every file's changes when None), newest first, below revision `before`."""
@@ -156,10 +214,18 @@ class MirrorHistory:
             return [_version(row) for row in self._db.execute(*deleted_sql(prefix, before, limit))]
 
     def last_text(self, path: str, before: int) -> Version | None:
-        """The newest version of `path` with content before revision `before` (what a deletion removed)."""
-        with self._lock:
-            rows = self._db.execute(*last_content_sql(path, before)).fetchall()
-        return _version(rows[0]) if rows else None
+        """The newest version of `path` before revision `before` whose text is kept and could be written again
+        (what a deletion's restore brings back): a file over the size cap, or not text, left no such version."""
+        while True:
+            with self._lock:
+                rows = self._db.execute(*last_content_sql(path, before, _CANDIDATES)).fetchall()
+                for row in rows:
+                    found = _version(row)
+                    if found.hash is not None and restorable(self._content(found.hash)):
+                        return found
+            if len(rows) < _CANDIDATES:
+                return None
+            before = _version(rows[-1]).revision
 
     def get(self, path: str, revision: int) -> VersionText | None:
         """Version `revision` of `path` with its text; None when there is no such version or its text is gone."""

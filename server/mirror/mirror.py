@@ -40,7 +40,7 @@ from server.mirror.files import (
     take_snapshot,
     walk,
 )
-from server.mirror.history import ChangeKind, MirrorHistory, Retention, Version, record_change
+from server.mirror.history import ChangeKind, MirrorHistory, Retention, Version, change_stamp, record_change
 from server.mirror.paths import normalise_mirror_path, refuse_collision
 from server.mirror.records import StateRecords
 from server.mirror.state import (
@@ -51,6 +51,7 @@ from server.mirror.state import (
     IdempotencyRecord,
     MirrorFile,
     check_expected,
+    has_version,
     iso,
     load_version,
     open_state,
@@ -200,7 +201,7 @@ class Mirror(StateRecords):
         if len(data) > self.max_file_bytes:
             raise InvalidArgumentError(f"the file would be larger than {self.max_file_bytes} bytes")
         with self.lock:
-            current = self._current(path)
+            current, snapshot = self._current(path)
             check_expected(path, current.hash if current else None, expected_hash)
             if current is None:
                 refuse_collision(path, (str(row[0]) for row in self._db.execute(*q.live_paths())))
@@ -209,11 +210,13 @@ class Mirror(StateRecords):
                 with self._db:
                     self._remember(record)
                 return current
+            replaced = self._unkept_bytes(path, current, snapshot)
             with folder(self.files_dir, path, create=True) as parent:
                 staged = Staged(parent, path.rsplit("/", 1)[-1], path, data)
                 fault_point("mirror.write.staged")
                 try:
                     with self._db:
+                        self._keep(current, replaced)
                         lines = count_lines_of_bytes(data)
                         state = self._record(path, digest, len(data), staged.mtime_ns, lines, caller, change)
                         fault_point("mirror.write.recorded")
@@ -231,6 +234,7 @@ class Mirror(StateRecords):
                 staged.settle()
                 fault_point("mirror.write.committed")
                 os.fsync(parent)
+            self.unreadable.pop(path, None)
         self._changed()
         return state
 
@@ -241,17 +245,19 @@ class Mirror(StateRecords):
         returns the state it had (None when there was none). A given `expected_hash` must match (else ConflictError)."""
         path = normalise_mirror_path(path)
         with self.lock:
-            current = self._current(path)
+            current, snapshot = self._current(path)
             if current is None:
                 if expected_hash not in (None, ABSENT):
                     check_expected(path, current.hash if current else None, expected_hash)
                 return None
             check_expected(path, current.hash if current else None, expected_hash)
+            deleted = self._unkept_bytes(path, current, snapshot)
             with folder(self.files_dir, path) as parent:
                 name = path.rsplit("/", 1)[-1]
                 aside: str | None = None
                 try:
                     with self._db:
+                        self._keep(current, deleted)
                         self._record(path, None, 0, 0, 0, caller, change)
                         aside = set_aside(parent, name, path)  # refuses a symbolic link
                         fault_point("mirror.delete.unlinked")
@@ -263,6 +269,7 @@ class Mirror(StateRecords):
                     with contextlib.suppress(OSError):
                         os.unlink(aside, dir_fd=parent)
                 os.fsync(parent)
+            self.unreadable.pop(path, None)
         self._changed()
         return current
 
@@ -283,9 +290,29 @@ class Mirror(StateRecords):
         self.unreadable.pop(path, None)
         self._reconcile(path, snapshot)
 
-    def _current(self, path: str) -> FileState | None:
-        state = self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes))
-        return state if state is not None and state.hash is not None else None
+    def _current(self, path: str) -> tuple[FileState | None, Snapshot | None]:
+        """The live file at `path` as recorded after looking at the disk (None: none), and what was read of it."""
+        snapshot = take_snapshot(self.files_dir, path, self.max_file_bytes)
+        state = self._reconcile(path, snapshot)
+        return (state, snapshot) if state is not None and state.hash is not None else (None, None)
+
+    def _unkept_bytes(self, path: str, current: FileState | None, snapshot: Snapshot | None) -> bytes | None:
+        """The bytes of the file a change is about to replace or delete when no version keeps them yet (None: there
+        is nothing to keep), so that the change can be undone. InvalidArgumentError when they cannot be kept: a
+        file over the size cap is never held, so replacing or deleting it would lose it for good."""
+        if current is None or current.hash is None or is_session_file(path) or has_version(self._db, current.hash):
+            return None
+        if snapshot is None or snapshot.data is None or snapshot.digest != current.hash:
+            raise InvalidArgumentError(
+                f"{path} is larger than {self.max_file_bytes} bytes and its text is not kept, so this could not be"
+                " undone; shorten it or move it away on the server's disk first"
+            )
+        return snapshot.data
+
+    def _keep(self, current: FileState | None, data: bytes | None) -> None:
+        """Store `data`, the bytes of `current` (`_unkept_bytes`), as its version; call inside the transaction."""
+        if current is not None and current.hash is not None and data is not None:
+            store_version(self._db, current.hash, data, current.updated_at)
 
     def _reconcile(self, path: str, snapshot: Snapshot | None) -> FileState | None:
         """Record `snapshot` (None: no file) as the state of `path` if it differs from what is recorded."""
@@ -319,7 +346,7 @@ class Mirror(StateRecords):
         """Bump the revision, store the new state of `path` and its version; call inside a transaction."""
         revision = self._revision() + 1
         self._db.execute(*q.set_revision(revision))
-        at = iso(self.clock())
+        at = change_stamp(self._db, self.clock())  # never before the last change: the clock may be set back
         self._db.execute(*q.upsert_file(path, digest, size, mtime_ns, lines, revision, by, at))
         if not is_session_file(path):
             record_change(self._db, Version(path, revision, digest, size, change, by, at))

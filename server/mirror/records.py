@@ -17,7 +17,7 @@ from typing import Literal
 
 from server.mirror import queries as q
 from server.mirror.feed import ChangeNotices
-from server.mirror.history import Retention, prune_history
+from server.mirror.history import MirrorHistory, Retention, newest_stamp, prune_history
 from server.mirror.sql import SqlConnection
 from server.mirror.state import (
     CallerSync,
@@ -43,10 +43,12 @@ class StateRecords:
     lock: threading.RLock
     clock: Callable[[], datetime]
     retention: Retention
+    history: MirrorHistory
 
     def __init__(self, on_change: Callable[[], None] | None) -> None:
         self._notices = ChangeNotices(on_change)
         self._pruned_at = 0.0
+        self._prune_waits = False  # the last prune was skipped: the clock read earlier than the last change
 
     def reconcile_all(self) -> builtins.list[FileState]:
         raise NotImplementedError
@@ -111,11 +113,28 @@ class StateRecords:
         self._notices.changed()
 
     def _prune_versions(self) -> None:
-        """Drop old versions at most every PRUNE_SECONDS (call inside a transaction)."""
+        """Drop old versions at most every PRUNE_SECONDS (call inside a transaction), reckoning with the clock's
+        time, but never a later one than the history vouches for (`MirrorHistory.vouched_now`: a clock set ahead
+        cannot age versions). Not at all while the clock reads earlier than the last recorded change (it was set
+        back: versions written since would look old once it is right again, were their times not kept from going
+        backwards); that is logged once."""
         now = time.monotonic()
         if self._pruned_at and now - self._pruned_at < PRUNE_SECONDS:
             return
         self._pruned_at = now
-        versions, gone = prune_history(self._db, self.retention, self.clock())
+        clock, newest = self.clock(), newest_stamp(self._db)
+        if newest is not None and iso(clock) < newest:
+            if not self._prune_waits:
+                log.warning(
+                    "mirror: the clock reads %s, earlier than the last recorded change (%s); old versions are kept"
+                    " until it passes that",
+                    iso(clock),
+                    newest,
+                )
+            self._prune_waits = True
+            return
+        self._prune_waits = False
+        vouched = self.history.vouched_now()
+        versions, gone = prune_history(self._db, self.retention, min(clock, vouched) if vouched is not None else clock)
         if gone or versions:
             log.info("mirror: forgot %d old versions of files, %d contents", versions, gone)

@@ -37,6 +37,11 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def from_iso(text: str) -> datetime:
+    """The moment an `iso` string names."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
 def iso_epoch(seconds: float | None) -> str | None:
     """`iso` of an epoch time; None for None (or 0: never)."""
     return iso(datetime.fromtimestamp(seconds, UTC)) if seconds else None
@@ -212,6 +217,11 @@ def store_version(db: SqlConnection, digest: str, data: bytes, at: str) -> None:
         " ON CONFLICT(hash) DO UPDATE SET stored_at = excluded.stored_at",
         (digest, zlib.compress(data, 6), at),
     )
+
+
+def has_version(db: SqlConnection, digest: str) -> bool:
+    """Whether the bytes of `digest` are kept (as a version or a merge base)."""
+    return bool(db.execute("SELECT 1 FROM versions WHERE hash = ?", (digest,)).fetchall())
 
 
 def load_version(db: SqlConnection, digest: str) -> bytes | None:

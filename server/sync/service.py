@@ -16,6 +16,7 @@ from server.indexes.storage import FileStore
 from server.memory.intake import refuse_secrets
 from server.memory.service import CallerContext, MemoryService
 from server.memory.text import utf8
+from server.mirror.current import Current, current_file
 from server.mirror.mirror import ABSENT, FileState, IdempotencyRecord, MirrorFile
 from server.mirror.paths import normalise_memory_path
 from server.sync.conflicts import conflict_path
@@ -120,12 +121,27 @@ class SyncService:
             path = normalise_memory_path(change.path)
             if change.content is not None and self.service.redact_writes:
                 refuse_secrets(path, change.content)  # the one rule for text entering the server: server.memory.intake
-            current = mirror.read(path)
+            found = current_file(mirror, path)
+            if found.unreadable is not None:
+                return _over_unreadable(mirror, caller, path, change, found)
             if change.content is None:
-                return _delete(mirror, caller, path, change.base, current)
-            return _write(mirror, caller, path, change.base, change.content, current)
+                return _delete(mirror, caller, path, change.base, found.file)
+            return _write(mirror, caller, path, change.base, change.content, found.file)
         except InvalidArgumentError as exc:  # the path, the text or the server's own file is unusable
             return PushResult(change.path, "rejected", None, 0, message=str(exc))
+
+
+def _over_unreadable(mirror: FileStore, caller: str, path: str, change: PushChange, found: Current) -> PushResult:
+    """A push over a file the server holds but cannot read: made when its base is the file's hash (the laptop
+    replaces or deletes exactly what is there), else refused, as nothing can be merged with it."""
+    if change.base != found.hash:
+        raise InvalidArgumentError(f"{found.unreadable}; the laptop's copy is kept")
+    if change.content is None:
+        mirror.delete(path, caller=caller, expected_hash=found.hash)
+        gone = mirror.state(path)
+        return PushResult(path, "deleted", None, gone.revision if gone else 0)
+    state = mirror.write(path, change.content, caller=caller, expected_hash=found.hash, change="push")
+    return PushResult(path, "applied", state.hash, state.revision)
 
 
 def _change(mirror: FileStore, row: FileState) -> dict[str, object] | None:

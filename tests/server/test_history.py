@@ -5,6 +5,8 @@ history lives beside the files, not in the search index."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,8 @@ from server.errors import PermissionDeniedError
 from server.index.errors import InvalidArgumentError
 from server.memory.history import HistoryService
 from server.memory.service import CallerContext, MemoryService
+from server.mirror import history as h
+from server.mirror import queries as q
 from server.mirror.history import Retention
 from server.mirror.mirror import Mirror
 from server.mirror.state import STATE_SCHEMA_VERSION, open_state
@@ -261,3 +265,115 @@ def test_a_state_from_before_the_history_starts_it_with_each_files_current_versi
     assert db.execute("PRAGMA user_version").fetchall()[0][0] == STATE_SCHEMA_VERSION
     db.close()
     again.close()
+
+
+def _bad_clock_writes(store: Mirror, clock: Clock, step: dt.timedelta) -> None:
+    """One version with the clock right, then five a minute apart with the clock `step` off."""
+    store.write(PATH, "v0, the clock right\n", caller="alice")
+    clock.now += step
+    for n in range(1, 6):
+        clock.now += dt.timedelta(minutes=1)
+        store.write(PATH, f"v{n}, the clock {step.days} days off\n", caller="alice")
+
+
+def test_a_clock_set_back_for_a_few_minutes_loses_no_version_at_the_next_prune(tmp_path, clock, backend, request):
+    store = open_file_store(backend, request, tmp_path / "idx", clock=clock)
+    right = clock.now
+    _bad_clock_writes(store, clock, -dt.timedelta(days=365))  # a VM resumed, a bad NTP source
+    clock.now = right + dt.timedelta(hours=1, minutes=1)  # set right again; an hour later the prune is due
+    store._pruned_at = 0.0  # what time.monotonic() does after PRUNE_SECONDS
+
+    store.write("memory/other.md", "any write prunes\n", caller="bob")
+
+    kept = [store.history.get(PATH, v.revision) for v in store.history.versions(PATH)]
+    assert [v.text for v in kept if v is not None] == [f"v{n}, the clock -365 days off\n" for n in range(5, 0, -1)] + [
+        "v0, the clock right\n"
+    ]  # the old prune took them for a year old and dropped four
+    store.close()
+
+
+def test_a_clock_set_ahead_when_the_server_starts_loses_no_recent_version(tmp_path, clock, backend, request):
+    retention = Retention(all_days=30, max_days=90)
+    store = open_file_store(backend, request, tmp_path / "idx", clock=clock, retention=retention)
+    for n in range(5):
+        clock.now += dt.timedelta(minutes=1)
+        store.write(PATH, f"v{n}\n", caller="alice")
+    store.close()
+    right = clock.now
+    clock.now = right + dt.timedelta(days=365)  # restarted with a clock a year ahead: its first write prunes
+
+    again = open_file_store(backend, request, tmp_path / "idx", clock=clock, retention=retention)
+    again.write("memory/other.md", "x\n", caller="bob")
+    clock.now = right + dt.timedelta(minutes=5)  # set right
+
+    assert [v.revision for v in again.history.versions(PATH)] == [5, 4, 3, 2, 1]  # the old prune kept only 5
+    again.close()
+
+
+@pytest.mark.sqlite_only("PostgreSQL's store stamps its own changes (server.postgres.files); its prune is guarded")
+def test_history_times_never_go_backwards_and_the_prune_waits_while_the_clock_reads_earlier(tmp_path, clock, caplog):
+    store = Mirror(tmp_path / "idx", clock=clock)
+    caplog.set_level(logging.WARNING, logger="server.mirror.records")
+    store.write(PATH, "v0\n", caller="alice")
+    clock.now -= dt.timedelta(days=365)
+    for n in range(1, 4):
+        store._pruned_at = 0.0  # a prune is due at each write
+        store.write(PATH, f"v{n}\n", caller="alice")
+
+    stamps = [v.updated_at for v in reversed(store.history.versions(PATH))]
+    assert stamps == ["2024-05-01T09:00:00Z"] * 4  # the old server stamped three of them 2023
+    assert store.state(PATH).updated_at == stamps[-1]  # type: ignore[union-attr]
+    waits = [r.getMessage() for r in caplog.records if "earlier than the last recorded change" in r.getMessage()]
+    assert len(waits) == 1  # logged once, not at every prune skipped
+    store.close()
+
+
+_FROM_SUBQUERY = re.compile(r"\b(?:FROM|JOIN)\s*\(", re.IGNORECASE)
+_NOT_A_NAME = {"WHERE", "ORDER", "GROUP", "LIMIT", "UNION", "EXCEPT", "INTERSECT", "JOIN", "ON", "HAVING", "WINDOW"}
+
+
+def _unnamed_subqueries(sql: str) -> list[str]:
+    """The subqueries in FROM (or JOIN) of `sql` that have no alias, which PostgreSQL 15 and older refuse."""
+    found = []
+    for match in _FROM_SUBQUERY.finditer(sql):
+        depth, at = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(sql[at], 0)
+            at += 1
+        name = re.match(r"\s*(?:AS\s+)?([A-Za-z_]\w*)", sql[at:], re.IGNORECASE)
+        if name is None or name.group(1).upper() in _NOT_A_NAME:
+            found.append(" ".join(sql[match.start() : at].split()))
+    return found
+
+
+def test_the_check_for_unnamed_subqueries_finds_them() -> None:
+    assert _unnamed_subqueries("SELECT a FROM (SELECT a FROM t) WHERE a > 1") == ["FROM (SELECT a FROM t)"]
+    assert _unnamed_subqueries("SELECT a FROM (SELECT (1) AS a) AS x WHERE a > 1") == []
+    assert _unnamed_subqueries("SELECT a FROM t WHERE a IN (SELECT a FROM u)") == []
+
+
+@pytest.mark.sqlite_only("traces the SQLite connection; the builders' text is the same on PostgreSQL")
+def test_every_statement_of_the_history_and_the_mirror_names_its_subqueries_for_postgresql_15(tmp_path, clock):
+    built = [
+        h.history_sql(PATH, None, 5),
+        h.deleted_sql("memory/", 9, 5),
+        h.prune_history_sql(Retention(all_days=1, max_days=2), clock.now),
+        q.changes_after(0, 5),
+        q.states_of_paths([PATH, "MEMORY.md"]),
+    ]
+    statements = [sql for sql, _ in built]
+    store = Mirror(tmp_path / "idx", clock=clock, retention=Retention(all_days=1, max_days=2))
+    store._db.exec_trace = lambda _cursor, sql, _bindings: statements.append(sql) or True
+    store.write(PATH, "one\n", caller="alice")
+    store.write(PATH, "two\n", caller="alice")
+    store.delete(PATH, caller="alice")
+    store.history.versions(PATH)
+    store.history.deleted()
+    store.history.last_text(PATH, 9)
+    clock.now += dt.timedelta(days=3)
+    store._pruned_at = 0.0
+    store.write("memory/other.md", "prunes\n", caller="alice")
+    store.close()
+
+    assert any("DELETE FROM history" in sql for sql in statements)  # the prune ran
+    assert [found for sql in statements for found in _unnamed_subqueries(sql)] == []

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from server.memory.service import CallerContext, MemoryService
 from server.sync.merge import merge3, merge_unrelated
+from server.sync.service import SyncService
+from syncproto.messages import PushChange
+from syncproto.wire import sha256_hex
 
 DAILY = "# 2026-11-23\n\n## 09:00 — a\nfirst\n"
 ENTRY_B = "\n## 10:00 — b\nsecond\n"
@@ -160,6 +166,51 @@ def test_a_file_of_thousands_of_lines_merges_quickly() -> None:
     theirs = base.replace("## entry 1990\n", "## entry 1990!\n") + "t\n"
     expected = base.replace("## entry 10\n", "## entry ten\n").replace("## entry 1990\n", "## entry 1990!\n")
     assert merge3(base, ours, theirs) == expected + "o\nt\n"
+
+
+def _deploy_log(lines: int) -> str:
+    """A daily log whose lines repeat: a heading, a blank, a list item, a blank."""
+    entries = [f"## 10:{n % 60:02d} — deploy\n\n- step {n % 7}\n\n" for n in range(lines // 4)]
+    return "".join(entries)
+
+
+def test_a_reformatted_log_of_repeated_lines_merges_with_an_append_in_seconds() -> None:
+    base = _deploy_log(2000)  # took 40 s and more, holding the index's lock
+    ours = base.replace("- step", "* step")  # a formatter's push
+    theirs = base + "## 11:00 — note\n\nnew entry\n"
+    started = time.monotonic()
+    merged = merge3(base, ours, theirs)
+    assert time.monotonic() - started < 5
+    assert merged == ours + "## 11:00 — note\n\nnew entry\n"
+
+
+def test_a_change_too_costly_to_diff_is_a_conflict_within_seconds() -> None:
+    base = _deploy_log(20_000)  # 155 kB, well under the size cap; the old diff ran for hours
+    started = time.monotonic()
+    assert merge3(base, base.replace("- step", "* step"), base + "new entry\n") is None
+    assert merge3(base, base + "new entry\n", base.replace("- step", "* step")) is None
+    assert time.monotonic() - started < 5
+
+
+def test_a_push_too_costly_to_merge_returns_promptly_and_keeps_both_texts(hashing_service: MemoryService) -> None:
+    sync, alice = SyncService(hashing_service), CallerContext("alice", "SHA256:a", {"team": "rw"}, "team", "rw")
+    base, path = _deploy_log(8_000), "memory/2026-11-01.md"  # 62 kB
+    reformatted, appended = base.replace("- step", "* step"), base + "new entry\n"
+    sync.push(alice, [PushChange(path, None, base)])
+    sync.push(alice, [PushChange(path, sha256_hex(base.encode()), reformatted)])
+    started = time.monotonic()  # the merge holds the index's lock: every write to the index waited for it
+    _, [result] = sync.push(alice, [PushChange(path, sha256_hex(base.encode()), appended)])
+    assert time.monotonic() - started < 5
+    assert (result.status, result.content) == ("conflict", reformatted)
+    assert result.conflict_path is not None
+    assert hashing_service.open_index(alice).mirror.read(result.conflict_path).text == appended  # type: ignore[union-attr]
+
+
+def test_insertions_at_one_place_whose_lines_all_end_alike_merge_in_seconds() -> None:
+    ours, theirs = "xa\n" * 120_000, "a\n" + "xa\n" * 40_000  # "a\n" is found inside every line of ours
+    started = time.monotonic()
+    assert merge3("", ours, theirs) == ours + theirs
+    assert time.monotonic() - started < 5
 
 
 # Properties. Texts mix LF, CRLF and unterminated last lines, from a small alphabet so that lines repeat.

@@ -511,7 +511,38 @@ def test_a_file_over_the_cap_on_disk_is_listed_but_never_loaded(mirror: Mirror) 
     assert (entry.path, entry.size, entry.lines, entry.hash) == ("memory/huge.md", len(data), 2001, sha256_hex(data))
     with pytest.raises(InvalidArgumentError, match="larger than 4096"):
         mirror.read("memory/huge.md")
-    assert mirror.delete("memory/huge.md", caller="alice") is not None
+
+
+@ON_SERVER_DISK
+def test_a_file_over_the_cap_on_disk_is_neither_deleted_nor_replaced_as_its_bytes_could_not_be_brought_back(
+    mirror: Mirror,
+) -> None:
+    mirror.write("memory/huge.md", "small start\n", caller="alice")
+    data = b"important line\n" * 300  # 4,500 bytes, cap 4,096: never held, so never kept as a version
+    (mirror.files_dir / "memory" / "huge.md").write_bytes(data)
+    [entry] = mirror.list()
+    for change in (
+        lambda: mirror.delete("memory/huge.md", caller="alice", expected_hash=entry.hash),
+        lambda: mirror.write("memory/huge.md", "new\n", caller="alice", expected_hash=entry.hash),
+        lambda: mirror.write("memory/huge.md", "new\n", caller="alice"),
+    ):
+        with pytest.raises(InvalidArgumentError, match="its text is not kept, so this could not be undone"):
+            change()
+    assert (mirror.files_dir / "memory" / "huge.md").read_bytes() == data
+    assert [v.hash for v in mirror.history.versions("memory/huge.md")] == [entry.hash, sha256_hex(b"small start\n")]
+
+
+@ON_SERVER_DISK
+def test_a_file_whose_bytes_no_version_keeps_is_kept_before_it_is_replaced(mirror: Mirror) -> None:
+    mirror.write("memory/a.md", "first\n", caller="alice")
+    digest = sha256_hex(b"first\n")
+    with mirror.lock:  # as a state from before versions were kept has it
+        mirror._db.execute("DELETE FROM versions WHERE hash = ?", (digest,))
+    assert mirror.version_text(digest) == "first\n"  # read from the file on disk while it is there
+
+    mirror.write("memory/a.md", "second\n", caller="alice", expected_hash=digest)
+
+    assert mirror.version_text(digest) == "first\n"
 
 
 @settings(max_examples=300, deadline=None)
@@ -554,7 +585,11 @@ def test_every_written_version_stays_readable_as_a_merge_base_until_pruned(tmp_p
         assert mirror.version_text("0" * 64) is None
         assert len(changes) == 3  # two writes and one change found on disk
         clock.advance(days=31)
-        mirror._pruned_at = 0.0
+        mirror.write("memory/b.md", "a month later\n", caller="alice")
+        mirror.close()
+        # Reopened: the prune reckons with no later time than the last change before it opened, plus the time
+        # since by the monotonic clock (a month on the fake clock alone is no month).
+        mirror = Mirror(tmp_path / "idx", clock=clock)
         mirror.write("memory/b.md", "other\n", caller="alice")  # pruning runs with a write
         assert mirror.version_text(sha256_hex(b"first\n")) is None
         assert mirror.version_text(sha256_hex(b"third, by hand\n")) == "third, by hand\n"  # still current
