@@ -9,6 +9,8 @@ index.json names it as the live `database` in one atomic replace and the engine 
 
 A server restarted mid-way resumes the side database when it was cut for the same settings (each file is written
 in its own transaction and unchanged files are skipped), and starts it again when the settings changed once more.
+Its vectors are kept only when they are the model now preferred (another provider may have taken over meanwhile);
+else they are built again for that one. One run embeds with one provider throughout, the catch-up pass included.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from server.index.scan import ScanConfig
 from server.index.store import Store
 from server.index.transaction import writing
 from server.index.tuning import chunker_of, chunking_identity
-from server.index.vectors import count_missing, ensure_live_space, fill_space
+from server.index.vectors import VectorSpace, count_missing, fill_space, space_for
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +151,7 @@ class Rechunker:
             try:
                 if not self.run(self._stop):
                     self._failed_at = time.monotonic()
-            except (EngineError, EmbeddingError) as exc:
+            except (EngineError, EmbeddingError, apsw.Error) as exc:  # apsw.Error: the side database's (a full disk)
                 self._failed_at = time.monotonic()
                 log.error("re-chunking index %s failed: %s", self.index.name, exc)
             except Exception:
@@ -182,16 +184,16 @@ class Rechunker:
         if root is None:
             return False
         side = self._side_store()
+        embedder = index.embedder  # both passes embed with it, though another provider may be preferred meanwhile
         try:
             self.progress = RebuildProgress(count_memory_files(root, index.settings.scan), label="re-chunking")
-            self._fill(side, root, stop, self.progress.add)
+            self._fill(side, root, embedder, stop, self.progress.add)
             if stop is not None and stop.is_set():
                 side.close()
                 return False
             with index.write_lock:  # nothing is written to the live store while the side one catches up and swaps
-                self._fill(side, root, None, None)
-                embedder = index.embedder
-                if embedder is not None and side.vec_loaded and count_missing(side, ensure_live_space(side, embedder)):
+                space = self._fill(side, root, embedder, None, None)
+                if space is not None and count_missing(side, space):
                     log.warning("re-chunking %s: some chunks have no vector yet; trying again later", index.name)
                     side.close()
                     return False
@@ -233,9 +235,15 @@ class Rechunker:
         return store
 
     def _fill(
-        self, side: Store, root: Path, stop: threading.Event | None, on_file: Callable[[int], None] | None
-    ) -> None:
-        """Index `root` into the side store with the configured chunking, and embed what has no vector yet."""
+        self,
+        side: Store,
+        root: Path,
+        embedder: Embedder | None,
+        stop: threading.Event | None,
+        on_file: Callable[[int], None] | None,
+    ) -> VectorSpace | None:
+        """Index `root` into the side store with the configured chunking, and embed with `embedder` what has no
+        vector yet; returns the side store's vectors (None without a model or sqlite-vec)."""
         index = self.index
 
         def seen(_path: str) -> None:
@@ -244,12 +252,12 @@ class Rechunker:
             if stop is not None and stop.is_set():
                 raise _Stopped
 
-        embedder = index.embedder
-        space = ensure_live_space(side, embedder) if embedder is not None and side.vec_loaded else None
+        space = space_for(side, embedder) if embedder is not None and side.vec_loaded else None
         indexer = Indexer(side, embedder, space, index.tokenizer, index.settings.chunker, index.settings.scan)
         indexer.run(root, on_seen=seen)
         if space is not None and embedder is not None:
             fill_space(side, space, embedder, stop=stop)
+        return space
 
 
 def _copy_cache(db: apsw.Connection, live: Path) -> None:

@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from server.index.embeddings.breaker import Breaker, through
-from server.index.embeddings.remote import ProviderApi
-from server.index.errors import EmbeddingError
+from server.index.embeddings.remote import MALFORMED, ProviderApi, answer_cap
 
 RERANK_CANDIDATES = 30  # the best candidates sent to the reranker; the rest follow them in the search's order
 MAX_DOCUMENT_CHARS = 4000  # of one candidate's text: chunks stay far below it; a bound on the request's size
@@ -47,9 +46,10 @@ class VoyageReranker(ProviderApi):
             return []
         body = {"query": query, "documents": [d[:MAX_DOCUMENT_CHARS] for d in documents], "model": self.model,
                 "truncation": True}  # fmt: skip
-        response = self.post(body, retries=0)  # a search waits for no retry: the breaker tries again later
+        # A search waits for no retry: the breaker tries again later. An answer is a score per document.
+        document = self.post(body, retries=0, max_bytes=answer_cap(len(documents), 1))
         try:
-            rows = response.json()["data"]
+            rows = document["data"]
             scores: list[float | None] = [None] * len(documents)
             for row in rows:
                 index, score = row["index"], float(row["relevance_score"])
@@ -60,8 +60,8 @@ class VoyageReranker(ProviderApi):
                 scores[index] = score
             if any(score is None for score in scores):
                 raise ValueError("a document has no score")
-        except (ValueError, KeyError, TypeError):
-            raise EmbeddingError("voyage returned a malformed rerank response (HTTP 200)") from None
+        except MALFORMED:
+            raise self.malformed() from None
         return [float(score) for score in scores if score is not None]
 
 

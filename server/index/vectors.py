@@ -13,7 +13,7 @@ import apsw
 import numpy as np
 
 from server.index.cache_rules import CACHE_KEEP_DAYS, Model, cap_sql, claim_prune_sql, count_sql, prune_sql
-from server.index.embeddings.base import Embedder, Vectors
+from server.index.embeddings.base import Embedder, Vectors, unusable
 from server.index.errors import EmbeddingError
 from server.index.queries import chunks_without_vectors_sql, create_vector_table_sql
 from server.index.stats import COMPLETE_THROUGH, count_pending, moved_mark
@@ -82,6 +82,18 @@ def create_space(store: Store, embedder: Embedder, prefix: str) -> VectorSpace:
 
 def ensure_live_space(store: Store, embedder: Embedder) -> VectorSpace:
     return live_space(store) or create_space(store, embedder, "vector")
+
+
+def space_for(store: Store, embedder: Embedder) -> VectorSpace:
+    """The vector table of a database no search reads yet (a re-chunk's side database) for `embedder`: the one it
+    has when that serves `embedder`, else a new one in its place, so one model's vectors never go under another's."""
+    space = live_space(store)
+    if space is not None and space.serves(embedder):
+        return space
+    if space is not None:
+        log.info("dropping vectors of %s/%s for %s/%s", space.provider, space.model, embedder.provider, embedder.model)
+        _drop(store, space, "vector")
+    return create_space(store, embedder, "vector")
 
 
 # embedding cache -------------------------------------------------------------------------------------
@@ -163,14 +175,16 @@ def tidy_cache(store: Store, max_entries: int) -> None:
 def embed_missing(db: apsw.Connection, embedder: Embedder, items: dict[str, str]) -> tuple[dict[str, bytes], int]:
     """Vectors for `items` (hash -> text), from the cache or the model; returns them and how many were embedded.
 
-    Raises EmbeddingError when the model fails; nothing is cached then.
+    Raises EmbeddingError when the model fails or answers vectors that cannot be stored; nothing is cached then.
     """
     found = cached_vectors(db, embedder, list(items))
     missing = [h for h in items if h not in found]
     if missing:
         vectors: Vectors = embedder.embed([items[h] for h in missing], kind="document")
-        if vectors.shape != (len(missing), embedder.dimensions) or not np.all(np.isfinite(vectors)):
+        if vectors.shape != (len(missing), embedder.dimensions):
             raise EmbeddingError("the embedding provider returned vectors of the wrong shape")
+        if (why := unusable(vectors)) is not None:
+            raise EmbeddingError(f"the embedding provider {embedder.provider} returned {why}")
         with writing(db):
             for h, vector in zip(missing, vectors, strict=True):
                 blob = vector.astype(np.float32).tobytes()

@@ -1,6 +1,6 @@
 """A local HTTP server speaking the Voyage and OpenAI embeddings wire format and Voyage's rerank, for tests (the
 real APIs are unreachable here). Vectors are a hashed bag of words, so similar texts really are close; a rerank
-scores the query's words a document holds; failures are scripted."""
+scores the query's words a document holds; failures (slow, flooding and malformed answers too) are scripted."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NamedTuple
 
 WORD = re.compile(r"\w+")
+FLOOD_PIECE = b" " * 65536
+OVERFLOWED = re.compile(rb'(?<="embedding": \[)[-0-9.e+]+|(?<="relevance_score": )[-0-9.e+]+')
 
 
 def bag_of_words(text: str, dimensions: int) -> list[float]:
@@ -24,6 +26,15 @@ def bag_of_words(text: str, dimensions: int) -> list[float]:
         digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
         vector[int.from_bytes(digest[:4], "little") % dimensions] += 1.0 if digest[4] & 1 else -1.0
     return vector
+
+
+class Reply(NamedTuple):
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    delay: float = 0.0  # seconds before the answer
+    drip: float = 0.0  # seconds between its body's bytes: slow, though no single read waits long
+    flood: int = 0  # bytes sent instead of the body, without a Content-Length
 
 
 @dataclass
@@ -35,6 +46,8 @@ class Failure:
     body: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    drip: float = 0.0
+    flood: int = 0
 
 
 @dataclass
@@ -45,26 +58,32 @@ class FakeProviderAPI:
     requests: list[dict[str, Any]] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     shuffle: bool = True  # answer in reverse index order, as the real APIs are allowed to
-    corrupt: str | None = None  # "count", "dimensions", "nan", "indexes", "json"
+    # "count", "dimensions", "nan", "indexes", "json"; and hostile: "zero" (all-zero vectors), "deep" (JSON nested
+    # past any parser's depth), "gzip" (said to be gzip, but not), "overflow" (a number of 400 digits)
+    corrupt: str | None = None
 
     def fail(self, status: int = 500, times: int = 1, **kwargs: Any) -> None:
         self.failures.append(Failure(status=status, times=times, **kwargs))
 
-    def answer(self, headers: dict[str, str], raw: bytes) -> tuple[int, dict[str, str], bytes, float]:
+    def answer(self, headers: dict[str, str], raw: bytes) -> Reply:
         if self.failures:
             failure = self.failures[0]
             failure.times -= 1
             if failure.times <= 0:
                 self.failures.pop(0)
             body = failure.body or json.dumps({"error": {"message": f"scripted failure {failure.status}"}}).encode()
-            return failure.status, failure.headers, body, failure.delay
+            return Reply(failure.status, failure.headers, body, failure.delay, failure.drip, failure.flood)
         if headers.get("authorization") != f"Bearer {self.api_key}":
             shown = headers.get("authorization", "").removeprefix("Bearer ")
             # Like the real APIs, echo the wrong key back: the client must not pass it on.
             message = f"Incorrect API key provided: {shown}. You can find your API key at https://example.invalid"
-            return 401, {}, json.dumps({"error": {"message": message}}).encode(), 0.0
+            return Reply(401, {}, json.dumps({"error": {"message": message}}).encode())
         request = json.loads(raw)
         self.requests.append(request)
+        if self.corrupt == "deep":
+            return Reply(200, {}, b"[" * 10_000 + b"]" * 10_000)
+        if self.corrupt == "gzip":
+            return Reply(200, {"content-encoding": "gzip"}, b"this is not gzip at all" * 10)
         if "query" in request:
             return self.rerank(request)
         texts = request["input"]
@@ -81,18 +100,27 @@ class FakeProviderAPI:
         elif self.corrupt == "indexes":
             rows = [{**row, "index": 0} for row in rows]
         elif self.corrupt == "json":
-            return 200, {}, b"{not json", 0.0
+            return Reply(200, {}, b"{not json")
+        elif self.corrupt == "zero":
+            rows = [{**row, "embedding": [0.0] * self.dimensions} for row in rows]
         if self.shuffle:
             rows.reverse()
         body = {"object": "list", "data": rows, "model": request["model"], "usage": {"total_tokens": len(texts)}}
-        return 200, {}, json.dumps(body, allow_nan=True).encode(), 0.0
+        return Reply(200, {}, self.overflowing(json.dumps(body, allow_nan=True).encode()))
+
+    def overflowing(self, body: bytes) -> bytes:
+        """In "overflow" mode, the body with its first vector's or score's first number of 400 digits: valid JSON,
+        but no float holds it."""
+        if self.corrupt != "overflow":
+            return body
+        return OVERFLOWED.sub(b"1" + b"0" * 400, body, count=1)
 
     def rerank_scores(self, query: str, documents: list[str]) -> list[float]:
         """Voyage's rerank, faked: the share of the query's words that a document holds."""
         wanted = set(WORD.findall(query.lower()))
         return [len(wanted & set(WORD.findall(d.lower()))) / max(1, len(wanted)) for d in documents]
 
-    def rerank(self, request: dict[str, Any]) -> tuple[int, dict[str, str], bytes, float]:
+    def rerank(self, request: dict[str, Any]) -> Reply:
         scores = self.rerank_scores(request["query"], request["documents"])
         rows = sorted(
             ({"index": i, "relevance_score": score} for i, score in enumerate(scores)),
@@ -101,7 +129,7 @@ class FakeProviderAPI:
         if self.corrupt == "indexes":
             rows = [{**row, "index": 0} for row in rows]
         body = {"object": "list", "data": rows, "model": request["model"], "usage": {"total_tokens": len(rows)}}
-        return 200, {}, json.dumps(body).encode(), 0.0
+        return Reply(200, {}, self.overflowing(json.dumps(body).encode()))
 
 
 @contextmanager
@@ -111,20 +139,30 @@ def serve(api: FakeProviderAPI) -> Iterator[FakeProviderAPI]:
             length = int(self.headers.get("content-length", "0"))
             raw = self.rfile.read(length)
             if self.path not in ("/v1/embeddings", "/v1/rerank"):
-                status, headers, body, delay = 404, {}, b'{"detail": "Not Found"}', 0.0
+                reply = Reply(404, {}, b'{"detail": "Not Found"}')
             else:
                 lowered = {k.lower(): v for k, v in self.headers.items()}
-                status, headers, body, delay = api.answer(lowered, raw)
-            if delay:
-                time.sleep(delay)
+                reply = api.answer(lowered, raw)
+            if reply.delay:
+                time.sleep(reply.delay)
             try:
-                self.send_response(status)
+                self.send_response(reply.status)
                 self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                for key, value in headers.items():
+                if not reply.flood:  # a flood's end is the connection's (HTTP/1.0)
+                    self.send_header("content-length", str(len(reply.body)))
+                for key, value in reply.headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(body)
+                if reply.flood:
+                    for _ in range(0, reply.flood, len(FLOOD_PIECE)):
+                        self.wfile.write(FLOOD_PIECE)
+                elif reply.drip:
+                    for byte in reply.body:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(reply.drip)
+                else:
+                    self.wfile.write(reply.body)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client timed out and went away, as intended
 

@@ -47,3 +47,13 @@ def normalise(vectors: npt.NDArray[np.floating]) -> Vectors:
     norms[norms == 0] = 1.0
     normalised: Vectors = (array / norms).astype(np.float32, copy=False)
     return normalised
+
+
+def unusable(vectors: Vectors) -> str | None:
+    """Why a model's answer cannot be stored, or None: a number that is not finite, or a row of zero length (it
+    matches no query, so its chunk would never be found by meaning, and once cached it is never embedded again)."""
+    if not np.isfinite(vectors).all():
+        return "non-finite numbers"
+    if not (np.linalg.norm(vectors, axis=1) > 0).all():
+        return "a vector of zero length"
+    return None

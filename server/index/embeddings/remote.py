@@ -1,7 +1,9 @@
-"""Voyage and OpenAI embeddings over HTTP: batched, retried with backoff on 429/5xx, bounded by timeouts.
+"""Voyage and OpenAI embeddings over HTTP: batched, retried with backoff on 429/5xx, bounded in time and size.
 
 The API key lives only in this process (read from the server's environment or a secret file by `select`), is sent
 only in the Authorization header, and is scrubbed from every error message before it can reach a log or a client.
+A provider's answer is read as a stream: the whole of it must arrive within the request's timeout and stay under a
+size that its rows could need (`answer_cap`), so a gateway that drips or floods holds no search and no memory.
 """
 
 from __future__ import annotations
@@ -18,18 +20,26 @@ from typing import Any
 import httpx2
 import numpy as np
 
-from server.index.embeddings.base import InputKind, Tokenizer, Vectors, normalise
+from server.index.embeddings.base import InputKind, Tokenizer, Vectors, normalise, unusable
 from server.index.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-MAX_RETRY_AFTER = 60.0
+MAX_RETRY_AFTER = 60.0  # the longest wait between two attempts; a provider asking for longer is not retried
+# What a 200 answer may weigh (`answer_cap`), generous: a number pretty-printed one to a line, as OpenAI does.
+ANSWER_SLACK = 64 * 1024  # bytes besides the rows: the envelope, usage counts, whitespace
+ROW_BYTES = 512  # a row's own keys and indentation ("object", "index") besides its numbers
+NUMBER_BYTES = 48  # one number with its indentation and comma ("        -1.2345678901234567e-05,\n" is 34)
+PROBE_DIMENSIONS = 16_384  # the numbers a probe's one row may carry while a model's dimensions are unknown
+# A 200 answer that cannot be read as the rows asked for. RecursionError: JSON nested deeper than the parser goes;
+# OverflowError: a number too large for a float.
+MALFORMED = (ValueError, KeyError, TypeError, RecursionError, OverflowError)
 
 
 @dataclass(frozen=True)
 class HttpOptions:
-    timeout: float = 30.0  # seconds per request (connect, read, write, pool)
+    timeout: float = 30.0  # seconds of each connect, read and write, and of a request's whole answer
     max_retries: int = 4  # extra attempts after the first, on 429/5xx/network errors
     backoff: float = 0.5  # first retry delay in seconds; doubles each attempt, with jitter
     batch_size: int = 128  # inputs per request
@@ -69,26 +79,34 @@ class ProviderApi:
     def close(self) -> None:
         self._client.close()
 
-    def post(self, body: dict[str, Any], retries: int) -> httpx2.Response:
-        """The 200 answer to `body`, after at most `retries` retries; EmbeddingError (no key, no provider body)."""
+    def post(self, body: dict[str, Any], retries: int, max_bytes: int) -> Any:
+        """The JSON document of the 200 answer to `body`, after at most `retries` retries; EmbeddingError (no key,
+        no provider body) on failure, and at once for an answer over `max_bytes` or one that is not JSON."""
         payload = json.dumps(body).encode()
         attempt = 0
         while True:
             try:
-                response = self._client.post(self._url, content=payload)
-            except httpx2.TimeoutException:
+                status, retry_header, content = self._exchange(payload, max_bytes)
+            except (httpx2.TimeoutException, _Overdue):
                 failure, retry_after = f"timed out after {self.options.timeout:g} s", None
-            except httpx2.TransportError as exc:
+            except httpx2.RequestError as exc:  # the connection, the protocol, a body that does not decode
                 failure, retry_after = f"network error ({type(exc).__name__})", None
             else:
-                if response.status_code == 200:
-                    return response
-                failure = provider_failure(response.status_code)  # never the provider's body: it may echo the key
-                if response.status_code not in RETRY_STATUSES:
+                if status == 200:
+                    try:
+                        return json.loads(content)
+                    except MALFORMED:
+                        raise self.malformed() from None
+                failure = provider_failure(status)  # never the provider's body: it may echo the key
+                if status not in RETRY_STATUSES:
+                    raise EmbeddingError(f"{self.provider} {self.what} failed: {failure}", refused=status in (401, 403))
+                retry_after = _retry_after(retry_header)
+                if retry_after is not None and retry_after > MAX_RETRY_AFTER:
+                    # Asked to wait longer than we would hold a caller: give up now, and the breaker rests that long.
                     raise EmbeddingError(
-                        f"{self.provider} {self.what} failed: {failure}", refused=response.status_code in (401, 403)
+                        f"{self.provider} {self.what} failed: {failure}, retry after {retry_after:g} s",
+                        retry_after=retry_after,
                     )
-                retry_after = _retry_after(response.headers.get("retry-after"))
             if attempt >= retries:
                 raise EmbeddingError(
                     f"{self.provider} {self.what} failed after {attempt + 1} attempts: {failure}",
@@ -99,6 +117,42 @@ class ProviderApi:
             log.warning("%s %s: %s; retrying in %.1f s", self.provider, self.what, failure, delay)
             self._sleep(delay)
             attempt += 1
+
+    def _exchange(self, payload: bytes, max_bytes: int) -> tuple[int, str | None, bytes]:
+        """One request: the status, the Retry-After header and, for a 200 only, the body. Read as a stream, so the
+        whole answer is bounded by the timeout (the client's bounds each read only: a request ends within one read's
+        timeout of its deadline) and by `max_bytes`."""
+        deadline = time.monotonic() + self.options.timeout
+        with self._client.stream("POST", self._url, content=payload) as response:
+            if response.status_code != 200:
+                return response.status_code, response.headers.get("retry-after"), b""  # its body is never read
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise self.too_large(max_bytes)
+            content = bytearray()
+            for piece in response.iter_bytes():
+                content += piece
+                if len(content) > max_bytes:
+                    raise self.too_large(max_bytes)
+                if time.monotonic() > deadline:
+                    raise _Overdue
+            return 200, None, bytes(content)
+
+    def malformed(self) -> EmbeddingError:
+        return EmbeddingError(f"{self.provider} returned a malformed {self.what} response (HTTP 200)")
+
+    def too_large(self, max_bytes: int) -> EmbeddingError:
+        return EmbeddingError(f"{self.provider} {self.what} failed: the answer is larger than {max_bytes} bytes")
+
+
+class _Overdue(Exception):
+    """The answer was still arriving when the request's timeout ran out."""
+
+
+def answer_cap(rows: int, numbers: int) -> int:
+    """The most bytes a 200 answer of `rows` rows of `numbers` numbers each may take: scaled to the batch, so a
+    batch of 128 vectors of 1024 dimensions may bring 6.1 MiB, and one query's vector 112.5 KiB."""
+    return ANSWER_SLACK + rows * (ROW_BYTES + numbers * NUMBER_BYTES)
 
 
 class HttpEmbedder(ProviderApi):
@@ -144,12 +198,12 @@ class HttpEmbedder(ProviderApi):
     def _embed_batch(self, texts: Sequence[str], kind: InputKind, *, check_dimensions: bool = True) -> Vectors:
         # A query waits for no retry: a search answers by keyword at once, and the breaker above us retries later.
         retries = 0 if kind == "query" else self.options.max_retries
-        response = self.post(self.body(texts, kind), retries)
-        return self._parse(response, len(texts), check_dimensions)
+        numbers = self.dimensions if check_dimensions else max(self.dimensions, PROBE_DIMENSIONS)
+        document = self.post(self.body(texts, kind), retries, answer_cap(len(texts), numbers))
+        return self._parse(document, len(texts), check_dimensions)
 
-    def _parse(self, response: httpx2.Response, count: int, check_dimensions: bool) -> Vectors:
+    def _parse(self, document: Any, count: int, check_dimensions: bool) -> Vectors:
         try:
-            document = response.json()
             rows = document["data"]
             if not isinstance(rows, list) or len(rows) != count:
                 raise ValueError(f"expected {count} embeddings, got {len(rows) if isinstance(rows, list) else 'none'}")
@@ -160,13 +214,13 @@ class HttpEmbedder(ProviderApi):
                     raise ValueError("embedding indexes are not a permutation of the inputs")
                 ordered[index] = row["embedding"]
             vectors = np.asarray(ordered, dtype=np.float32)
-        except (ValueError, KeyError, TypeError):
-            raise EmbeddingError(f"{self.provider} returned a malformed response (HTTP 200)") from None
+        except MALFORMED:
+            raise self.malformed() from None
         if vectors.ndim != 2 or (check_dimensions and vectors.shape[1] != self.dimensions):
             got = vectors.shape[1] if vectors.ndim == 2 else "ragged"
             raise EmbeddingError(f"{self.provider} returned vectors of {got} dimensions, expected {self.dimensions}")
-        if not np.isfinite(vectors).all():
-            raise EmbeddingError(f"{self.provider} returned non-finite numbers")
+        if (why := unusable(vectors)) is not None:
+            raise EmbeddingError(f"{self.provider} returned a malformed {self.what} response (HTTP 200): {why}")
         return vectors
 
 

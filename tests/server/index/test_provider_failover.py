@@ -4,6 +4,8 @@ local servers speaking their wire format, the breakers on a clock the test moves
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
 import pytest
@@ -17,13 +19,20 @@ KEY = "pa-test-0123456789abcdef0123456789"
 QUERY = "webhook retries idempotent processed events"
 
 
-@pytest.fixture
-def apis():
+@contextmanager
+def two_providers() -> Iterator[tuple[FakeProviderAPI, FakeProviderAPI]]:
+    """Voyage (64 dimensions) and OpenAI (48) as local servers."""
     with serve(FakeProviderAPI(api_key=KEY)) as voyage, serve(FakeProviderAPI(api_key=KEY, dimensions=48)) as openai:
         yield voyage, openai
 
 
-def _open(tmp_path, voyage, openai, now, retries=0):
+@pytest.fixture
+def apis():
+    with two_providers() as running:
+        yield running
+
+
+def _open(tmp_path, voyage, openai, now, retries=0, settings=None):
     env = {
         "MEMORY_EMBEDDING_PROVIDERS": "voyage,openai",
         "VOYAGE_API_KEY": KEY,
@@ -37,7 +46,7 @@ def _open(tmp_path, voyage, openai, now, retries=0):
     }
     providers, reasons = select_providers(EmbeddingSettings.from_env(env), env, clock=lambda: now[0])
     assert reasons == [] and [m.provider for m in providers.members] == ["voyage", "openai"]
-    return MemoryIndex.open(tmp_path / "data", "team", providers, create=True)
+    return MemoryIndex.open(tmp_path / "data", "team", providers, create=True, settings=settings)
 
 
 @pytest.fixture

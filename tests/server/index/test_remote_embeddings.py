@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +14,9 @@ from server.index.embeddings.remote import HttpOptions, OpenAIEmbedder, VoyageEm
 from server.index.embeddings.select import EmbeddingSettings, read_secret, select_embedder, select_providers
 from server.index.engine import MemoryIndex
 from server.index.errors import EmbeddingError, InvalidArgumentError
+from server.index.rerank import VoyageReranker
 from tests.conftest import EXAMPLE
+from tests.fakes.embedder import HashingEmbedder
 from tests.fakes.provider_api import FakeProviderAPI, serve
 
 KEY = "pa-test-0123456789abcdef0123456789"
@@ -71,6 +74,16 @@ def test_rate_limits_and_server_errors_are_retried_with_backoff(api, tokenizer):
     assert 0.02 <= sleeps[1] <= 0.02 * 1.25  # second attempt: backoff doubled
 
 
+def test_a_retry_after_longer_than_we_wait_gives_up_at_once_and_passes_it_on(api, tokenizer):
+    sleeps: list[float] = []
+    embedder = _make(OpenAIEmbedder, api, tokenizer, sleeps=sleeps)
+    api.fail(429, times=10, headers={"retry-after": "7200"})
+    with pytest.raises(EmbeddingError, match=r"HTTP 429 .*retry after 7200 s") as caught:
+        embedder.embed(["hello"])
+    assert caught.value.retry_after == 7200  # the breaker rests as long as it can, instead of a retry each minute
+    assert sleeps == [] and api.failures[0].times == 9  # one request, no wait
+
+
 def test_retries_give_up_with_a_clear_error(api, tokenizer):
     sleeps: list[float] = []
     embedder = _make(OpenAIEmbedder, api, tokenizer, sleeps=sleeps)
@@ -101,6 +114,26 @@ def test_a_stalled_server_times_out_and_is_retried(api, tokenizer):
         embedder.embed(["hello"])
 
 
+def test_an_answer_dripping_in_slower_than_the_timeout_is_cut_off_at_the_timeout(api, tokenizer):
+    embedder = _make(VoyageEmbedder, api, tokenizer, options=HttpOptions(timeout=0.3, max_retries=0))
+    api.fail(200, body=b"{}" + b" " * 98, drip=0.05)  # each read waits 0.05 s; the whole answer would take 5 s
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match=r"timed out after 0.3 s"):
+        embedder.embed(["hello"])
+    assert time.monotonic() - started < 2.0
+
+
+def test_an_answer_larger_than_its_rows_could_need_is_refused_unread(api, tokenizer):
+    embedder = _make(VoyageEmbedder, api, tokenizer)  # one vector of 64 numbers: a few kilobytes
+    api.fail(200, body=b'{"data": [], "pad": "' + b"x" * 4 * 1024 * 1024 + b'"}')  # said in its Content-Length
+    with pytest.raises(EmbeddingError, match=r"the answer is larger than \d+ bytes"):
+        embedder.embed(["hello"])
+    api.fail(200, flood=32 * 1024 * 1024)  # 32 MiB without a length: read until past the cap only
+    with pytest.raises(EmbeddingError, match=r"the answer is larger than \d+ bytes"):
+        embedder.embed(["hello"])
+    assert embedder.embed(["hello"]).shape == (1, 64)
+
+
 def test_a_connection_refused_is_a_clear_error(tokenizer):
     with serve(FakeProviderAPI(api_key=KEY)) as gone:
         pass  # the server is shut down: nothing listens on its port any more
@@ -109,12 +142,55 @@ def test_a_connection_refused_is_a_clear_error(tokenizer):
         embedder.embed(["hello"])
 
 
-@pytest.mark.parametrize("corrupt", ["count", "dimensions", "nan", "indexes", "json"])
-def test_malformed_responses_are_refused_whole(api, tokenizer, corrupt):
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [
+        ("count", "malformed"),
+        ("dimensions", "63 dimensions"),
+        ("nan", "non-finite numbers"),
+        ("indexes", "malformed"),
+        ("json", "malformed"),
+        ("zero", "a vector of zero length"),  # it would match no query, and once cached never be embedded again
+        ("deep", "malformed"),  # nested past the JSON parser's depth
+        ("overflow", "malformed"),  # a number no float holds
+        ("gzip", r"after 3 attempts: network error \(DecodingError\)"),  # a body that is not the gzip it says
+    ],
+)
+def test_malformed_responses_are_refused_whole(api, tokenizer, corrupt, message):
     api.corrupt = corrupt
     embedder = _make(OpenAIEmbedder, api, tokenizer)
-    with pytest.raises(EmbeddingError, match=r"malformed|dimensions|non-finite"):
+    with pytest.raises(EmbeddingError, match=message):
         embedder.embed(["one text", "two texts", "three"])
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [
+        ("indexes", "malformed rerank response"),
+        ("deep", "malformed rerank response"),
+        ("overflow", "malformed rerank response"),
+        ("gzip", r"network error \(DecodingError\)"),
+    ],
+)
+def test_malformed_rerank_answers_are_a_rerank_failure(api, corrupt, message):
+    reranker = VoyageReranker(model="rerank-test", api_key=KEY, base_url=api.url, options=FAST, sleep=lambda _s: None)
+    assert reranker.rerank("webhook retries", ["webhook retries", "lunch"]) == [1.0, 0.0]
+    api.corrupt = corrupt
+    with pytest.raises(EmbeddingError, match=message):
+        reranker.rerank("webhook retries", ["webhook retries", "lunch"])
+
+
+def test_a_model_answering_a_zero_vector_has_nothing_stored_and_its_chunks_wait(tmp_path):
+    memory = tmp_path / "project" / "memory"
+    memory.mkdir(parents=True)
+    (memory / "rule.md").write_text("***\n")  # not a word in it: the hashing model's vector of it is all zeros
+    index = MemoryIndex.open(tmp_path / "data", "zero", HashingEmbedder(), create=True)
+    try:
+        report = index.index(tmp_path / "project")
+        assert report.chunks_written == 1 and report.chunks_pending == 1 and report.chunks_embedded == 0
+        assert index.store.connection().execute("SELECT count(*) FROM embedding_cache").fetchall() == [(0,)]
+    finally:
+        index.close()
 
 
 # selection and the fallback order ------------------------------------------------------------------------

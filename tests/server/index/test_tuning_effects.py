@@ -18,10 +18,14 @@ from server.index.engine import MemoryIndex
 from server.index.engine_settings import EngineSettings
 from server.index.errors import InvalidArgumentError
 from server.index.rechunk import CHUNKING_KEY
+from server.index.store import Store
 from server.index.tuning import SearchDefaults, chunker_config, chunking_identity
+from server.index.vectors import live_space
 from server.memory.service import CallerContext, MemoryService
 from tests.conftest import EXAMPLE
 from tests.fakes.embedder import HashingEmbedder
+from tests.fakes.provider_api import FakeProviderAPI
+from tests.server.index.test_provider_failover import QUERY, _open, two_providers
 
 SMALL = EngineSettings(chunker=chunker_config(64, 8))
 
@@ -138,6 +142,83 @@ def test_a_rechunk_stopped_by_a_restart_resumes_and_a_newer_size_starts_it_again
     finally:
         third.close()
     assert [p.name for p in third.directory.glob("index*.sqlite3")] == [third.db_path.name]  # the old one is gone
+
+
+@pytest.fixture
+def providers():
+    with two_providers() as running:
+        yield running
+
+
+def _rechunk_begun_on_voyage(tmp_path: Path, folder: Path, voyage: FakeProviderAPI, openai: FakeProviderAPI) -> str:
+    """An index built on Voyage whose re-chunk to SMALL was stopped by a restart: its side database's vectors are
+    Voyage's (64 dimensions). Voyage is down from now on. Returns the side database's file name."""
+    now = [1000.0]
+    first = _open(tmp_path, voyage, openai, now)
+    first.index(folder)
+    first.close()
+    begun = _open(tmp_path, voyage, openai, now, settings=SMALL)
+    stop = threading.Event()
+    stop.set()
+    assert begun.rechunker.run(stop) is False
+    side = str(begun.info()["next_database"])
+    begun.close()
+    store = Store(begun.directory / side)
+    try:
+        space = live_space(store)
+        assert space is not None and (space.provider, space.dimensions) == ("voyage", 64)
+    finally:
+        store.close()
+    voyage.fail(503, times=1_000_000)
+    return side
+
+
+def test_a_rechunk_resumed_on_another_provider_builds_that_providers_vectors_not_into_the_old_ones(
+    tmp_path, folder, providers
+):
+    voyage, openai = providers
+    side = _rechunk_begun_on_voyage(tmp_path, folder, voyage, openai)
+    index = _open(tmp_path, voyage, openai, [1000.0], settings=SMALL)  # Voyage's probe fails: OpenAI serves
+    try:
+        assert index.needs_rebuild and index.embedder is not None and index.embedder.provider == "openai"
+        thread = index.start_background_rebuild()
+        assert thread is not None
+        thread.join(60)
+        assert not thread.is_alive() and not index.needs_rebuild
+        assert index.db_path.name == side  # the side database was resumed, its Voyage vectors replaced
+        space = live_space(index.store)
+        assert space is not None and (space.provider, space.dimensions) == ("openai", 48)
+        db = index.store.connection()
+        assert db.execute(f"SELECT count(*) FROM {space.table}").fetchall() == [(index.store.chunk_count(),)]
+        result = index.search(QUERY)
+        assert result.mode == "hybrid" and result.hits[0].path == "memory/2026-11-18.md"
+    finally:
+        index.close()
+
+
+def test_a_rechunk_failing_on_a_database_error_waits_before_it_is_tried_again(tmp_path, folder, providers, caplog):
+    voyage, openai = providers
+    side = _rechunk_begun_on_voyage(tmp_path, folder, voyage, openai)
+    index = _open(tmp_path, voyage, openai, [1000.0], settings=SMALL)
+    try:
+        embedder = index.embedder
+        assert embedder is not None
+        store = Store(index.directory / side)  # a table labelled as OpenAI's, of Voyage's size: each insert fails
+        try:
+            with store.connection() as db:
+                for key, value in (("provider", embedder.provider), ("model", embedder.model), ("dimensions", "48")):
+                    store.set_meta(f"vector_{key}", value, db)
+        finally:
+            store.close()
+        thread = index.start_background_rebuild()
+        assert thread is not None
+        thread.join(60)
+        assert not thread.is_alive() and index.needs_rebuild
+        assert "re-chunking index team failed: Dimension mismatch" in caplog.text
+        assert index.search(QUERY).mode == "keyword"  # on the old chunks, whose Voyage is down
+        assert index.rechunker.start() is None and index.rechunker._thread is thread  # resting: no thread per search
+    finally:
+        index.close()
 
 
 def test_an_index_cut_before_dates_left_the_embedded_context_is_cut_again(tmp_path, folder):
