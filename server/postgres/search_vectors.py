@@ -16,7 +16,7 @@ import numpy as np
 
 from server.errors import EmbeddingError, EngineError
 from server.index.cache_rules import CACHE_KEEP_DAYS, cap_sql, claim_prune_sql, count_sql, prune_sql
-from server.index.embeddings.base import Embedder
+from server.index.embeddings.base import Embedder, unusable
 from server.index.queries import Filters
 from server.index.stats import COMPLETE_THROUGH, complete_through, moved_mark
 from server.index.vectors import REBUILD_BATCH, VectorSpace, model_of
@@ -90,8 +90,10 @@ def embed_missing(db: PgConnection, embedder: Embedder, items: dict[str, str]) -
     missing = [h for h in items if h not in found]
     if missing:
         vectors = embedder.embed([items[h] for h in missing], kind="document")
-        if vectors.shape != (len(missing), embedder.dimensions) or not np.all(np.isfinite(vectors)):
+        if vectors.shape != (len(missing), embedder.dimensions):
             raise EmbeddingError("the embedding provider returned vectors of the wrong shape")
+        if (why := unusable(vectors)) is not None:  # the SQLite engine's rule (server.index.vectors.embed_missing)
+            raise EmbeddingError(f"the embedding provider {embedder.provider} returned {why}")
         with db:
             for h, vector in zip(missing, vectors, strict=True):
                 found[h] = vector.astype(np.float32).tobytes()

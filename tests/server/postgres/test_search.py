@@ -418,3 +418,14 @@ def test_an_index_stored_with_the_old_words_holds_exactly_what_fresh_indexing_st
     lexemes = {row[0] for row in migrated[0]}
     assert {"cafe", "uber", "x²", "istanbul", "byte"} <= lexemes and "café" not in lexemes
     assert paths_of(upgraded, "cafe", mode="keyword") == ["memory/cafe.md"]
+
+
+def test_a_model_answering_a_zero_vector_has_nothing_stored_and_its_chunk_waits(
+    open_index: Callable[..., Opened], postgres_url: str
+) -> None:
+    index, store = open_index(HashingEmbedder())
+    store.write("memory/rule.md", "***\n", caller="alice")  # not a word in it: the hashing model's vector is all zeros
+    report = index.index()
+    assert report.files_indexed == 1 and report.chunks_pending == 1 and report.chunks_embedded == 0
+    with psycopg.connect(postgres_url, options=f"-c search_path={schema_of('proj')}") as db:
+        assert db.execute("SELECT count(*) FROM embedding_cache").fetchone() == (0,)
