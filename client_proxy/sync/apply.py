@@ -110,7 +110,10 @@ class Reconciler:
         entry = self.state.files.get(path)
         if not reset and entry is not None and entry.revision >= change.revision:
             return "skipped"  # we already have it (our own push, or a change pulled before)
-        if entry is None and (other := find_collision(path, [*self.state.files, *self._on_disk_beside(path)])):
+        # A deletion of a path this laptop has no base for writes nothing (`_apply` deletes only a file that holds its
+        # base), so it is not held back: the old spelling's tombstone after a rename in case must not wait forever.
+        colliding = entry is None and change.hash is not None
+        if colliding and (other := find_collision(path, [*self.state.files, *self._on_disk_beside(path)])):
             # Retried: the other name may go (renamed here, or its deletion on the server pulled after this change).
             return self._leave(change, f"on macOS and Windows it is the same file as {other}")
         if change.content is not None and sha256_hex(change.content.encode("utf-8")) != change.hash:
@@ -135,9 +138,9 @@ class Reconciler:
             self._record(path, change.hash, change.revision)
             return "same"
         if reset and local is not None:
-            # The server was restored from an older backup: its version may be the older one. Push ours with no
-            # base instead, and the server merges the two; nothing is written or deleted here.
-            self.state.files.pop(path, None)
+            # The server was restored from an older backup: its version may be the older one, so nothing is written
+            # or deleted here; ours is pushed instead.
+            self._rebase_after_restore(change, entry, local)
             return "dirty"
         clean = entry.base == local if entry is not None else local is None
         if not clean:
@@ -157,6 +160,18 @@ class Reconciler:
         self.state.rejected.pop(path, None)
         log.debug("sync: wrote %s (revision %d)", path, change.revision)
         return "written"
+
+    def _rebase_after_restore(self, change: Change, entry: Base | None, local: str) -> None:
+        """The base to push a local file with after a reset listing named its path. A file unchanged since this
+        laptop agreed it, later than the server's version (which the backup holds), is pushed over that version:
+        the server takes it, or merges it three ways with an edit made there meanwhile. Otherwise (edited here, or
+        the server's version may be an edit made since the restore) it goes with no base, and the server merges the
+        two texts."""
+        newer_here = entry is not None and entry.base == local and change.revision < entry.revision
+        if newer_here and change.hash is not None:
+            self._record(change.path, change.hash, change.revision)
+        else:
+            self.state.files.pop(change.path, None)
 
     def _on_disk_beside(self, path: str) -> list[str]:
         """The names on disk that could be `path` or one of its folders under another spelling (each folder's

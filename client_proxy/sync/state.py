@@ -267,7 +267,7 @@ class StateStore:
             raise StateCorruptError(f"{self.path} is larger than {MAX_STATE_BYTES} bytes")
         try:
             state = SyncState.from_json(json.loads(data))
-        except (ValueError, StateCorruptError) as exc:
+        except (ValueError, RecursionError, StateCorruptError) as exc:  # RecursionError: JSON nested too deep
             raise StateCorruptError(f"{self.path}: {exc}") from None
         if (state.server_url, state.index, state.project) != self.identity:
             raise StateCorruptError(f"{self.path} belongs to another server, index or folder")

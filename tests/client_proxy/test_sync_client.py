@@ -160,7 +160,7 @@ def test_the_state_round_trips_privately_one_file_per_server_index_and_folder(tm
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b'{"version": 1}', b"[]", b'{"version": 99}', b"\x00"],
+    [b"{not json", b'{"version": 1}', b"[]", b'{"version": 99}', b"\x00", b"[" * 100_000 + b"]" * 100_000],
 )
 def test_a_corrupt_state_file_is_moved_aside_and_sync_starts_fresh(tmp_path, project, caplog, content):
     home = tmp_path / "state"
@@ -444,6 +444,44 @@ def test_pending_pushes_are_what_differs_from_the_bases(project, tmp_path):
     (project / "memory" / "refused.md").write_text("refused, then fixed\n")
     scan = LocalFiles(project, max_bytes=100).scan(list(state.files))
     assert ("memory/refused.md", "create") in {(item.path, item.kind) for item in pending_pushes(state, scan)}
+
+
+def test_pending_pushes_put_deletes_before_creates_and_edits(project, tmp_path):
+    # `Notes.md` renamed `notes.md`: the server refuses the new name while the old one lives
+    (project / "memory" / "notes.md").write_text("notes\n")
+    (project / "memory" / "b.md").write_text("edited\n")
+    state = StateStore(tmp_path, SERVER, INDEX, project).fresh()
+    state.files = {"memory/Notes.md": Base(h("notes\n"), 1), "memory/b.md": Base(h("b\n"), 2)}
+    scan = LocalFiles(project, max_bytes=100).scan(list(state.files))
+    assert [(item.path, item.kind) for item in pending_pushes(state, scan)] == [
+        ("memory/Notes.md", "delete"),
+        ("memory/b.md", "edit"),
+        ("memory/notes.md", "create"),
+    ]
+
+
+def test_a_refusal_as_the_same_file_as_another_name_lasts_only_while_the_server_holds_such_a_name(project, tmp_path):
+    (project / "memory" / "notes.md").write_text("notes\n")
+    (project / "memory" / "Notes.md").write_text("other\n")  # both on this disk; one file on a Mac
+    (project / "memory" / "big.md").write_text("big\n")
+    state = StateStore(tmp_path, SERVER, INDEX, project).fresh()
+    state.files["memory/Notes.md"] = Base(h("other\n"), 1)
+    refusal = "memory/notes.md would be the same file as memory/Notes.md on macOS and Windows laptops"
+    state.rejected["memory/notes.md"] = {"hash": h("notes\n"), "message": refusal, "at": "t"}
+    state.rejected["memory/big.md"] = {"hash": h("big\n"), "message": "larger than the cap", "at": "t"}
+
+    def pending() -> list[tuple[str, str]]:
+        scan = LocalFiles(project, max_bytes=100).scan(state.files)
+        return [(item.path, item.kind) for item in pending_pushes(state, scan)]
+
+    assert pending() == []
+    (project / "memory" / "Notes.md").unlink()  # its deletion goes first, in the same push
+    assert pending() == [("memory/Notes.md", "delete"), ("memory/notes.md", "create")]
+    del state.files["memory/Notes.md"]
+    state.unapplied["memory/NOTES.md"] = Unapplied(2, "on macOS and Windows it is the same file as ...", "t")
+    assert pending() == []  # a name the server holds that this laptop could not write
+    state.unapplied.clear()
+    assert pending() == [("memory/notes.md", "create")]  # the other refusal stands
 
 
 # -- changes left unapplied ---------------------------------------------------------------------------------------

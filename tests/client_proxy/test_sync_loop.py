@@ -185,6 +185,15 @@ async def server_has(rig: Rig, path: str, text: str | None) -> bool:
     return (await rig.server()).get(path) == text
 
 
+async def server_is(rig: Rig, files: dict[str, str]) -> bool:
+    return await rig.server() == files
+
+
+async def caught_up(rig: Rig, syncer: Syncer) -> bool:
+    """Whether the syncer has pulled (and applied) every change the server holds."""
+    return syncer.state.revision >= await rig.revision()
+
+
 async def a_push_pass_after_now(syncer: Syncer) -> None:
     """Wait for a complete scan-and-push that started after this call."""
     seen = syncer.push_passes
@@ -363,6 +372,50 @@ async def test_deletes_go_both_ways_and_a_delete_of_a_file_edited_elsewhere_give
     async with rig.syncing():
         await until(lambda: rig.read("memory/edited.md") == "edited by bob\n", "bob's edit restored here")
     assert (await rig.server())["memory/edited.md"] == "edited by bob\n"
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "inside"), [("memory/Notes.md", "memory/notes.md", ""), ("memory/Work", "memory/work", "/a.md")]
+)
+async def test_a_name_changed_only_in_case_while_sync_was_off_moves_the_file_on_the_server(rig, before, after, inside):
+    rig.write(before + inside, "important notes\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, before + inside, "important notes\n"), "the file on the server")
+    (rig.project / before).rename(rig.project / after)  # a file, or the folder holding it
+    async with rig.syncing() as syncer:
+        await until(lambda: server_is(rig, {after + inside: "important notes\n"}), "the new name only")
+        await until(lambda: caught_up(rig, syncer), "the server's changes pulled")
+    assert rig.saved()["rejected"] == {} and rig.saved()["unapplied"] == {}
+    assert rig.read(after + inside) == "important notes\n"
+
+
+async def test_a_name_refused_as_the_same_file_as_another_is_pushed_once_that_name_is_deleted(rig):
+    await rig.push("memory/Notes.md", "bob's\n", None)
+    rig.write("memory/notes.md", "alice's\n")  # the same file as bob's on a Mac: refused
+    async with rig.syncing() as syncer:
+        await until(lambda: "memory/notes.md" in syncer.state.rejected, "the refusal")
+        await rig.push("memory/Notes.md", None, h("bob's\n"))
+        await until(lambda: caught_up(rig, syncer), "bob's delete pulled")
+        await a_push_pass_after_now(syncer)
+        await until(lambda: server_is(rig, {"memory/notes.md": "alice's\n"}), "alice's file on the server")
+    assert rig.saved()["rejected"] == {} and rig.saved()["unapplied"] == {}
+
+
+async def test_a_stored_refusal_as_the_same_file_as_a_name_gone_since_is_pushed_at_the_next_start(rig):
+    # What a proxy that pushed creates before deletes left after `Notes.md` was renamed `notes.md` while it was off:
+    # the old name deleted on the server, the new one refused as colliding with it, and remembered as refused.
+    await rig.push("memory/Notes.md", "notes\n", None)
+    refused = await rig.push("memory/notes.md", "notes\n", None)
+    assert refused["status"] == "rejected"
+    await rig.push("memory/Notes.md", None, h("notes\n"))
+    rig.write("memory/notes.md", "notes\n")
+    state = rig.store().fresh()
+    state.revision = await rig.revision()
+    state.rejected["memory/notes.md"] = {"hash": h("notes\n"), "message": refused["message"], "at": "t"}
+    rig.store().save(state)
+    async with rig.syncing():
+        await until(lambda: server_is(rig, {"memory/notes.md": "notes\n"}), "the file on the server again")
+    assert rig.saved()["rejected"] == {}
 
 
 async def test_a_rejected_file_is_remembered_and_not_pushed_again_until_it_changes(rig, caplog):
@@ -647,6 +700,43 @@ async def test_a_server_restored_from_an_older_backup_gets_this_laptops_files_ag
     async with rig.syncing():
         await until(lambda: server_has(rig, "memory/lost.md", "lost\n"), "the file pushed again")
     assert rig.saved()["revision"] < 10_000
+
+
+async def test_a_file_agreed_after_the_backup_the_server_was_restored_from_replaces_the_restored_version(rig):
+    older = "# Notes\n\nuse postgres 15\ndeploy on fridays\n"
+    newer = "# Notes\n\nuse postgres 16\ndeploy on fridays\n"
+    rig.write("memory/notes.md", older)
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/notes.md", older), "the file on the server")
+    # After the backup (which holds `older`), this laptop agreed `newer` with the server; then the server was
+    # restored. The laptop's file is unchanged since.
+    state = rig.saved()
+    state["revision"] = 10_000
+    state["files"]["memory/notes.md"] = {"base": h(newer), "revision": 9_999, "size": None, "mtime_ns": None}
+    rig.store().path.write_text(json.dumps(state))
+    rig.write("memory/notes.md", newer)
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/notes.md", newer), "the newer version on the server, once")
+    assert rig.read("memory/notes.md") == newer
+
+
+async def test_a_server_version_newer_than_the_laptops_after_a_restore_is_merged_with_it_not_replaced(rig):
+    rig.write("memory/notes.md", "a\nb\nc\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/notes.md", "a\nb\nc\n"), "the file on the server")
+    await rig.push("memory/notes.md", "a\nb\nc\nadded on the restored server\n", h("a\nb\nc\n"))
+    state = rig.saved()
+    state["revision"] = 10_000  # ahead of the server; its own version of the file older than the server's
+    state["files"]["memory/notes.md"] = {"base": h("a\nB\nc\n"), "revision": 1, "size": None, "mtime_ns": None}
+    rig.store().path.write_text(json.dumps(state))
+    rig.write("memory/notes.md", "a\nB\nc\n")
+
+    def merged(text: str | None) -> bool:
+        return text is not None and "B\n" in text and "added on the restored server\n" in text
+
+    async with rig.syncing():
+        await until(lambda: merged(rig.read("memory/notes.md")), "the two versions merged here")
+    assert merged((await rig.server())["memory/notes.md"])
 
 
 async def test_a_reset_listing_interrupted_after_its_first_page_is_finished_at_the_next_start(rig, monkeypatch):
