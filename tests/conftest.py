@@ -64,7 +64,6 @@ SLOW = (  # seconds each on two cores: long property runs, real servers on socke
     "tests/server/test_metrics.py",
     "tests/server/index/test_remote_embeddings.py",
     "tests/server/test_mcp_tools.py::test_no_list_page_or_hit_list_outgrows_one_tool_result",
-    "tests/server/test_merge.py::test_a_file_of_thousands_of_lines_merges_quickly",
     "tests/client_proxy/test_sync_loop.py::test_many_files_are_pushed_in_batches_of_at_most_a_hundred",
     "tests/client_proxy/test_sync_loop.py::test_a_first_sync_of_many_files_logs_its_progress_with_rate_and_time_left",
     "tests/server/index/test_chunker.py::test_editing_one_line_changes_at_most_two_chunks",

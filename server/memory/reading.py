@@ -85,11 +85,25 @@ def version_file(mirror: FileStore, path: str, version: int) -> tuple[MirrorFile
     """Version `version` of `path` as a file (None: the version is a deletion) and its entry in the history."""
     found = mirror.history.get(path, check_version(version))
     if found is None:
-        raise InvalidArgumentError(f"{path} has no version {version}: memory_history lists the versions kept")
+        raise InvalidArgumentError(_no_text(mirror, path, version))
     v, text = found.version, found.text
     if text is None or v.hash is None:
         return None, v
     return MirrorFile(path, text, v.hash, count_lines(text), v.size, v.revision, v.updated_by, v.updated_at), v
+
+
+def _no_text(mirror: FileStore, path: str, version: int) -> str:
+    """Why version `version` of `path` cannot be read: there is no such version, or the history lists it but its
+    text is not kept (the file was over the size cap or not UTF-8 text then); then which older one can be read."""
+    listed = mirror.history.versions(path, before=version + 1, limit=1)
+    if not listed or listed[0].revision != version:
+        return f"{path} has no version {version}: memory_history lists the versions kept"
+    older = mirror.history.last_text(path, version)
+    readable = f"version {older.revision} is the newest before it that can be" if older else "no older one can be"
+    return (
+        f"the text of version {version} of {path} is not kept (the file was over the size cap or not UTF-8 text "
+        f"then), so it cannot be read or restored; {readable}"
+    )
 
 
 def list_files(handle: OpenIndex, files: list[FileState], after: str | None, limit: int, wanted: Labels) -> ListOutput:

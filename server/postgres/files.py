@@ -25,7 +25,7 @@ from server.index.scan import DEFAULT_MAX_FILE_BYTES
 from server.memory.text import count_lines_of_bytes
 from server.mirror import queries as mq
 from server.mirror.files import decoded_text, encoded
-from server.mirror.history import ChangeKind, MirrorHistory, Retention, Version, record_change
+from server.mirror.history import ChangeKind, MirrorHistory, Retention, Version, change_stamp, record_change
 from server.mirror.paths import normalise_mirror_path, refuse_collision
 from server.mirror.records import StateRecords
 from server.mirror.state import (
@@ -34,7 +34,6 @@ from server.mirror.state import (
     IdempotencyRecord,
     MirrorFile,
     check_expected,
-    iso,
     load_version,
     state_of,
     store_version,
@@ -199,7 +198,7 @@ class PgFileStore(StateRecords):
         """Take the next revision, store the new state of `path` and its version, and tell the other servers on
         commit; call inside a transaction that holds the revision row."""
         revision = int(self._db.execute(*q.next_revision()).fetchall()[0][0])
-        at = iso(self.clock())
+        at = change_stamp(self._db, self.clock())  # never before the last change: the clock may be set back
         self._db.execute(*q.upsert_file(path, digest, data, lines, revision, by, at))
         self._db.execute(*notify_statement(self._channel))
         size = len(data or b"")

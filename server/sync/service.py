@@ -24,9 +24,11 @@ from server.sync.merge import merge3, merge_unrelated
 from syncproto.faults import fault_point
 from syncproto.messages import Change, PushChange, PushResult, changes_json
 from syncproto.paths import is_session_file, memory_folders
-from syncproto.wire import MAX_CHANGE_BYTES, MAX_CHANGES, sha256_hex
+from syncproto.wire import MAX_CHANGE_BYTES, MAX_CHANGES, MAX_FILE_BYTES, sha256_hex
 
 log = logging.getLogger(__name__)
+
+_HISTORY_PAGE = 200  # versions of one path read per query when a push with no base is looked for in its history
 
 
 @dataclass
@@ -68,7 +70,7 @@ class SyncService:
                     answer.next = row.revision
                     continue
                 entry = _change(mirror, row)
-                if entry is None:  # on the server's disk but unreadable: laptops keep their copy
+                if entry is None:  # unreadable, or larger than laptops write: laptops keep their copy
                     answer.next = row.revision
                     continue
                 size = len(str(entry.get("content", "")).encode("utf-8"))
@@ -147,7 +149,9 @@ def _over_unreadable(mirror: FileStore, caller: str, path: str, change: PushChan
 def _change(mirror: FileStore, row: FileState) -> dict[str, object] | None:
     """One entry of a changes answer: the path's state now (it may be newer than `row`), content included. None
     for a file the server has but cannot read or send (too large, not text, no permission): it is not a deletion,
-    so laptops keep their copy, and memory_status lists it."""
+    so laptops keep their copy, and memory_status lists it. None too for a file larger than laptops write
+    (MAX_FILE_BYTES, under a raised MEMORY_MAX_FILE_BYTES): an answer holding it could pass the laptops' answer
+    ceiling, which they refuse whole, and so never pull anything after it."""
     current: MirrorFile | None = None
     if row.hash is not None:
         try:
@@ -155,6 +159,14 @@ def _change(mirror: FileStore, row: FileState) -> dict[str, object] | None:
         except InvalidArgumentError as exc:  # UnsafePathError too: the file is there, only unreadable
             log.warning("sync: %s cannot be sent (%s); laptops keep their copy", row.path, exc)
             return None
+    if current is not None and current.size > MAX_FILE_BYTES:
+        log.warning(
+            "sync: %s is %d bytes, more than laptops write (%d); not sent, laptops keep their copy",
+            row.path,
+            current.size,
+            MAX_FILE_BYTES,
+        )
+        return None
     if current is None:
         gone = mirror.state(row.path) if row.hash is not None else row
         gone = gone if gone is not None else row
@@ -178,6 +190,8 @@ def _write(
         expected = current.hash if current else ABSENT
         state = mirror.write(path, content, caller=caller, expected_hash=expected, change="push")
         return PushResult(path, "applied", state.hash, state.revision)
+    if base is None and _held_before(mirror, path, digest):
+        base = digest  # an old copy of this file from a laptop that lost its sync state: nothing in it is new
     if base is None:
         merged = merge_unrelated(current.text, content)
     else:
@@ -212,6 +226,21 @@ def _write(
         conflict_path=copy,
         conflict_revision=kept.revision,
     )
+
+
+def _held_before(mirror: FileStore, path: str, digest: str) -> bool:
+    """Whether `path` held the text of hash `digest` earlier (a version its history keeps, whose text is known).
+    A laptop that pushes such a text with no base has lost what it last synced, not written a file of its own."""
+    if mirror.version_text(digest) is None:  # most texts pushed with no base were never held by any file
+        return False
+    before: int | None = None
+    while True:
+        versions = mirror.history.versions(path, before=before, limit=_HISTORY_PAGE)
+        if any(version.hash == digest for version in versions):
+            return True
+        if len(versions) < _HISTORY_PAGE:
+            return False
+        before = versions[-1].revision
 
 
 # A merge or a conflict copy is remembered per caller and path, so that the same push again (a laptop that lost the

@@ -118,6 +118,25 @@ def test_memory_get_reads_a_past_version_and_refuses_one_that_does_not_exist(ser
             history.restore(ALICE, PATH, wrong)
 
 
+@ON_SERVER_DISK
+def test_memory_get_of_a_listed_version_whose_text_is_not_kept_says_so_and_names_one_that_can_be_read(
+    service, history, tmp_path
+):
+    replace(service, ALICE, "We use SQLite.\n")
+    (tmp_path / "data" / "indexes" / "proj" / "files" / PATH).write_bytes(b"caf\xe9 latin-1\n")  # not UTF-8
+    listed = history.history(ALICE, path=PATH).versions
+    assert [(v.version, v.change) for v in listed] == [(2, "disk"), (1, "write")]
+
+    with pytest.raises(InvalidArgumentError) as refused:
+        service.get(ALICE, PATH, version=2)
+
+    assert str(refused.value) == (
+        f"the text of version 2 of {PATH} is not kept (the file was over the size cap or not UTF-8 text then), so "
+        "it cannot be read or restored; version 1 is the newest before it that can be"
+    )
+    assert service.get(ALICE, PATH, version=1).content == "We use SQLite."
+
+
 def test_a_before_that_is_no_version_is_refused_naming_before(service, history):
     replace(service, ALICE, "We use SQLite.\n")
     for wrong in (0, 2**63, 2**80):

@@ -16,10 +16,12 @@ import pytest
 
 from channel.authz import Access, ChannelUser
 from server.index.embeddings.base import InputKind, Vectors
+from server.index.engine_settings import EngineSettings
+from server.index.scan import ScanConfig
 from server.memory.service import CallerContext, MemoryService
 from server.mirror.mirror import sha256_hex
 from server.sync.service import SyncService
-from syncproto.wire import MAX_PUSH_BYTES, MAX_PUSH_CHANGES
+from syncproto.wire import MAX_FILE_BYTES, MAX_PUSH_BYTES, MAX_PUSH_CHANGES
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
 from tests.mcp_support import plant
@@ -110,6 +112,31 @@ async def test_two_laptops_creating_the_same_daily_log_keep_the_title_once_and_b
     assert result["status"] == "merged"
     assert result["content"].count("# 2026-11-23\n") == 1
     assert "from alice" in result["content"] and "from bob" in result["content"]
+
+
+async def test_an_old_copy_pushed_with_no_base_by_a_laptop_that_lost_its_sync_state_gives_it_the_newer_text(laptops):
+    old = "# Notes\n\nuse postgres 15\ndeploy on fridays\nowner: bob\n"
+    new = old.replace("postgres 15", "postgres 16")
+    await push(laptops["alice"], {"path": "memory/notes.md", "base": None, "content": old})
+    await push(laptops["bob"], {"path": "memory/notes.md", "base": h(old), "content": new})
+
+    [result] = await push(laptops["alice"], {"path": "memory/notes.md", "base": None, "content": old})
+
+    assert (result["status"], result["content"], result["hash"]) == ("merged", new, h(new))
+    [change] = (await pull(laptops["bob"]))["changes"]
+    assert (change["path"], change["content"]) == ("memory/notes.md", new)
+
+
+async def test_a_text_pushed_with_no_base_that_only_another_path_held_is_merged_as_unrelated(laptops):
+    old = "# Notes\n\nuse postgres 15\n"
+    new = "# Notes\n\nuse postgres 16\n"
+    await push(laptops["alice"], {"path": "memory/notes.md", "base": None, "content": old})
+    await push(laptops["bob"], {"path": "memory/notes.md", "base": h(old), "content": new})
+    await push(laptops["bob"], {"path": "memory/copy.md", "base": None, "content": new})
+
+    [result] = await push(laptops["alice"], {"path": "memory/copy.md", "base": None, "content": old})
+
+    assert (result["status"], result["content"]) == ("merged", "# Notes\n\nuse postgres 16\nuse postgres 15\n")
 
 
 async def test_conflicting_replaces_keep_the_servers_text_and_a_conflict_copy_with_the_other(laptops, service):
@@ -369,6 +396,27 @@ async def test_a_long_answer_comes_in_pages_that_together_hold_every_change(lapt
         if not answer.more:
             break
     assert pages == 4 and sorted(seen) == [f"memory/n{i:03}.md" for i in range(150)] and since == 150
+
+
+async def test_a_file_larger_than_laptops_write_is_left_out_of_pull_answers_and_the_changes_after_it_arrive(
+    tmp_path: Path,
+) -> None:
+    raised = EngineSettings(scan=ScanConfig(max_file_bytes=2 * MAX_FILE_BYTES))  # an operator raised the file cap
+    service = MemoryService(tmp_path / "raised", HashingEmbedder(), raised)
+    try:
+        big = "- build log: step finished, artefact uploaded\n" * (MAX_FILE_BYTES // 40)
+        assert MAX_FILE_BYTES < len(big) < 2 * MAX_FILE_BYTES
+        # Into the file store as the server's own tools would (indexing 2 MiB here would only slow the test).
+        service.open_index(caller("alice"), write=True).mirror.write("memory/big.md", big, caller="alice")
+        async with inner_clients(service, user("alice"), user("bob")) as clients:
+            await push(clients["alice"], {"path": "memory/after.md", "base": None, "content": "a small note\n"})
+
+            answer = await pull(clients["bob"])
+
+        assert [c["path"] for c in answer["changes"]] == ["memory/after.md"]
+        assert (answer["next"], answer["revision"], answer["more"]) == (2, 2, False)
+    finally:
+        service.close()
 
 
 async def test_a_laptop_ahead_of_the_server_gets_the_full_listing_marked_reset(laptops):

@@ -104,6 +104,27 @@ def test_a_deleted_file_leaves_a_tombstone_and_its_last_text_in_the_history(
     assert store.delete("memory/gone.md", caller="alice") is None
 
 
+def test_a_replica_whose_clock_is_set_back_stamps_no_change_before_the_last_one(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    behind = [NOW]
+    right = PgFileStore(postgres_url, "proj", tmp_path / "one" / "files", clock=lambda: NOW)
+    wrong = PgFileStore(postgres_url, "proj", tmp_path / "two" / "files", clock=lambda: behind[0])
+    try:
+        right.write("memory/a.md", "v0\n", caller="alice")
+        behind[0] = NOW - dt.timedelta(days=365)  # a year back: a prune would take these for versions a year old
+        wrong.write("memory/a.md", "v1\n", caller="bob")
+        wrong.write("memory/b.md", "other\n", caller="bob")
+        wrong.delete("memory/b.md", caller="bob")
+
+        stamps = [v.updated_at for v in reversed(right.history.versions())]
+        assert stamps == ["2024-05-01T09:30:00Z"] * 4
+        assert [s.updated_at for s in right.changes_since(0)] == ["2024-05-01T09:30:00Z"] * 2
+    finally:
+        right.close()
+        wrong.close()
+
+
 def test_idempotency_records_and_callers_syncs_are_kept(replicas: Callable[[str], PgFileStore]) -> None:
     from server.mirror.state import IdempotencyRecord
 
