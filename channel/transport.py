@@ -7,8 +7,9 @@
 The client's own URL only supplies the inner path and query; the request is sealed into one frame and posted
 to `<url>/v1/tunnel`. The response is verified frame by frame as it streams, so SSE arrives live and a stream
 cut before its FINAL frame raises `FrameError`. The transport handshakes on first use, again shortly before the
-session expires, and once after a 401; it re-sends a request only after a 401, which the server gives only
-for requests it never opened.
+session expires, and once after a 401 (each step of a handshake bounded by `HANDSHAKE_TIMEOUT`, however long the
+caller lets its own requests wait); it re-sends a request only after a 401, which the server gives only for
+requests it never opened.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ CONNECTION_RETRIES = 2  # a connection that broke before any answer: sent again 
 MAX_BUSY_RETRIES = 20  # a 429 from a busy caller limit: waited out this many times before giving up
 MAX_RETRY_WAIT = 5.0  # seconds, whatever Retry-After says
 MAX_REFUSAL = 4096  # bytes of a refusal body worth reading before closing
+# Seconds each step of a handshake (connecting, sending msg1, waiting for msg2) may take, whatever the caller allows
+# its own requests (a tool may stream for minutes): one small message each way, so a server that accepts connections
+# but never answers is given up on soon.
+HANDSHAKE_TIMEOUT = 30.0
 # Connection-level headers describe the hop to the server, not the inner request.
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"proxy-connection"})
 
@@ -189,7 +194,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
                     self._handshake_url,
                     headers={"content-type": CONTENT_TYPE},
                     content=message,
-                    extensions=extensions or {},
+                    extensions={"timeout": _handshake_timeouts((extensions or {}).get("timeout"))},
                 )
             )
             try:
@@ -315,6 +320,16 @@ async def _read_at_most(response: httpx2.Response, limit: int) -> bytes:
         if len(data) > limit:
             raise HandshakeError()
     return bytes(data)
+
+
+def _handshake_timeouts(caller: dict[str, float | None] | None) -> dict[str, float]:
+    """The caller's timeouts for one outer request, none longer than `HANDSHAKE_TIMEOUT` and none unbounded."""
+    limits = caller or {}
+    bounded: dict[str, float] = {}
+    for step in ("connect", "read", "write", "pool"):
+        value = limits.get(step)
+        bounded[step] = HANDSHAKE_TIMEOUT if value is None else min(value, HANDSHAKE_TIMEOUT)
+    return bounded
 
 
 def _clock_offset(timestamp_ns: int, server_ms: str | None) -> float | None:

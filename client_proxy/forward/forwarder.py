@@ -1,9 +1,11 @@
 """The stdio forwarder: every JSON-RPC message from the MCP client to the server's `/mcp`, and back, untouched.
 
 It knows no tool. It reads each message only to route it: a request is POSTed in its own task (answers, progress
-and server requests stream back as they come), a notification or response is POSTed before the next message is
-read (so `notifications/initialized` lands before the requests that follow it), and the per-message MCP headers
-are stamped as the SDK's client would (`client_proxy.forward.stamping`). What it adds of its own:
+and server requests stream back as they come); notifications and responses are POSTed one after another by one
+background sender, and a request goes out only once those read before it have (so `notifications/initialized`
+lands before the requests that follow it, while a slow server never holds up the reading of later lines); the
+per-message MCP headers are stamped as the SDK's client would (`client_proxy.forward.stamping`). What it adds of
+its own:
 
 - a request the server cannot answer (down, unreachable, refusing the channel) gets a JSON-RPC error naming the
   server and the problem; the next request tries again, so the proxy recovers when the server returns;
@@ -13,6 +15,8 @@ are stamped as the SDK's client would (`client_proxy.forward.stamping`). What it
   never ran it, so this is the one retry; nothing the server may have executed is ever sent twice. A message that
   arrives while the session is lost waits for the new one (at most `REOPEN_WAIT`), or opens it itself when the
   last attempt failed, so it never goes out without a session;
+- a line too large to forward (`client_proxy.forward.stdio`) is answered with an error under the id read from its
+  first bytes (null when they show none), so the client's call ends;
 - a request whose MCP headers cannot be computed (a lone surrogate in a tool name cannot be encoded) is answered
   with an error of its own; the other messages are not affected;
 - a `notifications/cancelled` for a request of the `server/discover` generation closes that request's stream
@@ -30,6 +34,7 @@ from typing import Final
 import anyio
 import anyio.abc
 import httpx2
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from channel.errors import ChannelError
 from client_proxy.forward.jsonrpc import (
@@ -44,13 +49,14 @@ from client_proxy.forward.jsonrpc import (
     with_id,
 )
 from client_proxy.forward.stamping import Stamper
-from client_proxy.forward.stdio import StdoutClosedError
+from client_proxy.forward.stdio import OversizedLine, StdoutClosedError
 from client_proxy.forward.upstream import Deliver, Failure, SessionExpiredError, Upstream, describe
 
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT: Final = 2.0  # seconds to end the MCP session on the way out
 REOPEN_WAIT: Final = 30.0  # seconds a message waits for a lost MCP session to be opened again
+OUTBOX: Final = 64  # notifications and responses waiting for the sender before reading stdin waits too
 INITIALIZED: Final = Message(
     b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
@@ -60,6 +66,7 @@ _SESSION_BOUND: Final = frozenset({"notifications/cancelled"})
 
 Write = Callable[[bytes], Awaitable[None]]
 Lines = AsyncIterator[bytes | None]
+Outgoing = tuple[Message, dict[str, str]]  # a notification or response, with its MCP headers
 
 
 @dataclass(frozen=True)
@@ -83,23 +90,34 @@ class Forwarder:
         self._reopen_ids = itertools.count(1)
         self._listener = anyio.CancelScope()
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._outbox: MemoryObjectSendStream[Outgoing] | None = None  # to the sender of notifications and responses
+        self._queued = 0  # notifications and responses handed to the sender so far
+        self._sent = 0  # of which the sender is done with (delivered or not)
+        self._sender_progress = anyio.Event()  # set (and replaced) each time the sender is done with one
 
     async def run(self, lines: Lines) -> None:
         """Forward until stdin ends (or the caller cancels), then end the MCP session."""
+        self._outbox, outgoing = anyio.create_memory_object_stream[Outgoing](OUTBOX)
         try:
-            async with anyio.create_task_group() as tasks:
-                self._tasks = tasks
-                async for line in lines:
-                    await self._accept(line)
-                log.info("stdin closed: shutting down")
-                tasks.cancel_scope.cancel()
+            with self._outbox, outgoing:
+                async with anyio.create_task_group() as tasks:
+                    self._tasks = tasks
+                    tasks.start_soon(self._send_in_order, outgoing)
+                    async for line in lines:
+                        await self._accept(line)
+                    log.info("stdin closed: shutting down")
+                    self._outbox.close()
+                    with anyio.move_on_after(CLOSE_TIMEOUT):  # what was read before the end still goes out
+                        await self._after_queued(self._queued)
+                    tasks.cancel_scope.cancel()
         finally:
             with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
                 await self._upstream.terminate(self._stamper.transport_headers())
 
     async def _accept(self, line: bytes | None) -> None:
-        if line is None:
-            await self._out(error_line(None, INVALID_REQUEST, "message too large"))
+        if line is None or isinstance(line, OversizedLine):
+            request_id = line.request_id if line is not None else None
+            await self._out(error_line(request_id, INVALID_REQUEST, "message too large"))
             return
         try:
             message = parse(line)
@@ -110,9 +128,26 @@ class Forwarder:
         if message.is_request:
             await self._start_request(message)
         elif not self._cancelled_here(message) and (headers := self._headers_for(message)) is not None:
-            await self._forward(message, headers)
-            if message.method == "notifications/initialized":
-                self._start_listening()
+            assert self._outbox is not None
+            await self._outbox.send((message, headers))
+            self._queued += 1
+
+    async def _send_in_order(self, outgoing: MemoryObjectReceiveStream[Outgoing]) -> None:
+        """POST the notifications and responses one at a time, in the order they were read."""
+        async for message, headers in outgoing:
+            try:
+                await self._forward(message, headers)
+                if message.method == "notifications/initialized":
+                    self._start_listening()
+            finally:
+                self._sent += 1
+                self._sender_progress.set()
+                self._sender_progress = anyio.Event()
+
+    async def _after_queued(self, count: int) -> None:
+        """Return once the sender is done with the first `count` notifications and responses."""
+        while self._sent < count:
+            await self._sender_progress.wait()
 
     def _headers_for(self, message: Message) -> dict[str, str] | None:
         """The message's MCP headers, stamped in arrival order as the SDK transport does; None when they cannot be
@@ -138,12 +173,14 @@ class Forwarder:
             superseded.scope.cancel()
         entry = _InFlight(anyio.CancelScope(), self._stamper.modern)
         self._in_flight[message.id] = entry
-        self._tasks.start_soon(self._request, message, headers, entry)
+        self._tasks.start_soon(self._request, message, headers, entry, self._queued)
 
-    async def _request(self, message: Message, headers: dict[str, str], entry: _InFlight) -> None:
+    async def _request(self, message: Message, headers: dict[str, str], entry: _InFlight, after: int) -> None:
+        """Forward one request, once the `after` notifications and responses read before it have gone out."""
         assert message.id is not None
         try:
             with entry.scope:
+                await self._after_queued(after)
                 failure = await self._forward(message, headers)
                 if failure is not None:
                     log.warning("%s failed: %s", _name(message), failure.message)

@@ -5,6 +5,9 @@ own stdio server does, so a stray print or a child process can never corrupt the
 daemon thread with plain `os.read` calls on the descriptor: a blocking read cannot be cancelled, a daemon thread
 never holds up the exit when the parent vanishes without closing the pipe, and no file object is involved whose
 `close` would wait for that read to return.
+
+A line over `MAX_LINE` is dropped; its first `HEAD` bytes are kept, to read the id of the request it held
+(`client_proxy.forward.id_scan`), so the forwarder can answer that request with an error.
 """
 
 from __future__ import annotations
@@ -21,16 +24,32 @@ import anyio.from_thread
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from client_proxy.forward.id_scan import request_id_in
+from client_proxy.forward.jsonrpc import RequestId
+
 log = logging.getLogger(__name__)
 
 MAX_LINE: Final = 32 * 1024 * 1024  # the channel's largest request body
 LINE_BUFFER: Final = 16  # lines read ahead of the forwarder
 READ_SIZE: Final = 64 * 1024
+HEAD: Final = 4096  # bytes kept of a line over MAX_LINE: clients write the id and method before the params
 OVERSIZED: Final = "dropped an input line over %d bytes"
 
 
 class StdoutClosedError(Exception):
     """The client stopped reading: nothing more can be said to it."""
+
+
+class OversizedLine(bytes):
+    """A line over `MAX_LINE`, as its first `HEAD` bytes (a reader that does not know this type sees the cut-off
+    line it is, which `parse` refuses), with the id of the request read from them."""
+
+    request_id: RequestId
+
+    def __new__(cls, head: bytes, request_id: RequestId) -> OversizedLine:
+        line = super().__new__(cls, head)
+        line.request_id = request_id
+        return line
 
 
 @contextmanager
@@ -80,7 +99,8 @@ def _pump(fd: int, portal: anyio.from_thread.BlockingPortal, send: LineSender) -
 
 
 def _read_lines(fd: int) -> Iterator[bytes | None]:
-    """Lines without their ending, blank ones skipped; None stands for a line over `MAX_LINE`, which is dropped."""
+    """Lines without their ending, blank ones skipped. A line over `MAX_LINE` is dropped: an `OversizedLine` stands
+    for it when its first bytes show the id of a request, None otherwise."""
     parts: list[bytes] = []  # the line so far
     size = 0
     dropping = False  # the line is over MAX_LINE: drop the rest of it
@@ -92,19 +112,29 @@ def _read_lines(fd: int) -> Iterator[bytes | None]:
                 if line.strip():
                     yield line
             elif not dropping:
-                log.warning(OVERSIZED, MAX_LINE)
-                yield None
+                yield _oversized([*parts, chunk[start:end]])
             parts, size, dropping = [], 0, False
             start = end + 1
         if not dropping and start < len(chunk):
             parts.append(chunk[start:])
             size += len(chunk) - start
             if size > MAX_LINE:
-                log.warning(OVERSIZED, MAX_LINE)
-                yield None
+                yield _oversized(parts)
                 parts, size, dropping = [], 0, True
     if not dropping and (line := b"".join(parts).rstrip(b"\r")).strip():
         yield line
+
+
+def _oversized(parts: list[bytes]) -> OversizedLine | None:
+    """What stands for a line over `MAX_LINE` made of `parts`: its first `HEAD` bytes, when they show a request id."""
+    log.warning(OVERSIZED, MAX_LINE)
+    head = bytearray()
+    for part in parts:
+        head += part[: HEAD - len(head)]
+        if len(head) >= HEAD:
+            break
+    request_id = request_id_in(bytes(head))
+    return OversizedLine(bytes(head), request_id) if request_id is not None else None
 
 
 class StdoutWriter:

@@ -45,19 +45,28 @@ class McpSession:
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """The tool's structured result; `RemoteToolError` with the tool's own message when it refused."""
         params = {"name": name, "arguments": {k: v for k, v in arguments.items() if v is not None}}
-        await self._ensure_open(None)
-        session = self._upstream.session_id
         try:
-            result = await self._request("tools/call", params)
-        except SessionExpiredError:  # the server restarted or the session idled out: it never ran the call
-            await self._ensure_open(session)
-            result = await self._request("tools/call", params)
+            result = await self._call(params)
+        except SessionExpiredError:  # lost again right after it was opened: a retry loop could go on forever
+            raise RemoteCallError(
+                f"the memory server at {self._server_url} ended the MCP session again; try again"
+            ) from None
         if result.get("isError"):
             raise RemoteToolError(_text(result) or f"{name} failed")
         structured = result.get("structuredContent")
         if not isinstance(structured, dict):
             raise RemoteCallError(f"the server's answer to {name} holds no structured result")
         return structured
+
+    async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`tools/call` in the open session, sent once more in a new one when the server no longer knows it."""
+        await self._ensure_open(None)
+        session = self._upstream.session_id
+        try:
+            return await self._request("tools/call", params)
+        except SessionExpiredError:  # the server restarted or the session idled out: it never ran the call
+            await self._ensure_open(session)
+            return await self._request("tools/call", params)
 
     async def close(self) -> None:
         """End the session on the server (best effort: it idles out anyway)."""

@@ -2,16 +2,23 @@
 
 What a person scans: one block per search hit (score, citation, who and when, the snippet indented), a file with
 line numbers, a write's place, a listing as aligned columns. `--json` prints the results as they came instead.
+
+Every string in a result passes through `_printable` first: control characters are escaped as in the log
+(`client_proxy.log_escape`), line breaks and tabs aside, so a memory holding terminal escapes (OSC 52 setting the
+clipboard, a screen clear, a carriage return overwriting the line) shows them as text instead of running them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from client_proxy.log_escape import escape
+
 SNIPPET_LINES = 6
 
 
 def search(result: dict[str, Any]) -> str:
+    result = _printable(result)
     hits = result.get("hits") or []
     lines = [f"{len(hits)} hit{'' if len(hits) == 1 else 's'} ({result.get('search_mode')} search)"]
     if result.get("notice"):
@@ -28,6 +35,7 @@ def search(result: dict[str, Any]) -> str:
 
 
 def get(result: dict[str, Any]) -> str:
+    result = _printable(result)
     if not result.get("exists"):
         return f"{result['path']}: no such file\n"
     header = f"{result['path']}  lines {result['start_line']}-{result['end_line']} of {result['total_lines']}"
@@ -43,6 +51,7 @@ def get(result: dict[str, Any]) -> str:
 
 
 def write(result: dict[str, Any]) -> str:
+    result = _printable(result)
     verb = "replaced" if result["mode"] == "replace" else "appended to"
     place = f"{result['path']}#L{result['start_line']}-L{result['end_line']}"
     text = f"{verb} {place} ({result['lines']} lines, hash {result['hash'][:12]})"
@@ -55,6 +64,7 @@ def write(result: dict[str, Any]) -> str:
 
 
 def listing(files: list[dict[str, Any]], total: int) -> str:
+    files = _printable(files)
     if not files:
         return "no files\n"
     width = max(len(entry["path"]) for entry in files)
@@ -68,6 +78,7 @@ def listing(files: list[dict[str, Any]], total: int) -> str:
 
 
 def history(result: dict[str, Any]) -> str:
+    result = _printable(result)
     versions = result.get("versions") or []
     if not versions:
         return "no deleted files\n" if result.get("deleted") else "no versions\n"
@@ -82,6 +93,7 @@ def history(result: dict[str, Any]) -> str:
 
 
 def restore(result: dict[str, Any]) -> str:
+    result = _printable(result)
     if not result.get("changed"):
         return f"{result['path']} already is version {result['restored_version']}; nothing changed\n"
     now = "deleted" if result.get("hash") is None else f"hash {result['hash'][:12]}"
@@ -95,3 +107,16 @@ def _who_when(item: dict[str, Any]) -> str:
     at = str(item.get("updated_at") or "").replace("T", " ").replace("Z", " UTC")
     by = item.get("updated_by")
     return " ".join(part for part in (f"by {by}" if by else "", at) if part)
+
+
+def _printable(value: Any) -> Any:
+    """`value` with each string in it (keys too) safe to print: control characters escaped but for line breaks
+    (a Windows line ending counts as one) and tabs."""
+    if isinstance(value, str):
+        lines = value.replace("\r\n", "\n").split("\n")
+        return "\n".join("\t".join(escape(part) for part in line.split("\t")) for line in lines)
+    if isinstance(value, dict):
+        return {_printable(key): _printable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_printable(item) for item in value]
+    return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import socket
 import threading
 import time
 
@@ -12,6 +13,7 @@ import httpx2
 import pytest
 
 import channel.inner
+import channel.transport
 from channel.constants import (
     HANDSHAKE_PATH,
     INDEX_HEADER,
@@ -375,3 +377,17 @@ async def test_two_transports_of_one_device_key_handshaking_at_once_both_get_a_s
         group.start_soon(use, second, second_done)
     assert results == [200, 200]
     assert relay.paths() == [HANDSHAKE_PATH, HANDSHAKE_PATH, TUNNEL_PATH]  # refused once, then a fresh msg1
+
+
+async def test_a_handshake_with_a_server_that_never_answers_gives_up_after_the_handshake_timeout(monkeypatch):
+    # It waited as long as the caller let its requests wait (the proxy: 300 s, for tool streams), and without a
+    # caller's timeout (`connect`) for ever.
+    monkeypatch.setattr(channel.transport, "HANDSHAKE_TIMEOUT", 0.3)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # takes connections, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        transport = channel.transport.ChannelTransport(url, client_key=DEVICE, server_key=PrivateKey.generate().public)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://memory", timeout=WAIT * 10) as client:
+            with anyio.fail_after(WAIT), pytest.raises(httpx2.ReadTimeout):
+                await transport.connect()
+            with anyio.fail_after(WAIT), pytest.raises(httpx2.ReadTimeout):
+                await client.get("/echo")

@@ -1,13 +1,17 @@
 """The forwarder end to end: the SDK's client drives a real `memory-proxy` process over stdio, and the proxy
-forwards to a real MCP server behind the channel on 127.0.0.1 (see `tests.proxy_support`)."""
+forwards to a real MCP server behind the channel on 127.0.0.1 (see `tests.proxy_support`); and, in process, the
+forwarder against a server that never answers, and lines too large to forward."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
+import socket
 import subprocess
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import mcp_types as types
@@ -17,6 +21,14 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
+from channel import transport
+from channel.keys import PrivateKey, read_private_key, write_private_key
+from client_proxy.config import DEVICE_KEY_FILE, ProxyConfig, render_config, write_config
+from client_proxy.forward import stdio
+from client_proxy.forward.forwarder import Forwarder
+from client_proxy.forward.id_scan import request_id_in
+from client_proxy.forward.upstream import Upstream
+from client_proxy.remote.connection import channel_client
 from tests.proxy_support import (
     FILLERS,
     INDEX,
@@ -282,3 +294,128 @@ def test_the_proxy_exits_when_its_parent_is_gone_even_with_stdin_open(server, ho
         os.close(keep_open)
         parent.stdout.close()
         parent.stderr.close()
+
+
+# -- in process: a silent server, oversized lines ----------------------------------------------------------------------
+
+LEGACY_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+@pytest.fixture
+def silent_server():
+    """A server address that takes TCP connections (the kernel completes them) and never says a word."""
+    with socket.create_server(("127.0.0.1", 0), backlog=64) as listener:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def configured_home(home: Path, server_url: str) -> ProxyConfig:
+    home.mkdir(mode=0o700)
+    write_private_key(home / DEVICE_KEY_FILE, PrivateKey.generate("laptop"))
+    write_config(home, render_config(server_url, PrivateKey.generate("server").public, "laptop", INDEX))
+    return ProxyConfig.load(home)
+
+
+@asynccontextmanager
+async def forwarding(config: ProxyConfig, lines):
+    """A `Forwarder` in this process, reading `lines`, over the channel client `memory-proxy run` builds; yields the
+    stream of what it writes to the client, each line parsed."""
+    sink, written = anyio.create_memory_object_stream[dict](64)
+
+    async def write(line: bytes) -> None:
+        await sink.send(json.loads(line))
+
+    key = read_private_key(config.device_key_path)
+    with sink, written:
+        async with channel_client(config, key, INDEX, TIMEZONE) as client, anyio.create_task_group() as tasks:
+            tasks.start_soon(Forwarder(Upstream(client), write, config.server_url).run, lines)
+            yield written
+            tasks.cancel_scope.cancel()
+
+
+def line(message: dict) -> bytes:
+    return json.dumps(message).encode()
+
+
+async def test_a_server_that_takes_connections_but_never_answers_fails_each_request_within_the_handshake_timeout(
+    silent_server, home, monkeypatch
+):
+    # The handshake waited the 300 s read timeout meant for tool streams: about five minutes per message.
+    monkeypatch.setattr(transport, "HANDSHAKE_TIMEOUT", 0.5)
+    config = configured_home(home, silent_server)
+    send, lines = anyio.create_memory_object_stream[bytes](8)
+    with send, lines:
+        async with forwarding(config, lines) as written:
+            await send.send(line(LEGACY_INITIALIZE))
+            await send.send(line({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 0}}))
+            await send.send(line({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+            with anyio.fail_after(WAIT):
+                answers = [await written.receive(), await written.receive()]
+    assert [answer["id"] for answer in answers] == [0, 1]
+    for answer in answers:
+        assert answer["error"]["code"] == -32000
+        assert (
+            answer["error"]["message"] == f"the memory server at {silent_server} did not answer in time (ReadTimeout)"
+        )
+
+
+async def test_a_notification_waiting_on_a_silent_server_does_not_stop_the_next_lines_being_read(silent_server, home):
+    # A notification was POSTed before the next line was read: nothing else was read until it timed out.
+    config = configured_home(home, silent_server)
+    send, lines = anyio.create_memory_object_stream[bytes](8)
+    with send, lines:
+        async with forwarding(config, lines) as written:
+            await send.send(line({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}))
+            await send.send(b"not json")
+            with anyio.fail_after(WAIT / 2):  # well before the handshake's own timeout
+                answer = await written.receive()
+    assert answer == {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+
+
+async def test_a_request_line_over_the_size_limit_is_answered_under_its_own_id(home, monkeypatch):
+    # It was answered with id null, which no client can match to its call: the call waited forever.
+    monkeypatch.setattr(stdio, "MAX_LINE", 200)
+    config = configured_home(home, "http://127.0.0.1:9")  # never reached: the line is answered by the proxy
+    request = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo", "arguments": {}}}
+    request["params"]["arguments"]["text"] = "x" * 1000
+    response = {"jsonrpc": "2.0", "id": 8, "result": {"text": "y" * 1000}}  # the id names the server's request
+    read_end, write_end = os.pipe()
+    os.write(write_end, line(request) + b"\n" + line(response) + b"\n")
+    os.close(write_end)
+    try:
+        async with stdio.stdin_lines(read_end) as lines, forwarding(config, lines) as written:
+            with anyio.fail_after(WAIT):
+                answers = [await written.receive(), await written.receive()]
+    finally:
+        os.close(read_end)
+    too_large = {"code": -32600, "message": "message too large"}
+    assert answers == [
+        {"jsonrpc": "2.0", "id": 7, "error": too_large},
+        {"jsonrpc": "2.0", "id": None, "error": too_large},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"na', 7),
+        (b'{ "method" : "tools/call" , "id" : "a\\"b\\u00e9" , "params": {', 'a"b\u00e9'),
+        (b'{"params":{"id":1,"x":[{"}":"]"}]},"jsonrpc":"2.0","method":"x","\\u0069d":-12,"more":"abc', -12),
+        (b'{"jsonrpc":"2.0","id":7,"params":{"text":"xxx', None),  # no method read: maybe a response
+        (b'{"jsonrpc":"2.0","method":"x","id":12', None),  # the number may go on
+        (b'{"jsonrpc":"2.0","method":"x","id":"ab', None),
+        (b'{"jsonrpc":"2.0","method":"x","id":true,', None),
+        (b'{"jsonrpc":"2.0","method":"x","id":1.5,', None),
+        (b'{"jsonrpc":"2.0","method":"x","id":{"a":1},', None),
+        (b'{"jsonrpc":"2.0","method":"x","id":1 2,', None),  # not JSON
+        (b'["jsonrpc","2.0","method","x","id",1,', None),
+        (b'{"method":"x","id":5,"params":"\xc3\xa9\xc3', 5),  # a character cut at the end
+        (b'{"method":"x","id":5,"p":"\xff","q', None),  # not UTF-8
+    ],
+)
+def test_the_id_of_an_oversized_request_is_read_from_its_first_bytes_only_when_they_show_it_whole(head, expected):
+    assert request_id_in(head) == expected

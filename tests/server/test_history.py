@@ -329,7 +329,7 @@ def test_a_clock_set_ahead_when_the_server_starts_loses_no_recent_version(tmp_pa
     again.close()
 
 
-@pytest.mark.sqlite_only("PostgreSQL's store stamps its own changes (server.postgres.files); its prune is guarded")
+@pytest.mark.sqlite_only("drives the SQLite mirror's prune; PostgreSQL's stamps: tests/server/postgres/test_files.py")
 def test_history_times_never_go_backwards_and_the_prune_waits_while_the_clock_reads_earlier(tmp_path, clock, caplog):
     store = Mirror(tmp_path / "idx", clock=clock)
     caplog.set_level(logging.WARNING, logger="server.mirror.records")
