@@ -43,6 +43,7 @@ from client_proxy.config import (
 from client_proxy.doctor import command as doctor_command
 from client_proxy.errors import ProxyError
 from client_proxy.forward.local_zone import local_timezone
+from client_proxy.log_escape import for_terminal
 from client_proxy.logs import configure as configure_logging
 from client_proxy.project.context import build_context, local_today
 from client_proxy.project.stack import detect_stack, read_project_files
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (ProxyError, ChannelError) as exc:
-        print(f"memory-proxy: error: {exc}", file=sys.stderr)
+        print(f"memory-proxy: error: {for_terminal(str(exc))}", file=sys.stderr)  # may quote the server's words
         return 2
     except OSError as exc:
         print(f"memory-proxy: error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)

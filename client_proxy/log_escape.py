@@ -20,6 +20,13 @@ def escape(text: str) -> str:
     )
 
 
+def for_terminal(text: str) -> str:
+    """`text` safe to print on a terminal: escaped as `escape` does, but for line breaks (a Windows line ending
+    counts as one) and tabs, so a server's words cannot set the clipboard (OSC 52) or overwrite a line."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    return "\n".join("\t".join(escape(part) for part in line.split("\t")) for line in lines)
+
+
 def _escaped(ch: str) -> str:
     return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch) or ch.encode("unicode_escape", "backslashreplace").decode()
 

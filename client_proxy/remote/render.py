@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from client_proxy.log_escape import escape
+from client_proxy.log_escape import for_terminal
 
 SNIPPET_LINES = 6
 
@@ -113,8 +113,7 @@ def _printable(value: Any) -> Any:
     """`value` with each string in it (keys too) safe to print: control characters escaped but for line breaks
     (a Windows line ending counts as one) and tabs."""
     if isinstance(value, str):
-        lines = value.replace("\r\n", "\n").split("\n")
-        return "\n".join("\t".join(escape(part) for part in line.split("\t")) for line in lines)
+        return for_terminal(value)
     if isinstance(value, dict):
         return {_printable(key): _printable(item) for key, item in value.items()}
     if isinstance(value, list):

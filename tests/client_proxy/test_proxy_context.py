@@ -293,6 +293,13 @@ def test_the_context_command_exits_2_when_the_project_folder_is_missing(run, tmp
     assert err.startswith("memory-proxy: error: no project folder ") and "nowhere" in err
 
 
+def test_an_error_quoting_control_characters_prints_them_escaped(run, tmp_path):
+    # An error may quote words from outside (a path, a server's refusal): OSC 52 there would set the clipboard.
+    code, _, err = run("context", "--project", str(tmp_path / "x\x1b]52;c;ZXZpbA==\x07\rnowhere"))
+    assert code == 2 and "\x1b" not in err and "\x07" not in err and "\r" not in err
+    assert "x\\x1b]52;c;ZXZpbA==\\x07\\rnowhere" in err
+
+
 # the starter files of `memory-proxy init` --------------------------------------------------------------------------
 
 
