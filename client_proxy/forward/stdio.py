@@ -82,6 +82,7 @@ async def stdin_lines(fd: int) -> AsyncIterator[MemoryObjectReceiveStream[bytes 
                 yield receive
         finally:
             await portal.stop(cancel_remaining=True)
+            send.close()  # the pump closes it at EOF, unless the portal stopped first: then nothing else would
 
 
 LineSender = MemoryObjectSendStream[bytes | None]
