@@ -4,6 +4,10 @@ and `server.sync.sessions`).
 They run behind the channel: `request.user` is the authenticated caller and the index it named. The blocking work
 runs in worker threads (`SyncService`); a long-poll waits on the event loop for a `ChangeFeed` signal, which every
 change to the index's mirror fires, whoever made it (a push, an MCP write, a file changed on the server's disk).
+
+A body is read only after the caller's write grant is checked, and parsed only when it holds no more JSON items than
+a push or an upload can (`MAX_BODY_ITEMS`): json.loads holds the interpreter throughout, and 8 MiB of `[],[],...`
+took it seconds, during which no other caller was answered.
 """
 
 from __future__ import annotations
@@ -26,17 +30,31 @@ from starlette.routing import Route
 from channel.authz import ChannelUser
 from server.error_table import answer_for, recognised
 from server.errors import InvalidArgumentError, PermissionDeniedError, TooLargeError
+from server.memory.caller import authorise
 from server.memory.service import CallerContext, MemoryService
 from server.sync.service import SyncService
 from server.sync.sessions import SessionUploads, parse_upload
 from syncproto.messages import parse_push, parse_since, parse_wait
-from syncproto.wire import CHANGES_PATH, MAX_PUSH_BYTES, PUSH_PATH, SESSIONS_PATH
+from syncproto.wire import (
+    CHANGES_PATH,
+    MAX_PARTS_PER_UPLOAD,
+    MAX_PUSH_BYTES,
+    MAX_PUSH_CHANGES,
+    PUSH_PATH,
+    SESSIONS_PATH,
+)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 RECHECK_SECONDS = 5.0  # a long-poll looks again this often even without a signal (disk edits, a missed wake-up)
+# A change of a push or a part of an upload is an object of at most 4 fields: its brace, 4 keys, 4 values and the
+# commas between them are 13 items (`_json_items`), rounded up.
+_ITEMS_PER_ENTRY = 16
+# The most JSON items a push or upload body may hold, ten times what the largest valid one does: a body past it is
+# refused before json.loads, which would spend seconds on millions of tiny values holding the interpreter.
+MAX_BODY_ITEMS = 10 * _ITEMS_PER_ENTRY * max(MAX_PUSH_CHANGES, MAX_PARTS_PER_UPLOAD)
 _NO_STORE = {"cache-control": "no-store"}
 
 
@@ -96,7 +114,7 @@ def sync_routes(service: MemoryService) -> list[Route]:
                 await signal.wait()
 
     async def push(request: Request) -> Response:
-        caller = _caller(request)
+        caller = _caller(request, write=True)
         document = await _json_body(request)
         revision, results = await _in_thread(sync.push, caller, parse_push(document))
         return _Json({"revision": revision, "results": [r.as_json() for r in results]}, headers=_NO_STORE)
@@ -104,7 +122,7 @@ def sync_routes(service: MemoryService) -> list[Route]:
     uploads = SessionUploads(service)
 
     async def sessions(request: Request) -> Response:
-        caller = _caller(request)
+        caller = _caller(request, write=True)
         document = await _json_body(request)
         upload = parse_upload(document, service.settings.scan.max_file_bytes)
         return _Json(await _in_thread(uploads.upload, caller, upload), headers=_NO_STORE)
@@ -117,21 +135,54 @@ def sync_routes(service: MemoryService) -> list[Route]:
 
 
 async def _json_body(request: Request) -> object:
-    """The parsed JSON body; TooLargeError over MAX_PUSH_BYTES, InvalidArgumentError when it is not JSON."""
+    """The parsed JSON body; TooLargeError over MAX_PUSH_BYTES, InvalidArgumentError when it is not JSON or holds
+    more than MAX_BODY_ITEMS items. Decoded, counted and parsed in a worker thread."""
     body = await request.body()
     if len(body) > MAX_PUSH_BYTES:
         raise TooLargeError(f"a body may hold at most {MAX_PUSH_BYTES} bytes; send less at once")
+    return await _in_thread(_parsed, body)
+
+
+def _parsed(body: bytes) -> object:
     try:
-        return json.loads(body)
+        text = body.decode(json.detect_encoding(body), "surrogatepass")  # as json.loads decodes bytes
+    except UnicodeDecodeError:
+        raise InvalidArgumentError("the body is not JSON") from None
+    if _json_items(text, MAX_BODY_ITEMS) > MAX_BODY_ITEMS:
+        raise InvalidArgumentError(
+            f"the body holds more than {MAX_BODY_ITEMS} JSON values; a push holds at most {MAX_PUSH_CHANGES} "
+            f"changes and an upload {MAX_PARTS_PER_UPLOAD} parts"
+        )
+    try:
+        return json.loads(text)
     except (ValueError, RecursionError):
         raise InvalidArgumentError("the body is not JSON") from None
 
 
-def _caller(request: Request) -> CallerContext:
+def _json_items(text: str, bound: int) -> int:
+    """About how many values and keys the JSON `text` holds: its strings, plus the commas and opening brackets
+    outside them (every value after the first of an array or object follows a comma). Strings end where json.loads
+    ends them, so what they hold never counts. Linear: a few passes of C string methods, never a Python step per
+    value (past `bound` strings, their count is the answer)."""
+    if "\\" in text:  # escapes paired from the left, as json.loads pairs them: each `"` left delimits a string
+        text = text.replace("\\\\", "").replace('\\"', "")
+    strings = text.count('"') // 2
+    if strings > bound:
+        return strings
+    outside = "".join(text.split('"')[::2])
+    return strings + outside.count(",") + outside.count("[") + outside.count("{")
+
+
+def _caller(request: Request, *, write: bool = False) -> CallerContext:
+    """The authenticated caller; with `write`, PermissionDeniedError unless it may write (checked before the body
+    is read: a caller that may only read costs no parse)."""
     user = request.scope.get("user")
     if not isinstance(user, ChannelUser):
         raise PermissionDeniedError("no authenticated caller")
-    return CallerContext.from_user(user)
+    caller = CallerContext.from_user(user)
+    if write:
+        authorise(caller, write=True)
+    return caller
 
 
 async def _in_thread(call: Callable[..., T], *args: Any) -> T:

@@ -2,13 +2,22 @@
 `docs/sync-protocol.md`). Blocking and thread-safe, like `MemoryService`, whose grants and indexes it uses.
 
 A push is applied change by change under the mirror's lock, so nothing else writes between reading the server's
-file and replacing it; then the changed files are indexed, so a push is searchable when it returns.
+file and replacing it; then the changed files are indexed, so a push is searchable when it returns. What depends on
+a change alone (its path rules, the secret scan) is checked before the lock: a scan of a few MiB takes seconds, and
+every pull and push of the index waited behind it.
+
+A pull looks for edits made directly on the server's disk (`reconcile_all`, a walk of every file) at most once per
+`DISK_LOOK_SECONDS` per index, one look shared by the pulls that ask meanwhile: 32 idle long-polls rechecking every
+5 s kept 40% of a core busy walking 5,000 files. Writes through the server need no look: they are recorded as made.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
+import weakref
 from dataclasses import dataclass, field, replace
 
 from server.errors import InvalidArgumentError
@@ -29,6 +38,7 @@ from syncproto.wire import MAX_CHANGE_BYTES, MAX_CHANGES, MAX_FILE_BYTES, sha256
 log = logging.getLogger(__name__)
 
 _HISTORY_PAGE = 200  # versions of one path read per query when a push with no base is looked for in its history
+DISK_LOOK_SECONDS = 1.0  # a pull looks for edits made on the server's disk at most this often per index
 
 
 @dataclass
@@ -49,15 +59,42 @@ class ChangesAnswer:
         return {**answer, "limits": self.limits, "extra_paths": list(memory_folders()[1:])}
 
 
+@dataclass
+class _DiskLook:
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held during a look: later pulls wait and share it
+    started: float | None = None  # time.monotonic() when the last look that completed began
+
+
+class _DiskLooks:
+    """Per index, the last look at its disk for a pull: a pull within DISK_LOOK_SECONDS of one skips its own."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._looks: weakref.WeakKeyDictionary[FileStore, _DiskLook] = weakref.WeakKeyDictionary()
+
+    def look(self, mirror: FileStore) -> None:
+        """Record the edits made on `mirror`'s disk, unless a look that began at most DISK_LOOK_SECONDS ago did."""
+        asked = time.monotonic()
+        with self._guard:
+            look = self._looks.setdefault(mirror, _DiskLook())
+        with look.lock:
+            if look.started is not None and asked - look.started < DISK_LOOK_SECONDS:
+                return
+            started = time.monotonic()
+            mirror.reconcile_all()
+            look.started = started
+
+
 class SyncService:
     def __init__(self, service: MemoryService) -> None:
         self.service = service
+        self._disk = _DiskLooks()
 
     def changes(self, caller: CallerContext, since: int, *, limit: int = MAX_CHANGES) -> ChangesAnswer:
         """Changes after `since` with their content (at most `limit`, about MAX_CHANGE_BYTES of text)."""
         with self.service.calling():
             mirror = self.service.open_index(caller).mirror
-            mirror.reconcile_all()  # changes made on the server's disk count too
+            self._disk.look(mirror)  # changes made on the server's disk count too, within about a second
             revision = mirror.revision()
             reset = since > revision
             start = 0 if reset else since
@@ -97,10 +134,14 @@ class SyncService:
             results: list[PushResult] = []
             written: list[str] = []
             fault_point("sync.push.received")
+            checked = [self._checked(change) for change in changes]  # before the lock: a scan may take seconds
             with mirror.holding_changes():  # long-polls wake once, after the files are searchable
                 with mirror.lock:
-                    for change in changes:
-                        result = self._apply(mirror, caller.name, change)
+                    for change, path in zip(changes, checked, strict=True):
+                        if isinstance(path, PushResult):  # refused already
+                            result = path
+                        else:
+                            result = self._apply(mirror, caller.name, path, change)
                         fault_point("sync.push.applied")
                         results.append(result)
                         if result.status in ("applied", "merged", "deleted") and result.path not in written:
@@ -118,19 +159,32 @@ class SyncService:
             log.info("sync push by %s: %s", caller.name, ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
             return revision, results
 
-    def _apply(self, mirror: FileStore, caller: str, change: PushChange) -> PushResult:
+    def _checked(self, change: PushChange) -> str | PushResult:
+        """The canonical path of `change`, or its `rejected` result: a path the rules refuse, or a path or text that
+        holds a secret. Depends on the change alone, so it runs outside the mirror's lock."""
         try:
             path = normalise_memory_path(change.path)
             if change.content is not None and self.service.redact_writes:
                 refuse_secrets(path, change.content)  # the one rule for text entering the server: server.memory.intake
+        except InvalidArgumentError as exc:
+            return _rejected(change, exc)
+        return path
+
+    def _apply(self, mirror: FileStore, caller: str, path: str, change: PushChange) -> PushResult:
+        """`change` (at its checked `path`) applied to the server's file; call under the mirror's lock."""
+        try:
             found = current_file(mirror, path)
             if found.unreadable is not None:
                 return _over_unreadable(mirror, caller, path, change, found)
             if change.content is None:
                 return _delete(mirror, caller, path, change.base, found.file)
             return _write(mirror, caller, path, change.base, change.content, found.file)
-        except InvalidArgumentError as exc:  # the path, the text or the server's own file is unusable
-            return PushResult(change.path, "rejected", None, 0, message=str(exc))
+        except InvalidArgumentError as exc:  # the text or the server's own file is unusable
+            return _rejected(change, exc)
+
+
+def _rejected(change: PushChange, exc: InvalidArgumentError) -> PushResult:
+    return PushResult(change.path, "rejected", None, 0, message=str(exc))
 
 
 def _over_unreadable(mirror: FileStore, caller: str, path: str, change: PushChange, found: Current) -> PushResult:

@@ -98,12 +98,18 @@ class SessionUploads:
                         path = session_file_path(caller.name, upload.day, upload.session, number)
                         state = mirror.write(path, content, caller=caller.name)
                         results.append({"path": path, "hash": state.hash})
-                    # Parts run 1..n without gaps: the ones past the count are count+1, count+2, ... while they exist.
-                    for number in range(upload.count + 1, MAX_SESSION_PARTS + 1):
-                        stale = session_file_path(caller.name, upload.day, upload.session, number)
-                        if mirror.delete(stale, caller=caller.name) is None:
-                            break
-                        removed.append(stale)
+                    # Every stored part past the count, gaps or not (an upload may send part 5 before part 2).
+                    past = [
+                        session_file_path(caller.name, upload.day, upload.session, number)
+                        for number in range(upload.count + 1, MAX_SESSION_PARTS + 1)
+                    ]
+                    stored = mirror.states(past)
+                    for stale in past:
+                        recorded = stored.get(stale)
+                        if recorded is None or recorded.hash is None:  # never stored, or removed already
+                            continue
+                        if mirror.delete(stale, caller=caller.name) is not None:
+                            removed.append(stale)
                 touched = [str(r["path"]) for r in results] + removed
                 if touched:
                     self.service.reindex(handle, touched)

@@ -89,6 +89,14 @@ async def test_a_shorter_upload_replaces_parts_and_drops_those_past_the_count(la
     assert "part two rewritten" in service.get(caller("alice"), files[0]).content
 
 
+async def test_parts_past_a_smaller_count_are_dropped_even_when_the_stored_parts_have_a_gap(laptops, service):
+    await upload(laptops["alice"], 5, (1, transcript("t", "part one text")), (5, transcript("t", "wombat", part=5)))
+    answer = await upload(laptops["alice"], 1)
+    assert answer["removed"] == [f"sessions/alice/{DAY}-{SESSION}.5.md"]
+    assert [f.path for f in service.list(caller("alice")).files] == [f"sessions/alice/{DAY}-{SESSION}.md"]
+    assert f"sessions/alice/{DAY}-{SESSION}.5.md" not in paths(service, "wombat", ["sessions"])
+
+
 async def test_two_laptops_keep_their_transcripts_apart_and_both_are_searchable(laptops, service):
     await upload(laptops["alice"], 1, (1, transcript("a", "Alice asked about the kafka consumer lag.")))
     await upload(laptops["bob"], 1, (1, transcript("b", "Bob asked about the nginx buffering of streams.")))

@@ -4,7 +4,9 @@ authenticated, the real mirror and index (hashing embedder), and the protocol's 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -20,6 +22,7 @@ from server.index.engine_settings import EngineSettings
 from server.index.scan import ScanConfig
 from server.memory.service import CallerContext, MemoryService
 from server.mirror.mirror import sha256_hex
+from server.sync import service as sync_service
 from server.sync.service import SyncService
 from syncproto.wire import MAX_FILE_BYTES, MAX_PUSH_BYTES, MAX_PUSH_CHANGES
 from tests.fakes.embedder import HashingEmbedder
@@ -293,6 +296,47 @@ async def test_a_push_over_the_size_limit_is_refused_with_413(laptops):
     assert response.status_code == 413 and response.json()["error"]["code"] == "too_large"
 
 
+# 8 MiB of `[]`: json.loads takes seconds over it, holding the interpreter, so no other caller is answered meanwhile.
+TINY_VALUES = b'{"changes":[' + b"[]," * ((MAX_PUSH_BYTES - 20) // 3) + b"[]]}"
+
+
+@pytest.fixture
+def parsed_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length of every text json.loads is given during the test (the real json.loads parses it)."""
+    lengths: list[int] = []
+    loads = json.loads
+
+    def observed(text: str | bytes, *args: Any, **kwargs: Any) -> Any:
+        lengths.append(len(text))
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", observed)
+    return lengths
+
+
+@pytest.mark.parametrize("endpoint", ["/sync/push", "/sync/sessions"])
+async def test_a_read_only_callers_body_of_millions_of_tiny_values_is_refused_with_403_unparsed(
+    laptops, parsed_lengths, endpoint
+):
+    response = await laptops["reader"].post(endpoint, content=TINY_VALUES)
+    assert response.status_code == 403 and "only read" in response.json()["error"]["message"]
+    assert max(parsed_lengths) < len(TINY_VALUES) // 2  # only the answer was parsed
+
+
+async def test_a_body_of_millions_of_tiny_values_is_refused_fast_unparsed_and_a_push_of_long_texts_is_not(
+    laptops, parsed_lengths
+):
+    started = time.perf_counter()
+    response = await laptops["alice"].post("/sync/push", content=TINY_VALUES)
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 400 and "JSON values" in response.json()["error"]["message"]
+    assert max(parsed_lengths) < len(TINY_VALUES) // 2
+    assert elapsed < 1.5  # json.loads of it alone took 2 s; the refusal, tens of milliseconds
+    awkward = 'a, [b], {c: "d"}, \\"e\\" \\\\, "[{,\n' * 5_000  # text a body's count must not take for values
+    changes = [{"path": f"memory/{n}.md", "base": None, "content": f"{n}: {awkward}"} for n in range(3)]
+    assert [r["status"] for r in await push(laptops["alice"], *changes)] == ["applied"] * 3
+
+
 @pytest.mark.parametrize("query", [{"since": "-1"}, {"since": "x"}, {"wait": "31"}, {"wait": "nan"}, {"wait": "x"}])
 async def test_bad_pull_parameters_are_refused(laptops, query):
     response = await laptops["alice"].get("/sync/changes", params=query)
@@ -335,6 +379,60 @@ async def test_a_long_poll_returns_as_soon_as_another_laptop_writes_and_otherwis
     quiet = await pull(laptops["bob"], since=answers[0]["next"], wait=0.3)
     assert quiet["changes"] == [] and quiet["next"] == answers[0]["next"]
     assert anyio.current_time() - started >= 0.3
+
+
+async def test_idle_long_polls_share_one_look_at_the_servers_disk_a_second(laptops, service, monkeypatch):
+    mirror = service.open_index(caller("reader")).mirror
+    walks: list[float] = []
+    walk = mirror.reconcile_all
+
+    def counted() -> Any:
+        walks.append(time.monotonic())
+        return walk()
+
+    monkeypatch.setattr(mirror, "reconcile_all", counted)
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as group:
+            for _ in range(16):  # each looks when it starts and when its wait ends: 32 walks of every file before
+                group.start_soon(functools.partial(pull, laptops["reader"], wait=2))
+    assert 1 <= len(walks) <= 3
+
+
+async def test_a_push_being_scanned_for_secrets_does_not_hold_up_another_laptops_pull(laptops, service, monkeypatch):
+    assert service.redact_writes
+    scanning, release = threading.Event(), threading.Event()
+    scan = sync_service.refuse_secrets
+
+    def slow_scan(path: str, text: str) -> None:  # a scan of a few MiB takes seconds
+        scanning.set()
+        release.wait(WAIT)
+        scan(path, text)
+
+    monkeypatch.setattr(sync_service, "refuse_secrets", slow_scan)
+    token = "ghp_" + "Zx8Yw7Vu6Ts5" * 3  # built here so no key-shaped literal sits in the repo
+    results: list[dict[str, Any]] = []
+    pulled = anyio.Event()
+
+    async def pushing() -> None:
+        secret = {"path": "memory/keys.md", "base": None, "content": f"token {token}\n"}
+        results.extend(await push(laptops["alice"], secret, {"path": "memory/ok.md", "base": None, "content": "ok\n"}))
+
+    async def pulling() -> None:
+        await pull(laptops["bob"])
+        pulled.set()
+
+    with anyio.fail_after(2 * WAIT):
+        async with anyio.create_task_group() as group:
+            group.start_soon(pushing)
+            await set_within(scanning, "the secret scan")
+            group.start_soon(pulling)
+            with anyio.move_on_after(WAIT / 2):
+                await pulled.wait()
+            answered_during_the_scan = pulled.is_set()
+            release.set()
+    assert answered_during_the_scan
+    assert [r["status"] for r in results] == ["rejected", "applied"]
+    assert "github-token" in results[0]["message"] and token not in results[0]["message"]
 
 
 class SlowEmbedder(HashingEmbedder):
