@@ -73,9 +73,12 @@ _NAME_END = r"(?![a-z0-9_.-])"
 # After a value at the end of a line (or before a comment, a closing quote or bracket). A comma is not an end:
 # `private_key: PKCS7PrivateKeyTypes,` is a parameter list, `password: see above, …` a sentence.
 _ENDS_LINE = re.compile(r"[ \t]{0,200}+(?:$|[\r\n#\"'`}\]]|\\[nr])", re.MULTILINE)
-# `key` alone names a dictionary key far more often than a secret: only these compounds count.
+# `key` alone names a dictionary key far more often than a secret: only these compounds count (`APP_KEY` is
+# Laravel's and Datadog's, `Ocp-Apim-Subscription-Key` Azure API Management's, `x-functions-key` Azure Functions',
+# `SUPABASE_SERVICE_KEY` Supabase's).
 _KEY_COMPOUND = re.compile(
-    r"(?:api|access|private|secret|signing|encryption|master|auth|session|license|client|account|storage)[ _-]?$"
+    r"(?:api|access|private|secret|signing|encryption|master|auth|session|license|client|account|storage"
+    r"|app|application|subscription|functions?|service)[ _-]?$"
 )
 
 
@@ -91,8 +94,11 @@ def _before_identifier(text: str, start: int) -> str:
 
 
 # A quoted name followed by a comma is a secret only as the first argument of a setter: `os.environ.setdefault(
-# "DB_PASSWORD", "…")`, `os.getenv("API_KEY", "…")`; in a list or a tuple (`("password", "username")`) it is a word.
-_SETTER = re.compile(r"(?:setdefault|setenv|putenv|getenv|get|set)\([ \t]{0,4}+\\?[\"']$")
+# "DB_PASSWORD", "…")`, `os.getenv("API_KEY", "…")`, Java's `props.setProperty("password", "…")`; in a list or a
+# tuple (`("password", "username")`) it is a word.
+_SETTER = re.compile(
+    r"(?:setdefault|setenv|putenv|getenv|get|set|setProperty|getProperty|getOrDefault|put)\([ \t]{0,4}+\\?[\"']$"
+)
 
 
 def _setter_argument(match: re.Match[str], text: str) -> bool:
@@ -251,19 +257,34 @@ def _after_word(word: str) -> Rule:
     return Rule("secret", re.compile(word + _WINDOW + _CANDIDATE), _high_entropy, folded=True)
 
 
-def _short_password_flag(command: str, *, attached: bool) -> Rule:
-    """`-p` and a password within a line after `command`: `mysql -pSECRET` (after mysql a spaced word is the
+def _short_password_flag(command: str, flag: str = "-p", *, attached: bool, folded: bool = True) -> Rule:
+    """`flag` and a password within a line after `command`: `mysql -pSECRET` (after mysql a spaced word is the
     database), `sshpass -p SECRET`. Elsewhere `-p` is a port, a path or a parent flag. The gap stops at another
-    `command`, which starts its own match, so a run of them is scanned once."""
+    `command`, which starts its own match, so a run of them is scanned once. A spaced flag's value does not start
+    with `-`: `mongosh -u admin -p --authenticationDatabase admin` asks for the password. A rule that is not
+    `folded` tells `-P` from `-p` (sqlcmd's `-p` prints statistics)."""
+    word_end = r"(?![a-z0-9_-])" if folded else r"(?![A-Za-z0-9_-])"
     pattern = (
         command
-        + r"(?![a-z0-9_-])"
-        + _glue(200, stop=command + r"(?![a-z0-9_-])")
-        + r"[ \t](?P<name>-p)"
-        + ("" if attached else r"[ \t]{1,4}+")
+        + word_end
+        + _glue(200, stop=command + word_end)
+        + rf"[ \t](?P<name>{flag})"
+        + ("" if attached else r"[ \t]{1,4}+(?!-)")
         + _VALUE
     )
-    return Rule("password", re.compile(pattern), _assignment(is_password, flag=True), folded=True)
+    return Rule("password", re.compile(pattern), _assignment(is_password, flag=True), folded=folded)
+
+
+# Before `password(` in a folded text: a setter's name (`ds.setpassword(`, `setkeystorepassword(`, not `reset…`).
+_SETTER_NAME = re.compile(r"(?<![a-z0-9_])set[a-z]{0,20}+$")
+
+
+def _setter_call(match: re.Match[str], text: str) -> Span | None:
+    """`setPassword("…")`, `setKeyStorePassword("…")`: the password is a setter's only argument."""
+    start = match.start("name")
+    if _SETTER_NAME.search(match.string, max(0, start - 24), start) is None:
+        return None
+    return _assignment(is_password)(match, text)
 
 
 CONTEXT_RULES: tuple[Rule, ...] = (
@@ -313,6 +334,14 @@ CONTEXT_RULES: tuple[Rule, ...] = (
         when(_generated),
         folded=True,
     ),
+    # .npmrc: `//registry.example.com/:_auth=<base64 of user:password>`, or `NPM_CONFIG__AUTH=…`.
+    _assigned("basic-auth", after_edge("_auth", "a-z0-9"), is_secret),
+    # An Azure shared access signature: `…?sv=…&sig=<base64>` in a blob URL, `SharedAccessSignature sr=…&sig=…`.
+    Rule(
+        "secret",
+        re.compile(r"sig=(?<=[?&; \t]sig=)(?P<secret>[A-Za-z0-9%+/=]{40,200}+)(?![A-Za-z0-9%+/=])"),
+        when(_generated),
+    ),
     Rule(
         "bearer-token",
         re.compile(
@@ -347,10 +376,46 @@ CONTEXT_RULES: tuple[Rule, ...] = (
         _assignment(is_secret, flag=True),
         folded=True,
     ),
-    # `mysql -pSECRET`, `mysql -p'SECRET'`, `sshpass -p SECRET`, `docker login -p SECRET`: a short `-p` means a
-    # password only after these commands (elsewhere it is a port, a path, a parent flag…).
+    # `mysql -pSECRET`, `mysql -p'SECRET'`, `sshpass -p SECRET`, `docker login -p SECRET`, `mongosh -p SECRET`,
+    # `sqlcmd -P SECRET`, `redis-cli -a SECRET`: a short flag means a password only after these commands (elsewhere
+    # `-p` is a port, a path, a parent flag…).
     _short_password_flag(r"(?:mysql|mysqldump|mariadb)", attached=True),
-    _short_password_flag(r"(?:sshpass|docker login|podman login)", attached=False),
+    _short_password_flag(r"(?:sshpass|docker login|podman login|az login)", attached=False),
+    _short_password_flag(r"mongo(?:sh|dump|restore|export|import|files|stat|top)?+", attached=False),
+    _short_password_flag(r"(?:sqlcmd|SQLCMD|bcp|BCP)", "-P", attached=False, folded=False),
+    _short_password_flag(r"redis-cli", "-a", attached=False),
+    _assigned("password", r"rediscli_auth", is_password),
+    # Java: `ds.setPassword("…")`; Gradle's signing config: `storePassword "…"`, `keyPassword '…'`.
+    Rule(
+        "password",
+        re.compile(r"(?P<name>pass(?:word|wd|phrase))\((?=\\?[\"'`])" + _VALUE),
+        _setter_call,
+        folded=True,
+    ),
+    Rule(
+        "password",
+        re.compile(r"(?P<name>password)(?:(?<=storepassword)|(?<=keypassword))[ \t]{1,8}+(?=\\?[\"'])" + _VALUE),
+        _assignment(is_password),
+        folded=True,
+    ),
+    # keytool and jarsigner: `-storepass SECRET`, `-keypass SECRET` (`-storepass:env NAME` names a variable).
+    Rule(
+        "password",
+        re.compile(
+            r"(?P<name>pass)(?:(?<=-storepass)|(?<=-keypass)|(?<=-srcstorepass)|(?<=-deststorepass)"
+            r"|(?<=-srckeypass)|(?<=-destkeypass))[ \t]{1,4}+(?!-)" + _VALUE
+        ),
+        _assignment(is_password, flag=True),
+        folded=True,
+    ),
+    # openssl: `-passin pass:SECRET`, `-passout pass:SECRET`, `-pass pass:SECRET` (`env:`, `file:`, `fd:` name it).
+    # As after other flags, a plain word is an example (`pass:hello`, `pass:sample</code>`).
+    Rule(
+        "password",
+        re.compile(r"-pass(?:in|out)?+[ \t]{1,4}+[\"']?+pass:(?P<secret>[^\s\"'`<>]{1,256}+)"),
+        when(_generated),
+        folded=True,
+    ),
     # .netrc: `machine host login me password SECRET`.
     Rule(
         "password",
@@ -384,7 +449,7 @@ CONTEXT_RULES: tuple[Rule, ...] = (
         folded=True,
     ),
     # One rule per name, so each starts with its literal (see rule.py).
-    _assigned("secret", "secret", is_secret),
+    _assigned("secret", "secret(?:_key_base)?+", is_secret),  # and Rails' `SECRET_KEY_BASE`
     _assigned("secret", "token", is_secret),
     _assigned("secret", "credentials?", is_secret),
     _assigned("secret", "key", is_secret),

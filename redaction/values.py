@@ -90,6 +90,12 @@ def is_reference(value: str) -> bool:
     return bool(_REFERENCE.search(value))
 
 
+def _attribute_path(value: str) -> bool:
+    """`settings.database.password`, not a dotted token (`dp.st.prd.<random>`, Vault's `s.<random>`, Mapbox's
+    `sk.eyJ…`): no part of an attribute path looks generated."""
+    return bool(_DOTTED.fullmatch(value)) and not any(looks_random(part) for part in value.split("."))
+
+
 def _is_code(item: Assignment) -> bool:
     """A call, an index, an attribute path or a keyword: `getpass.getpass()`, `os.environ[...]`, `settings.key`."""
     value = item.value
@@ -97,7 +103,7 @@ def _is_code(item: Assignment) -> bool:
         item.next_char in ("(", "[")
         or value.lower() in _KEYWORDS
         or (item.separator == ":" and bool(_TYPE_NAME.fullmatch(value)))
-        or bool(_DOTTED.fullmatch(value))
+        or _attribute_path(value)
     )
 
 

@@ -306,6 +306,13 @@ LOOK_ALIKES = [
     "http://localhost:3000/api?email=dev@example.com and https://example.com:8443/users/@alice",
     "file://C:/Users/me@home/notes.md",
     "postgres://user:password@localhost/db and redis://:${REDIS_PASSWORD}@cache:6379",
+    # Near-misses of the rules added after the second November 2026 review.
+    "mongosh -u admin -p --authenticationDatabase admin",
+    'ds.setPassword(password);\nstorePassword System.getenv("STORE_PASSWORD")',
+    "keytool -list -keystore debug.keystore -storepass android",
+    "openssl rsa -passin env:PASSPHRASE -in key.pem",
+    "token: self.config.token",
+    "sha 12345:" + "A" * 35,
     # Markers are not redacted again.
     "password=[redacted:password]",
     "Authorization: Bearer [redacted:bearer-token]",

@@ -154,9 +154,18 @@ def test_masking_marks_a_stand_in_only_when_little_else_is_left():
     assert "0001A" not in redacted and "[redacted:" in redacted
 
 
-# Runs that made every name in them rescan the rest (`key=key=…`: 8-13 s for 1 MiB, holding the GIL), and a
-# password's tail reaching over the next matches.
-ADVERSARIAL_UNITS = ["token=", "key=", "pwd=", "curl ", "token=key=pwd=passwd=secret=credential=", "password=x&"]
+# Runs that made every name in them rescan the rest (`key=key=…`: 8-13 s for 1 MiB, holding the GIL), a
+# password's tail reaching over the next matches, and a command or a setter whose every repeat the judge refuses.
+ADVERSARIAL_UNITS = [
+    "token=",
+    "key=",
+    "pwd=",
+    "curl ",
+    "token=key=pwd=passwd=secret=credential=",
+    "password=x&",
+    "redis-cli -a ",
+    'setPassword("',
+]
 
 
 @pytest.mark.parametrize("unit", ADVERSARIAL_UNITS)

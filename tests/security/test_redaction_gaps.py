@@ -1,4 +1,4 @@
-"""The forms probes and reviews found unredacted (finding 7, then the November 2026 review). Each secret
+"""The forms probes and reviews found unredacted (finding 7, then the November 2026 reviews). Each secret
 disappears entirely; what is not a secret stays. Secrets of a known format are built at run time (see
 tests/secret_corpus.py)."""
 
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from redaction import redact
-from tests.secret_corpus import B62, pem, rand
+from redaction import Redaction, redact
+from tests.secret_corpus import B62, URL_SAFE, pem, rand
 
 _AZURE = rand(B62 + "+/", 86) + "=="  # a storage account key: 64 bytes in base64
 _PW = "Xq9vT2mLp4zR"
@@ -20,6 +20,16 @@ _EC_KEY_B64 = base64.b64encode((pem("EC PRIVATE KEY", 64, 120) + "\n").encode())
 _PEM = pem("PRIVATE KEY", 64, 600)
 _DOCKER = "dckr" + "_pat_" + rand(B62 + "_-", 27)
 _PEM_IN_JSON_IN_JSON = json.dumps({"GOOGLE_CREDENTIALS": json.dumps({"type": "service_account", "private_key": _PEM})})
+_HEX = "0123456789abcdef"
+_DD_KEY = rand(_HEX, 40)
+_SAS = rand(B62, 38) + "%2B" + rand(B62, 4) + "%3D"  # an HMAC-SHA256 in base64, URL-encoded
+_TELEGRAM = rand("0123456789", 10) + ":" + "AA" + rand(URL_SAFE, 33)
+_DISCORD_ID = base64.urlsafe_b64encode(("1" + rand("0123456789", 18)).encode()).decode().rstrip("=")
+_DISCORD = _DISCORD_ID + ".G" + rand(B62, 5) + ".k" + rand(B62, 37)  # its parts may start with a letter
+_TERRAFORM = rand(B62, 14) + ".atlas" + "v1." + rand(URL_SAFE, 67)
+_DOPPLER = "dp" + ".st.prd." + rand(B62, 43)
+_MAPBOX = "sk" + ".eyJ1IjoiYWNtZSIsImEiOiJ" + rand(B62, 20) + "." + rand(B62, 22)
+_VAULT_LEGACY = "s.X" + rand(B62, 23)
 
 LEAKS = [
     ("**password**: hunter2", "hunter2"),
@@ -60,6 +70,47 @@ LEAKS = [
     (f"echo {_DOCKER} | docker login -u me --password-stdin", _DOCKER),
     (f"machine example.com login me password {_PW}", _PW),
     (f"<server><id>nexus</id><username>me</username><password>{_PW}</password></server>", _PW),
+    # The second November 2026 review. 1: more `key` compounds, and Rails' `SECRET_KEY_BASE`.
+    (f"DD_APP_KEY={_DD_KEY}", _DD_KEY),
+    (f'curl -H "DD-APPLICATION-KEY: {_DD_KEY}" https://api.datadoghq.com/api/v1/validate', _DD_KEY),
+    (f"APP_KEY=base64:{_AZURE[:43]}=", _AZURE[:43]),
+    (f'curl -H "Ocp-Apim-Subscription-Key: {_DD_KEY[:32]}" https://westus.api.cognitive.microsoft.com/', _DD_KEY[:32]),
+    (f'curl -H "x-functions-key: {_AZURE[:54]}==" https://acme.azurewebsites.net/api/ingest', _AZURE[:54]),
+    (f"SUPABASE_SERVICE_KEY={_TOKEN}", _TOKEN),
+    (f"SECRET_KEY_BASE={_DD_KEY * 3}", _DD_KEY),
+    # 2: a dotted token after a credential name is not an attribute path; Doppler's `dp.st.<config>.`.
+    (f"DOPPLER_TOKEN={_DOPPLER}", _DOPPLER),
+    (f"doppler:\n  token: {_DOPPLER}\n", _DOPPLER),
+    (f"MAPBOX_DOWNLOADS_TOKEN={_MAPBOX}", _MAPBOX),
+    (f"export VAULT_TOKEN={_VAULT_LEGACY}", _VAULT_LEGACY),
+    # 3: redis-cli.
+    (f"redis-cli -h cache.internal -p 6379 -a {_PW} ping", _PW),
+    (f"REDISCLI_AUTH={_PW} redis-cli -h cache.internal", _PW),
+    # 4: Telegram bot tokens, bare and in the Bot API's URL.
+    (f"curl https://api.telegram.org/bot{_TELEGRAM}/getUpdates", _TELEGRAM),
+    (f'app = ApplicationBuilder().token("{_TELEGRAM}").build()', _TELEGRAM),
+    # 5: Discord bot tokens, whole.
+    (f'curl -H "Authorization: Bot {_DISCORD}" https://discord.com/api/v10/users/@me', _DISCORD),
+    (f"DISCORD_TOKEN={_DISCORD}", _DISCORD),
+    (f'client.run("{_DISCORD}")', _DISCORD),
+    # 6: .npmrc `_auth`.
+    (f"//npm.acme.io/:_auth={base64.b64encode(f'deploy:{_PW}'.encode()).decode()}\nalways-auth=true", "ZGVwbG95"),
+    # 7: Java, Android and their tools.
+    (f'props.setProperty("password", "{_PW}");', _PW),
+    (f'dataSource.setPassword("{_PW}");', _PW),
+    (f'release {{\n    storeFile file("release.jks")\n    storePassword "{_PW}"\n    keyPassword \'{_PW}\'\n}}', _PW),
+    (f"keytool -genkeypair -keystore release.jks -alias upload -storepass {_PW} -keypass {_PW}", _PW),
+    (f"openssl pkcs12 -export -in cert.pem -inkey key.pem -out bundle.p12 -passout pass:{_PW}", _PW),
+    # 8: Azure shared access signatures.
+    (f"https://acme.blob.core.windows.net/backups/db.bak?sv=2022-11-02&sp=r&se=2026-12-01T00:00:00Z&sig={_SAS}", _SAS),
+    (f"SharedAccessSignature sr=acme.servicebus.windows.net&sig={_SAS}&se=1767225600&skn=send", _SAS),
+    # 9: short password flags of database and cloud CLIs.
+    (f"mongosh --host db.internal -u admin -p {_PW} --authenticationDatabase admin", _PW),
+    (f"sqlcmd -S tcp:acme.database.windows.net,1433 -d app -U sa -P '{_PW}' -Q 'select 1'", _PW),
+    (f"az login -u ops@acme.io -p '{_PW}'", _PW),
+    # 10: Terraform Cloud tokens.
+    (f"export TF_TOKEN_app_terraform_io={_TERRAFORM}", _TERRAFORM),
+    (f"terraform cloud token saved: {_TERRAFORM}", _TERRAFORM),
 ]
 KEPT = [
     "PWD=/home/me/project",
@@ -86,6 +137,35 @@ KEPT = [
     "sshpass -p $PASS ssh deploy@web1",
     "machine example.com login me password $PW",
     "<password>${env.NEXUS_PASSWORD}</password>",
+    # The second November 2026 review.
+    "DD_APP_KEY=${DD_APP_KEY}",
+    "app_key = settings.app_key",
+    "Ocp-Apim-Subscription-Key: <your-key>",
+    "SECRET_KEY_BASE=$(rails secret)",
+    "token: self.config.token",
+    "api_key = config.openai.api_key",
+    "TFE_TOKEN=xxxxxxxxxxxxx.atlasv1.xxxxxxxxxxxxx",
+    "redis-cli -a $REDIS_PASSWORD ping",
+    "REDISCLI_AUTH=${REDIS_PASSWORD}",
+    "sha 12345:" + "A" * 35,
+    "N" + "a" * 23 + ".abcdef." + "b" * 30,
+    "Mozilla.Firefox.ProfileManager.Session.ChunkedStorageStore",
+    "requires_auth=True",
+    "_auth=${NPM_AUTH}",
+    "mongosh -p 27017",
+    "mongosh -u admin -p --authenticationDatabase admin",
+    "sqlcmd -S srv -p -U sa -Q 'select 1'",
+    "az login --service-principal -u $APP_ID -p $PASSWORD --tenant $TENANT",
+    "ds.setPassword(password);",
+    "self.setPassword(getpass())",
+    'props.setProperty("password", password);',
+    'storePassword System.getenv("STORE_PASSWORD")',
+    "keytool -storepass:env STOREPASS -keypass:file kp.txt",
+    "keytool -list -keystore debug.keystore -storepass android",
+    "openssl rsa -passin env:PASSPHRASE -in key.pem",
+    "openssl rsa -passin pass:$PW -in key.pem",
+    "openssl genpkey -algorithm RSA -out key.pem -aes-128-cbc -pass pass:hello",
+    "https://example.com/img.png?w=200&sig=abcdef and &sig=${SAS_SIG}",
 ]
 
 
@@ -100,3 +180,8 @@ def test_no_character_of_the_secret_survives(text, secret):
 @pytest.mark.parametrize("text", KEPT)
 def test_what_only_looks_like_a_secret_is_kept(text):
     assert redact(text).text == text
+
+
+@pytest.mark.parametrize("token", [_TELEGRAM, _DISCORD, _TERRAFORM, _DOPPLER], ids=["telegram", "discord", "tfc", "dp"])
+def test_a_token_known_by_its_shape_is_replaced_whole_by_one_marker(token):
+    assert redact(f"saved {token} here") == Redaction("saved [redacted:api-token] here", {"api-token": 1})
