@@ -151,7 +151,7 @@ def _answer(response: httpx2.Response) -> dict[str, Any]:
         code, message = _error(response)
         raise SyncRefusedError(response.status_code, code, message)
     try:
-        document = json.loads(response.content)
+        document = _json(response.content)
     except ValueError:
         raise SyncProtocolError("the server's sync answer is not JSON") from None
     if not isinstance(document, dict):
@@ -159,10 +159,19 @@ def _answer(response: httpx2.Response) -> dict[str, Any]:
     return document
 
 
+def _json(content: bytes) -> Any:
+    """The JSON value of an answer's body; ValueError for one that is not JSON or is nested deeper than the parser's
+    stack (its RecursionError would otherwise escape as an unexpected failure)."""
+    try:
+        return json.loads(content)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
 def _error(response: httpx2.Response) -> tuple[str, str]:
     """The protocol's `{"error": {"code", "message"}}`, or the channel's `{"error": "reason"}`, or the status."""
     try:
-        error = json.loads(response.content[:MAX_ERROR_BODY]).get("error")
+        error = _json(response.content[:MAX_ERROR_BODY]).get("error")
     except (ValueError, AttributeError):
         error = None
     if isinstance(error, dict) and isinstance(error.get("code"), str) and isinstance(error.get("message"), str):

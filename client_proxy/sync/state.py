@@ -118,7 +118,8 @@ class SyncState:
 
     @classmethod
     def from_json(cls, data: object) -> SyncState:
-        """Check every field's type and shape; `StateCorruptError` naming the first that is wrong."""
+        """Check every field's type and shape; `StateCorruptError` naming the first that is wrong. Entries naming a
+        path the current rules refuse are dropped on their own, with one warning (`_drop_refused`)."""
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             raise StateCorruptError(f"not a version {STATE_VERSION} sync state")
         state = cls(
@@ -135,8 +136,7 @@ class SyncState:
         files = data.get("files")
         if not isinstance(files, dict):
             raise StateCorruptError("files must be an object")
-        for path, entry in files.items():
-            state.files[_path(path)] = _base(entry, path)
+        state.files = {path: _base(entry, path) for path, entry in files.items()}
         conflicts = data.get("conflicts")
         if not isinstance(conflicts, list):
             raise StateCorruptError("conflicts must be a list")
@@ -147,16 +147,22 @@ class SyncState:
         for path, item in rejected.items():
             if not isinstance(item, dict) or not all(isinstance(v, str | None) for v in item.values()):
                 raise StateCorruptError(f"rejected[{path!r}] must be an object of strings")
-            state.rejected[_path(path)] = dict(item)
+            state.rejected[path] = dict(item)
         listed = data.get("reset_listed")  # absent in the files of older versions
-        if listed is not None and not isinstance(listed, list):
-            raise StateCorruptError("reset_listed must be a list or null")
-        state.reset_listed = None if listed is None else [_path(path) for path in listed]
+        if listed is not None and (not isinstance(listed, list) or not all(isinstance(path, str) for path in listed)):
+            raise StateCorruptError("reset_listed must be a list of paths or null")
+        state.reset_listed = listed
         unapplied = data.get("unapplied", {})  # absent in the files of older versions
         if not isinstance(unapplied, dict):
             raise StateCorruptError("unapplied must be an object")
-        for path, item in unapplied.items():
-            state.unapplied[_path(path)] = _unapplied(item, path)
+        state.unapplied = {path: _unapplied(item, path) for path, item in unapplied.items()}
+        dropped = _drop_refused(state)
+        if dropped:
+            log.warning(
+                "sync state: dropped %d entries naming paths the current path rules refuse, kept the rest;"
+                " those paths sync as unknown ones",
+                dropped,
+            )
         return state
 
 
@@ -185,12 +191,26 @@ def _string_map(value: object, name: str, *, nullable: bool) -> dict[str, str] |
     return dict(value)
 
 
-def _path(path: str) -> str:
-    # The rules alone, not the folders announced now: a fresh process knows the server's extra folders only from
-    # its first pull, and whether a folder is still synced is the scan's and the pull's question (`in_scope`).
-    if name_problem(path, any_extra_folder=True):
-        raise StateCorruptError(f"{path!r} is not a memory path")
-    return path
+def _drop_refused(state: SyncState) -> int:
+    """Drop the entries of `state` whose paths the path rules refuse; how many there were. The rules were tightened
+    since older versions saved their state: setting the whole file aside for one such path would lose every base,
+    and offline edits would then be merged with none."""
+
+    def refused(path: str) -> bool:
+        # The rules alone, not the folders announced now: a fresh process knows the server's extra folders only
+        # from its first pull, and whether a folder is still synced is the scan's and the pull's question.
+        return name_problem(path, any_extra_folder=True) is not None
+
+    def entries() -> int:
+        return len(state.files) + len(state.rejected) + len(state.unapplied) + len(state.reset_listed or ())
+
+    before = entries()
+    state.files = {path: base for path, base in state.files.items() if not refused(path)}
+    state.rejected = {path: item for path, item in state.rejected.items() if not refused(path)}
+    state.unapplied = {path: item for path, item in state.unapplied.items() if not refused(path)}
+    if state.reset_listed is not None:
+        state.reset_listed = [path for path in state.reset_listed if not refused(path)]
+    return before - entries()
 
 
 def _base(entry: object, path: str) -> Base:

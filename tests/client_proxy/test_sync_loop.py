@@ -23,7 +23,7 @@ import httpx2
 import pytest
 
 from channel.authz import Access, ChannelUser
-from client_proxy.sync.api import SyncApi
+from client_proxy.sync.api import PushChange, SyncApi, SyncProtocolError, SyncRefusedError
 from client_proxy.sync.local_files import (
     MAX_SETTLING_NS,
     SETTLE_EMPTY_NS,
@@ -688,6 +688,27 @@ async def test_after_a_corrupt_state_file_sync_starts_over_and_nothing_is_lost(r
     assert (await rig.server())["memory/log.md"] == rig.read("memory/log.md")
 
 
+async def test_a_saved_path_the_rules_now_refuse_costs_only_its_own_entry_and_offline_deletes_still_go(rig, caplog):
+    rig.write("memory/kept.md", "kept\n")
+    rig.write("memory/gone.md", "deleted while the proxy was off\n")
+    async with rig.syncing():
+        await until(lambda: server_has(rig, "memory/gone.md", "deleted while the proxy was off\n"), "the files there")
+    state = rig.saved()  # as an older proxy saved it, under the path rules of its day (':' was allowed then)
+    state["files"]["memory/10:30 standup.md"] = {"base": h("old\n"), "revision": 1, "size": None, "mtime_ns": None}
+    rig.store().path.write_text(json.dumps(state))
+    rig.write("memory/10:30 standup.md", "old\n")
+    (rig.project / "memory" / "gone.md").unlink()  # only its base says it was deleted here, not never pulled
+    with caplog.at_level(logging.WARNING):
+        async with rig.syncing() as syncer:
+            await until(lambda: caught_up(rig, syncer), "the first pull")
+            await until(lambda: server_is(rig, {"memory/kept.md": "kept\n"}), "the delete pushed")
+    assert rig.read("memory/gone.md") is None
+    assert rig.read("memory/10:30 standup.md") == "old\n"  # refused like any unknown name: neither pushed nor lost
+    assert "memory/10:30 standup.md" not in rig.saved()["files"]
+    assert not list(rig.state_home.glob("*.corrupt-*"))
+    assert "dropped 1 entries naming paths the current path rules refuse" in caplog.text
+
+
 async def test_a_server_restored_from_an_older_backup_gets_this_laptops_files_again(rig):
     rig.write("memory/kept.md", "kept\n")
     async with rig.syncing():
@@ -819,6 +840,47 @@ async def test_a_server_without_sync_or_with_a_malformed_answer_is_reported_and_
         await until(lambda: syncer.state.last_error is not None, "the first failure")
         assert "does not offer file sync (HTTP 404)" in syncer.state.last_error["message"]
         await until(lambda: "malformed" in syncer.state.last_error["message"], "the malformed answer noticed")
+
+
+NESTED_TOO_DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def answering(status: int, body: bytes) -> httpx2.ASGITransport:
+    """A server that answers every request with `status` and `body`."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    return httpx2.ASGITransport(app)
+
+
+async def test_an_answer_nested_thousands_deep_is_refused_as_not_json_by_every_sync_call():
+    async with httpx2.AsyncClient(transport=answering(200, NESTED_TOO_DEEP), base_url="http://memory") as client:
+        api = SyncApi(client)
+        calls = [
+            lambda: api.changes(0, 0),
+            lambda: api.push([PushChange("memory/a.md", None, "a\n")]),
+            lambda: api.upload_session("s", "2026-11-23", 1, [(1, "text")]),
+        ]
+        for call in calls:
+            with pytest.raises(SyncProtocolError, match=r"^the server's sync answer is not JSON$"):
+                await call()
+    refusal = b'{"error": ' + b"[" * 60_000  # within the part of an error answer that is read
+    async with httpx2.AsyncClient(transport=answering(503, refusal), base_url="http://memory") as client:
+        with pytest.raises(SyncRefusedError, match=r"HTTP 503 refused\): Service Unavailable$"):
+            await SyncApi(client).changes(0, 0)
+
+
+async def test_a_server_answer_nested_thousands_deep_is_reported_and_retried_as_an_expected_failure(rig, caplog):
+    rig.network.inner = answering(200, NESTED_TOO_DEEP)
+    with caplog.at_level(logging.INFO):
+        async with rig.syncing() as syncer:
+            await until(lambda: syncer.state.last_error is not None, "the failure recorded")
+            assert syncer.state.last_error["message"] == "pull: the server's sync answer is not JSON"
+    assert "failed unexpectedly" not in caplog.text and "Traceback" not in caplog.text
 
 
 def test_backoff_doubles_from_one_second_to_thirty_with_jitter_and_a_success_starts_it_over():
