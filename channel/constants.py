@@ -76,3 +76,6 @@ SERVER_TIME_HEADER: Final = "x-channel-server-time"  # ms, only on the answer to
 CLOCK_OFF: Final = b"handshake failed: device clock is off\n"
 INDEX_HEADER: Final = "x-memory-index"
 CONTENT_TYPE: Final = "application/x-memory-channel"
+# The outer bodies are ciphertext, which does not compress: the client asks for no content coding and refuses an
+# answer that has one (something between the ends added it, and decoding it first would be a decompression bomb).
+CONTENT_CODING: Final = "identity"

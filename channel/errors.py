@@ -16,7 +16,8 @@ class KeyFileError(ChannelError):
 
 
 class ProtocolError(ChannelError):
-    """A handshake message or frame failed to parse or authenticate. Carries no detail on purpose."""
+    """A handshake message, frame or outer answer failed to parse or authenticate, or came content-coded. Carries no
+    detail from the peer on purpose."""
 
 
 class HandshakeError(ProtocolError):

@@ -8,8 +8,9 @@ The client's own URL only supplies the inner path and query; the request is seal
 to `<url>/v1/tunnel`. The response is verified frame by frame as it streams, so SSE arrives live and a stream
 cut before its FINAL frame raises `FrameError`. The transport handshakes on first use, again shortly before the
 session expires, and once after a 401 (each step of a handshake bounded by `HANDSHAKE_TIMEOUT`, however long the
-caller lets its own requests wait); it re-sends a request only after a 401, which the server gives only for
-requests it never opened.
+caller lets its own requests wait); requests waiting on a handshake that fails get its error. It re-sends a request
+only after a 401, which the server gives only for requests it never opened. Outer answers are read as they came:
+one with a content coding is refused unread.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -30,6 +32,7 @@ from channel.client_stamps import StampFile
 from channel.codec import InnerHead, InnerRequest, pack_request, unpack_head
 from channel.constants import (
     CLOCK_OFF,
+    CONTENT_CODING,
     CONTENT_TYPE,
     HANDSHAKE_PATH,
     KIND_BODY,
@@ -46,6 +49,7 @@ from channel.errors import (
     FrameError,
     HandshakeError,
     HandshakeRefused,
+    ProtocolError,
     ServerKeyMismatch,
     TunnelRefused,
 )
@@ -67,6 +71,7 @@ MAX_REFUSAL = 4096  # bytes of a refusal body worth reading before closing
 HANDSHAKE_TIMEOUT = 30.0
 # Connection-level headers describe the hop to the server, not the inner request.
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"proxy-connection"})
+_OUTER_HEADERS = {"content-type": CONTENT_TYPE, "accept-encoding": CONTENT_CODING}
 
 
 class ChannelTransport(httpx2.AsyncBaseTransport):
@@ -93,6 +98,10 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         self._random = random
         self._lock = anyio.Lock()
         self._session: ClientSession | None = None
+        # How many handshakes have ended (in a session or an error), and the error of the last one if it failed:
+        # the requests that waited on it get that error rather than each waiting out a handshake of its own.
+        self._handshakes_ended = 0
+        self._failure: tuple[Exception, TracebackType | None] | None = None
         self._last_timestamp = 0
         self._last_request_stamp = 0
         self._stamps = stamps  # the device's newest accepted timestamp, shared by its processes
@@ -123,7 +132,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
                 httpx2.Request(
                     "POST",
                     self._tunnel_url,
-                    headers={SESSION_HEADER: session.header, "content-type": CONTENT_TYPE},
+                    headers={**_OUTER_HEADERS, SESSION_HEADER: session.header},
                     content=frame,
                     extensions=extensions,
                 )
@@ -148,21 +157,25 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
     async def _post(self, request: httpx2.Request) -> httpx2.Response:
         """Send one outer request, again (at most twice more) when the connection broke before an answer: a server
         shedding connections under a flood may close a new one before reading it. Safe for tunnel requests too: a
-        request the server did open is refused the second time by its request id, never run twice."""
+        request the server did open is refused the second time by its request id, never run twice. An answer with a
+        content coding is refused before its body is read (`_check_coding`)."""
         for attempt in range(CONNECTION_RETRIES + 1):
             try:
-                return await self._outer.handle_async_request(request)
+                response = await self._outer.handle_async_request(request)
             except (httpx2.ConnectError, httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError):
                 if attempt == CONNECTION_RETRIES:
                     raise
                 log.info("connection to the server broke before an answer; sending again")
+            else:
+                await _check_coding(response)
+                return response
         raise AssertionError("unreachable")
 
     async def connect(self) -> None:
         """Handshake now rather than on the first request: checks the pinned key and this device's authorization
         (raising `ServerKeyMismatch` or `HandshakeRefused`), and replaces the current session."""
         async with self._lock:
-            self._session = await self._handshake()
+            await self._renew()
 
     async def aclose(self) -> None:
         await self._outer.aclose()
@@ -171,12 +184,28 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
         """A usable session: the current one, or a new one if it is missing, `stale`, or close to expiry."""
         session = self._session
         if session is None or session is stale or not session.usable(self._clock()):
-            async with self._lock:  # one handshake at a time; the others wait for its session
+            ended = self._handshakes_ended
+            async with self._lock:  # one handshake at a time; the others wait for its session, or its error
                 session = self._session
                 if session is None or session is stale or not session.usable(self._clock()):
-                    session = await self._handshake(extensions)
-                    self._session = session
+                    if self._failure is not None and self._handshakes_ended != ended:
+                        error, traceback = self._failure  # the handshake this request waited on failed
+                        raise error.with_traceback(traceback)
+                    session = await self._renew(extensions)
         session.last_used = self._clock()
+        return session
+
+    async def _renew(self, extensions: dict[str, Any] | None = None) -> ClientSession:
+        """Handshake (the lock held) and keep the outcome for the requests waiting on it: the new session, or the
+        error. Not a cancellation: that belongs to its caller, and a waiting request then handshakes itself."""
+        try:
+            session = await self._handshake(extensions)
+        except Exception as error:
+            self._failure = (error, error.__traceback__)
+            self._handshakes_ended += 1
+            raise
+        self._session, self._failure = session, None
+        self._handshakes_ended += 1
         return session
 
     async def _handshake(self, extensions: dict[str, Any] | None = None) -> ClientSession:
@@ -192,7 +221,7 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
                 httpx2.Request(
                     "POST",
                     self._handshake_url,
-                    headers={"content-type": CONTENT_TYPE},
+                    headers=_OUTER_HEADERS,
                     content=message,
                     extensions={"timeout": _handshake_timeouts((extensions or {}).get("timeout"))},
                 )
@@ -310,6 +339,22 @@ def _raw_chunks(response: httpx2.Response) -> AsyncIterator[bytes]:
     if not isinstance(response.stream, httpx2.AsyncByteStream):
         raise ChannelError("the channel needs an asynchronous outer transport")
     return response.stream.__aiter__()
+
+
+async def _check_coding(response: httpx2.Response) -> None:
+    """Refuse (and close) an outer answer with a content coding: the channel asked for none (ciphertext does not
+    compress), so something between the ends added it; its body is never decoded, nor read."""
+    codings = {
+        part.strip().lower() for value in response.headers.get_list("content-encoding") for part in value.split(",")
+    }
+    if codings <= {"", CONTENT_CODING}:
+        return
+    await response.aclose()
+    raise ProtocolError(
+        f"the server's answer came with a Content-Encoding (HTTP {response.status_code}), which the channel never "
+        "asks for and does not decode: something between this device and the server (a proxy) rewrote it. Make it "
+        "pass the channel's answers unchanged."
+    )
 
 
 async def _read_at_most(response: httpx2.Response, limit: int) -> bytes:
