@@ -3,20 +3,29 @@
 Per index, SQLite's online backup copies `state.sqlite3` in one read transaction: one point in time. The mirror
 files are then written from that copy, not from the disk that keeps changing: every live row names its content by
 sha256, and the `versions` table holds the bytes of every memory file the mirror recorded (written in the same
-transaction as the row). What it does not hold (session transcripts, which have no versions, and files recorded
-before the table existed) is read from the disk and kept only if its sha256 is the one the copy records; when a
-file changed in between, the whole index is copied again (`ATTEMPTS`). So the files and the state agree by
-construction. A file whose disk content still differs from a recorded state that did not move between two copies
-was changed behind the mirror (edited or removed by hand), not by a write in flight: its change is recorded as the
-server records one it finds on a read (`Mirror.read`, as by "(disk)"), and the next copy holds the disk's content.
-Before the first copy, every change made on disk behind the server (a file added, edited or removed by hand) is
-recorded the same way, as the server does when it lists the folder (`Mirror.reconcile_all`): a file the state has
-no row for yet would otherwise be in no copy at all.
+transaction as the row). What it does not hold is read from the disk, once, and kept if its sha256 is the one the
+copy records. When it is not:
+- a session transcript (no versions: never merged) is archived as the disk holds it then, and the copy's row is made
+  to say so (hash, size, lines; a tombstone when the file was removed). Its revision, and who changed it when, stay
+  the copy's: transcripts have no history and are never pulled, and the copy's revision counter must stay the point
+  in time it is (a laptop that synced past it sees the restored server's history restart). A laptop that uploads
+  every few seconds thus never fails a backup, and the archive holds its transcript as it was a moment later.
+- a memory file recorded before the versions table existed (or too large to keep a version of) must be the content
+  its history names, so the whole index is copied again (`ATTEMPTS`). A write through the mirror stores the new
+  bytes as a version, so the next copy has them. One whose disk content still differs from a recorded state that
+  did not move between two copies was changed behind the mirror (edited or removed by hand), not by a write in
+  flight: its change is recorded as the server records one it finds on a read (`Mirror.read`, as by "(disk)"), and
+  the next copy holds the disk's content.
+So the files and the state agree by construction. Before the first copy, every change made on disk behind the
+server (a file added, edited or removed by hand) is recorded the same way, as the server does when it lists the
+folder (`Mirror.reconcile_all`): a file the state has no row for yet would otherwise be in no copy at all.
+The mirror's lock is a thread lock of the serving process, so the backup could only hold writers off with SQLite's
+write lock, stalling every upload of the index for the whole copy; it takes none.
 The search index is copied the same way right after the state: the database index.json names as live
-(`index-<n>.sqlite3` once a re-chunk swapped one in, else `index.sqlite3`), copied again if a swap came in between,
-and archived as `index.sqlite3` under an index.json that names no other. Where it differs from the state (changes
-in flight, indexed just after they were recorded), the restored server's freshness check on a search re-indexes
-those files.
+(`index-<n>.sqlite3` once a re-chunk swapped one in, else `index.sqlite3`), copied again if a swap came in between
+(a re-chunk swaps once per change of the chunking settings; writes never do), and archived as `index.sqlite3` under
+an index.json that names no other. Where it differs from the state (changes in flight, indexed just after they were
+recorded), the restored server's freshness check on a search re-indexes those files.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import shutil
 import stat
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +51,15 @@ from server.errors import BackupError, InvalidArgumentError, MemoryServerError, 
 from server.index.rechunk import LIVE_DATABASE, present_database
 from server.index.store import BUSY_TIMEOUT_MS, load_vec, vec_available
 from server.mirror import queries as q
-from server.mirror.files import take_snapshot
+from server.mirror.files import Snapshot, take_snapshot
 from server.mirror.mirror import Mirror
 from server.mirror.state import FileState, state_of
+from syncproto.paths import is_session_file
 from syncproto.wire import sha256_hex
 
 log = logging.getLogger(__name__)
 
-ATTEMPTS = 5  # copies of one index's state before giving up on files that keep changing under it
+ATTEMPTS = 5  # copies of one index's state before giving up on memory files that keep changing under it
 RETRY_PAUSE = 0.2  # seconds, times the attempt number
 _NO_CAP = 1 << 62  # a file is copied whatever its size: the mirror's cap is the server's business
 _DATABASE_KEYS = ("database", "next_database")  # index.json's names of a re-chunk's databases (server.index.rechunk)
@@ -108,10 +118,10 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
         if has_state:
             changed = _copy_files(directory, work / "state.sqlite3", blobs, copied)
             if changed:
-                log.info("backup: %s: %d files changed while copied; copying again", name, len(changed))
+                log.info("backup: %s: %d memory files changed while copied; copying again", name, len(changed))
                 if attempt == ATTEMPTS:
                     raise BackupError(
-                        f"index {name!r}: {len(changed)} files kept changing during {ATTEMPTS} copies "
+                        f"index {name!r}: {len(changed)} memory files kept changing during {ATTEMPTS} copies "
                         f"(first: {changed[0].path}); try again when the server is quieter"
                     )
                 behind = [state.path for state in changed if state in unmoved]
@@ -198,8 +208,8 @@ def _record_disk_changes(directory: Path, paths: list[str] | None) -> None:
 
 
 def _copy_files(directory: Path, state: Path, blobs: Path, copied: IndexCopy) -> list[FileState]:
-    """Put the content of every live file of the state copy in `blobs`; the states whose content was neither in
-    the copy nor on the disk any more (changed since)."""
+    """Put the content of every live file of the state copy in `blobs`; the states of the memory files whose
+    content was neither in the copy nor on the disk any more (changed since)."""
     changed: list[FileState] = []
     db = apsw.Connection(str(state))  # our own copy
     try:
@@ -207,34 +217,60 @@ def _copy_files(directory: Path, state: Path, blobs: Path, copied: IndexCopy) ->
         for row in db.execute(*q.live_states()).fetchall():
             live = state_of(row)
             assert live.hash is not None, "live rows have a hash"
-            blob = blobs / live.hash
-            if not blob.exists() and not _keep_content(db, directory / "files", live.path, live.hash, blob):
+            kept = live if (blobs / live.hash).exists() else _keep_content(db, directory / "files", live, blobs)
+            if kept is None:
                 changed.append(live)
-                continue
-            copied.files += 1
-            copied.members.append(Member(f"indexes/{copied.name}/files/{live.path}", blob))
+            elif kept.hash is not None:
+                copied.files += 1
+                copied.members.append(Member(f"indexes/{copied.name}/files/{live.path}", blobs / kept.hash))
     finally:
         db.close()
     return changed
 
 
-def _keep_content(db: apsw.Connection, files_dir: Path, path: str, digest: str, blob: Path) -> bool:
-    """Write the bytes whose sha256 is `digest` to `blob`: from the versions table, else from the disk if the
-    file there still has that content. False when neither has it."""
-    rows = db.execute("SELECT data FROM versions WHERE hash = ?", (digest,)).fetchall()
+def _keep_content(db: apsw.Connection, files_dir: Path, live: FileState, blobs: Path) -> FileState | None:
+    """Write the content of the live file `live` to `blobs` (named by its sha256), from the copy's versions table
+    or else from the disk; its state as archived. A transcript the disk now holds otherwise is archived as the disk
+    holds it, and so described by the copy (`_describe`). None for a memory file whose content is in neither."""
+    assert live.hash is not None, "live rows have a hash"
+    rows = db.execute("SELECT data FROM versions WHERE hash = ?", (live.hash,)).fetchall()
     data: bytes | None = zlib.decompress(rows[0][0]) if rows else None  # type: ignore[arg-type]
-    if data is None or sha256_hex(data) != digest:
-        try:
-            snapshot = take_snapshot(files_dir, path, _NO_CAP)
-        except UnsafePathError as exc:
-            raise BackupError(f"{path} cannot be read in the mirror: {exc}") from None
-        data = snapshot.data if snapshot is not None and snapshot.digest == digest else None
-    if data is None:
-        return False
+    if data is not None and sha256_hex(data) == live.hash:
+        _write_blob(blobs / live.hash, data)
+        return live
+    try:
+        snapshot = take_snapshot(files_dir, live.path, _NO_CAP)  # read once: what is archived is what was read
+    except UnsafePathError as exc:
+        raise BackupError(f"{live.path} cannot be read in the mirror: {exc}") from None
+    if snapshot is None or snapshot.digest != live.hash:
+        if not is_session_file(live.path):
+            return None
+        log.info("backup: %s changed while copied; archived as the disk holds it now", live.path)
+        live = _describe(db, live, snapshot)
+    if snapshot is not None:
+        assert snapshot.data is not None, "read without a size cap"
+        _write_blob(blobs / snapshot.digest, snapshot.data)
+    return live
+
+
+def _describe(db: apsw.Connection, live: FileState, snapshot: Snapshot | None) -> FileState:
+    """Make the copy's row of the transcript `live` describe `snapshot`, what the disk holds of it (None: removed,
+    a tombstone); the new state. Its revision and who changed it when stay the row's (see the module's doc)."""
+    if snapshot is None:
+        digest, size, mtime_ns, lines = None, 0, 0, 0
+    else:
+        digest, size, mtime_ns, lines = snapshot.digest, snapshot.size, snapshot.mtime_ns, snapshot.lines
+    with db:
+        db.execute(
+            *q.upsert_file(live.path, digest, size, mtime_ns, lines, live.revision, live.updated_by, live.updated_at)
+        )
+    return replace(live, hash=digest, size=size, lines=lines)
+
+
+def _write_blob(blob: Path, data: bytes) -> None:
     temp = blob.with_name(blob.name + ".tmp")
     temp.write_bytes(data)
     os.replace(temp, blob)
-    return True
 
 
 def read_regular(path: Path, limit: int = 16 << 20) -> bytes | None:

@@ -33,6 +33,7 @@ from server.memory.caller import CallerContext
 from server.memory.service import MemoryService
 from server.settings import VARIABLES, Settings
 from syncproto.paths import session_file_path, set_extra_folders
+from syncproto.wire import MAX_FILE_BYTES
 from tests.fakes.embedder import HashingEmbedder
 
 ALICE = CallerContext("alice", "SHA256:alice", {"team": "rw"}, "team", "rw")
@@ -106,7 +107,7 @@ def test_the_server_key_is_restored_private_and_the_archive_is_written_private(f
     assert stat.S_IMODE((tmp_path / "r" / "keys").stat().st_mode) == 0o700
 
 
-def test_a_transcript_changed_after_the_state_copy_is_copied_again_at_its_new_content(folder, monkeypatch):
+def test_a_transcript_changed_after_the_state_copy_is_archived_at_its_new_content_from_that_copy(folder, monkeypatch):
     copies = []
     copy = snapshot.copy_database
 
@@ -126,29 +127,29 @@ def test_a_transcript_changed_after_the_state_copy_is_copied_again_at_its_new_co
         folder / "data", folder / "keys", folder / "b.tar", settings="", server_key=True, server_version="t"
     )
 
-    assert copies.count("state.sqlite3") == 2 and manifest["indexes"]["team"]["revision"] == 15
-    with tarfile.open(folder / "b.tar") as tar:
-        member = tar.extractfile(f"indexes/team/files/{SESSION}")
-        assert member is not None and member.read() == b"appended later\n"
+    assert copies.count("state.sqlite3") == 1 and manifest["indexes"]["team"] == {"revision": 14, "files": 13}
+    assert _members(folder / "b.tar")[f"indexes/team/files/{SESSION}"] == b"appended later\n"
+    verify_archive(folder / "b.tar")  # and the archived state records that content
 
 
-def test_a_file_that_keeps_changing_fails_the_backup_and_leaves_no_archive(folder, monkeypatch):
+def test_a_memory_file_too_large_to_keep_rewritten_behind_the_server_after_every_copy_fails_the_backup(
+    folder, monkeypatch
+):
+    # Over the cap, the mirror keeps no version of it: only the disk has its content, and a script keeps changing it.
+    big = folder / "data" / "indexes" / "team" / "files" / "memory" / "big.md"
+    big.write_bytes(b"# Big\n" + b"x" * MAX_FILE_BYTES)
     monkeypatch.setattr(snapshot, "RETRY_PAUSE", 0.0)
     copy = snapshot.copy_database
     writes = iter(range(1000))
 
-    def copy_then_write(source: Path, target: Path, *, vec: bool = False) -> bool:
+    def copy_then_rewrite(source: Path, target: Path, *, vec: bool = False) -> bool:
         done = copy(source, target, vec=vec)
-        if source.name == "state.sqlite3":  # the server writes the transcript again after every copy
-            service = MemoryService(folder / "data", HashingEmbedder())
-            try:
-                service.indexes.get("team").mirror.write(SESSION, f"write {next(writes)}\n", caller="alice")
-            finally:
-                service.close()
+        if source.name == "state.sqlite3":
+            big.write_bytes(f"# Big {next(writes)}\n".encode() + b"x" * MAX_FILE_BYTES)
         return done
 
-    monkeypatch.setattr(snapshot, "copy_database", copy_then_write)
-    with pytest.raises(BackupError, match="kept changing"):
+    monkeypatch.setattr(snapshot, "copy_database", copy_then_rewrite)
+    with pytest.raises(BackupError, match=r"memory/big\.md\); try again when the server is quieter"):
         _backup(folder)
     assert sorted(p.name for p in folder.iterdir()) == ["data", "keys"]
 
