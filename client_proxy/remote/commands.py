@@ -42,6 +42,7 @@ def add_commands(commands: Any) -> None:
     get.add_argument("--start", type=int, metavar="LINE", help="first line, 1-based")
     get.add_argument("--end", type=int, metavar="LINE", help="last line, inclusive")
     get.add_argument("--heading", metavar="TEXT", help="only this section, e.g. 'Decisions'")
+    get.add_argument("--start-char", type=int, metavar="N", help="with --start: from this character of that line")
     get.set_defaults(func=cmd_get)
 
     write = _command(commands, "write", "store a note (default: append to today's daily log)")
@@ -94,6 +95,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     arguments = {"path": args.path, "start_line": args.start, "end_line": args.end, "heading": args.heading}
+    arguments.update(start_char=args.start_char)
     return _call(args, "get", arguments, render.get)
 
 

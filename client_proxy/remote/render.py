@@ -45,8 +45,12 @@ def get(result: dict[str, Any]) -> str:
     text = str(result.get("content") or "")
     for number, line in enumerate(text.split("\n") if text else [], start=result["start_line"]):
         lines.append(f"{number:>{width}}  {line}".rstrip())
-    if result.get("truncated"):
-        lines.append(f"... continues at line {result['next_start_line']} (--start {result['next_start_line']})")
+    inside, following = result.get("next_start_char"), result.get("next_start_line")
+    if result.get("truncated") and inside:
+        end = result["end_line"]
+        lines.append(f"... line {end} continues at its character {inside} (--start {end} --start-char {inside})")
+    elif result.get("truncated") and following:
+        lines.append(f"... continues at line {following} (--start {following})")
     return "\n".join(lines) + "\n"
 
 

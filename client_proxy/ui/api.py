@@ -87,11 +87,17 @@ class BrowserApi:
         first = await self._remote.tool("get", path=path, version=version)
         pieces, piece = [first["content"]], first
         for _ in range(MAX_PAGES):
-            if not piece.get("truncated") or not piece.get("next_start_line"):
+            if not piece.get("truncated"):
                 break
-            piece = await self._remote.tool("get", path=path, version=version, start_line=piece["next_start_line"])
-            pieces.append(piece["content"])
-        text = "\n".join(pieces)
+            if inside := piece.get("next_start_char"):  # it stopped inside a line longer than a piece: its rest
+                where = {"start_line": piece["end_line"], "start_char": inside}
+            elif piece.get("next_start_line"):
+                where = {"start_line": piece["next_start_line"]}
+            else:
+                break
+            piece = await self._remote.tool("get", path=path, version=version, **where)
+            pieces.append(piece["content"] if inside else "\n" + piece["content"])
+        text = "".join(pieces)
         exact = _exact_text(text, first.get("hash"))
         keys = ("path", "exists", "total_lines", "hash", "updated_by", "updated_at")
         answer = {key: first.get(key) for key in keys}

@@ -69,7 +69,12 @@ def render_get(output: GetOutput) -> str:
         else f"{output.path} is empty (hash {output.hash})"
     )
     text = f"{head}\n\n{output.content}"
-    if output.truncated and output.next_start_line is not None:
+    if output.truncated and output.next_start_char is not None:
+        text += (
+            f"\n\n[truncated inside line {output.end_line}: call memory_get with start_line={output.end_line} and "
+            f"start_char={output.next_start_char} to read on from its character {output.next_start_char}]"
+        )
+    elif output.truncated and output.next_start_line is not None:
         text += (
             f"\n\n[truncated: call memory_get with start_line={output.next_start_line} to read on from "
             f"line {output.next_start_line}]"

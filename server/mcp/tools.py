@@ -145,22 +145,37 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
     async def memory_get(
         ctx: Context,
         path: FilePath,
-        start_line: Annotated[int | None, Field(description="first line to return, 1-based", strict=True)] = None,
+        start_line: Annotated[
+            int | None,
+            Field(
+                description="first line to return, 1-based; with heading, a line inside the section, which also picks"
+                " one of several sections of the same name",
+                strict=True,
+            ),
+        ] = None,
         end_line: Annotated[int | None, Field(description="last line to return, inclusive", strict=True)] = None,
         heading: Heading = None,
         version: Annotated[
             int | None, Field(description="a past version, from memory_history", ge=1, strict=True)
         ] = None,
+        start_char: Annotated[
+            int | None,
+            Field(
+                description="with start_line: begin at this character of that line, 1-based (next_start_char of an"
+                " answer that stopped inside a long line)",
+                strict=True,
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, GetOutput]:
         """Read a memory file, lines start_line-end_line of it, or one section by heading (with its line range
         and section_hash); with version, a past version. Long answers stop early and say where to continue
-        (next_start_line). A missing file is exists=false. hash (or section_hash) is what memory_write needs to
-        replace the file (or section)."""
+        (next_start_line; in a long line, next_start_char). A missing file is exists=false. hash (or
+        section_hash) is what memory_write needs to replace the file (or section)."""
         caller = tool_caller(ctx)
         return get_answer(
             await in_thread(
                 "memory_get", service.get, caller, path, start_line=start_line, end_line=end_line, heading=heading,
-                version=version,
+                version=version, start_char=start_char,
             )
         )  # fmt: skip
 
@@ -183,7 +198,13 @@ def build_mcp_server(service: MemoryService) -> MCPServer:
                 " (the section, with heading) and needs expected_hash"
             ),
         ] = "append",
-        topic: Annotated[str | None, Field(description="short title: appends go under '## HH:MM — topic'")] = None,
+        topic: Annotated[
+            str | None,
+            Field(
+                description="short title: appends go under '## HH:MM — topic' ('## HH:MM — topic (2)' when the file"
+                " already has that heading)"
+            ),
+        ] = None,
         heading: Annotated[
             str | None,
             Field(

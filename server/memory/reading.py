@@ -27,10 +27,12 @@ def read_lines(
     max_chars: int,
     heading: tuple[str, ...] | None = None,
     version: int | None = None,
+    start_char: int = 1,
 ) -> GetOutput:
-    """Lines `start_line` to `end_line` of the file at the canonical `path` (of its past `version` when given), at
-    most `max_chars` characters; a missing file is `exists=False` (with who deleted it when, if anyone did). With
-    `heading`, of that section only: the lines are clamped to it, and the answer names it and its hash (a missing
+    """Lines `start_line` to `end_line` of the file at the canonical `path` (of its past `version` when given), the
+    first from its character `start_char`, at most `max_chars` characters; a missing file is `exists=False` (with
+    who deleted it when, if anyone did). With `heading`, of that section only (of the sections of that name, the
+    one holding `start_line`): the lines are clamped to it, and the answer names it and its hash (a missing
     heading is an error)."""
     gone: FileState | Version | None
     if version is None:
@@ -56,13 +58,18 @@ def read_lines(
     name = hashed = None
     if heading is not None:
         lines = sections.plain(sections.raw_lines(current.text))
-        span = sections.locate(lines, heading, path)
+        span = sections.locate(lines, heading, path, start_line - 1 if start_line else None)
         if span is None:
             raise sections.not_found(lines, heading, path)
         name, hashed = span.name, sections.section_hash(lines, span)
+        if start_char > 1 and start_line is not None and start_line <= span.start:
+            raise InvalidArgumentError(
+                f"start_char counts in start_line {start_line}, which is before section {span.name!r}"
+                f" (lines {span.start + 1}-{span.end})"
+            )
         start_line = max(start_line or 0, span.start + 1)
         end_line = min(end_line or span.end, span.end)
-    part = page(current.text, start_line, end_line, max_chars)
+    part = page(current.text, start_line, end_line, max_chars, start_char)
     return GetOutput(
         path=path,
         exists=True,
@@ -78,6 +85,7 @@ def read_lines(
         heading=name,
         section_hash=hashed,
         version=version,
+        next_start_char=part.next_start_char,
     )
 
 

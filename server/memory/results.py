@@ -55,7 +55,9 @@ class GetOutput(BaseModel):
     total_lines: int
     hash: str | None = Field(description="sha256 of the whole file; pass it as expected_hash to replace it")
     truncated: bool = Field(description="true when the answer stops before end_line was reached")
-    next_start_line: int | None = Field(description="where to continue reading when truncated")
+    next_start_line: int | None = Field(
+        description="the next line to read when truncated (after the rest of end_line, when next_start_char is set)"
+    )
     updated_by: str | None
     updated_at: str | None
     heading: str | None = Field(default=None, description="the section read, as a ' > ' path (with heading)")
@@ -63,6 +65,11 @@ class GetOutput(BaseModel):
         default=None, description="sha256 of the whole section: expected_hash to replace it with this heading"
     )
     version: int | None = Field(default=None, description="the past version read (from memory_history), if one was")
+    next_start_char: int | None = Field(
+        default=None,
+        description="set when the answer stops inside line end_line (one line longer than an answer): the first"
+        " character of it not returned; read on with start_line=end_line and start_char=next_start_char",
+    )
 
 
 class WriteOutput(BaseModel):

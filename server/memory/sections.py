@@ -9,13 +9,16 @@ parser, `server.index.markdown`, decides).
 A heading is named by its title, without the `#`s: `Decisions`, or a path from an enclosing heading down,
 `Project memory > Decisions` (the ` > ` form a search hit's `heading` uses, so a hit's heading can be passed back).
 A name matches every section whose heading path ends with it, compared exactly first and then case-insensitively;
-more than one match is an error that lists them.
+more than one match is an error that lists them, unless a line is given and only one of them holds it (how a
+reader reaches either of two headings of the same path). A heading a write adds never repeats the path of one the
+file has (`distinct_title`); the user's own headings are never renamed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from server.errors import InvalidArgumentError
@@ -104,17 +107,40 @@ def matches(all_spans: list[Span], parts: tuple[str, ...]) -> list[Span]:
     return [s for s in all_spans if len(s.path) >= size and tuple(p.casefold() for p in s.path[-size:]) == folded]
 
 
-def locate(lines: list[str], parts: tuple[str, ...], where: str) -> Span | None:
-    """The one section named by `parts`, or None; an ambiguous name is an InvalidArgumentError listing candidates."""
+def locate(lines: list[str], parts: tuple[str, ...], where: str, line: int | None = None) -> Span | None:
+    """The one section named by `parts` (of several, the one holding the 0-based `line` when only one does), or
+    None; an ambiguous name is an InvalidArgumentError listing candidates."""
     found = matches(spans(lines), parts)
+    holding = [s for s in found if line is not None and s.start <= line < s.end]
+    if len(found) > 1 and len(holding) == 1:
+        return holding[0]
     if len(found) > 1:
         listed = ", ".join(f"{s.name!r} (line {s.start + 1})" for s in found[:MAX_LISTED])
         named = HEADING_SEPARATOR.join(parts)
-        raise InvalidArgumentError(
-            f"heading {named!r} is ambiguous in {where}: it matches {listed}; name one by its path,"
-            f" e.g. {found[0].name!r}"
-        )
+        hint = f"name one by its path, e.g. {found[0].name!r}"
+        if len({s.name for s in found}) < len(found):  # a path names several: only a line tells them apart
+            hint = (
+                "sections of the same name are told apart by a line inside them: memory_get reads one with heading"
+                f" and start_line, e.g. start_line={found[1].start + 1}"
+            )
+        raise InvalidArgumentError(f"heading {named!r} is ambiguous in {where}: it matches {listed}; {hint}")
     return found[0] if found else None
+
+
+def distinct_title(before: list[str], after: list[str], title: str) -> str:
+    """The title for the heading a write added to the file of lines `before`, making the file of lines `after`:
+    `title`, or, when the heading repeats the path of a section already there (two entries of one topic in one
+    minute), the first of `title (2)`, `title (3)`, ... that none of the sections beside it has."""
+    old = Counter(span.path for span in spans(before))
+    new = Counter(span.path for span in spans(after))
+    clash = next((path for path in new - old if new[path] > 1), None)
+    if clash is None:
+        return title
+    beside = {path[-1] for path in new if path[:-1] == clash[:-1]}
+    number = 2
+    while f"{title} ({number})" in beside:
+        number += 1
+    return f"{title} ({number})"
 
 
 def not_found(lines: list[str], parts: tuple[str, ...], where: str) -> InvalidArgumentError:

@@ -223,20 +223,24 @@ class MemoryService:
         end_line: int | None = None,
         heading: str | None = None,
         version: int | None = None,
+        start_char: int | None = None,
     ) -> GetOutput:
         """Lines of one file (all by default; with `heading`, of that section; with `version`, of that past
-        version from memory_history), at most MAX_GET_CHARS characters; a missing file is exists=False."""
+        version from memory_history), at most MAX_GET_CHARS characters; a missing file is exists=False. A line
+        longer than that is read in pieces: `start_char` of `start_line` begins the next (`next_start_char`)."""
         with self._call():
             name, _access = authorise(caller)
             path = normalise_mirror_path(path)
-            for value, argument in ((start_line, "start_line"), (end_line, "end_line")):
+            for value, argument in ((start_line, "start_line"), (end_line, "end_line"), (start_char, "start_char")):
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                     raise InvalidArgumentError(f"{argument} must be a whole number from 1")
             if start_line is not None and end_line is not None and start_line > end_line:
                 raise InvalidArgumentError("start_line is after end_line")
+            if start_char is not None and start_line is None:
+                raise InvalidArgumentError("start_char needs start_line: the line whose characters it counts")
             parts = check_heading(heading)
             handle = self.indexes.get(name)
-            return read_lines(handle, path, start_line, end_line, MAX_GET_CHARS, parts, version)
+            return read_lines(handle, path, start_line, end_line, MAX_GET_CHARS, parts, version, start_char or 1)
 
     def read(self, caller: CallerContext, path: str) -> MirrorFile | None:
         """The whole current file at `path`, exactly as stored (line ends and long lines kept, no page limit: the

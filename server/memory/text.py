@@ -65,28 +65,35 @@ class Page:
     total_lines: int
     truncated: bool
     next_start_line: int | None
+    next_start_char: int | None = None  # the page ends inside line `end_line`: its first character not returned
 
 
-def page(text: str, start_line: int | None, end_line: int | None, max_chars: int) -> Page:
+def page(text: str, start_line: int | None, end_line: int | None, max_chars: int, start_char: int = 1) -> Page:
     """Lines `start_line`..`end_line` (1-based, inclusive, clamped to the file) joined with `\\n`, at most
-    `max_chars` characters. When the cap cuts the range short, `next_start_line` says where to go on; a single
-    line longer than the cap is cut (its rest is not reachable by line paging)."""
+    `max_chars` characters, the first of them from its character `start_char` (1-based, in code points). When the
+    cap cuts the range short, `next_start_line` says which line to go on with; a single line longer than the cap is
+    cut, and `next_start_char` says where its rest begins (read it with `start_char`)."""
     lines = file_lines(text)
     total = len(lines)
     first = start_line or 1
     last = min(end_line if end_line is not None else total, total)
     if first > last:
         return Page("", 0, 0, total, False, None)
+    skip = start_char - 1
+    if skip > len(lines[first - 1]):
+        raise InvalidArgumentError(
+            f"start_char {start_char} is past the end of line {first}, which has {len(lines[first - 1])} characters"
+        )
     taken: list[str] = []
     used = 0
     for number in range(first, last + 1):
-        line = lines[number - 1]
+        line = lines[number - 1][skip:] if number == first else lines[number - 1]
         cost = len(line) + (1 if taken else 0)
         if used + cost > max_chars:
-            if not taken:  # one huge line: return what fits of it
-                taken.append(line[:max_chars])
-                number += 1
-            return Page("\n".join(taken), first, number - 1, total, True, number if number <= last else None)
+            if not taken:  # one huge line (lines hold no line ends, so no cut splits one): what fits of it
+                following = number + 1 if number < last else None
+                return Page(line[:max_chars], first, number, total, True, following, skip + max_chars + 1)
+            return Page("\n".join(taken), first, number - 1, total, True, number, None)
         taken.append(line)
         used += cost
     return Page("\n".join(taken), first, last, total, False, None)
@@ -104,9 +111,14 @@ def clean_topic(topic: str | None) -> str | None:
     return flat
 
 
+def entry_title(time_of_day: str, topic: str | None) -> str:
+    """The title of a timed entry's heading: `HH:MM — topic`, or `HH:MM` without a topic."""
+    return f"{time_of_day} — {topic}" if topic else time_of_day
+
+
 def entry_heading(time_of_day: str, topic: str | None) -> str:
     """`## HH:MM — topic`, or `## HH:MM` without a topic."""
-    return f"## {time_of_day} — {topic}" if topic else f"## {time_of_day}"
+    return f"## {entry_title(time_of_day, topic)}"
 
 
 @dataclass(frozen=True)

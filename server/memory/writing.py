@@ -4,9 +4,11 @@ size check, and the idempotency record stored with the file's new state. Also th
 Writing: `append` (default) adds to a file, by default today's daily log `memory/YYYY-MM-DD.md` in the caller's
 time zone; a new daily log starts with `# YYYY-MM-DD`; an entry in a daily log goes under `## HH:MM — topic`
 (`## HH:MM` without a topic), an entry in another file under `## HH:MM — topic` only when a topic is given;
-entries are separated by one blank line. `replace` needs `expected_hash`: the file's current sha256, or the
-literal "absent" for a file that must not exist yet. Either way the mirror and the index are updated before
-the call returns, and an `idempotency_key` makes a retry return the first answer without writing again.
+entries are separated by one blank line. An entry's heading that would repeat the path of one in the file (two
+entries of one topic in one minute) gets ` (2)`, ` (3)`, ... after its title, so each can be read and written by
+its own heading. `replace` needs `expected_hash`: the file's current sha256, or the literal "absent" for a file
+that must not exist yet. Either way the mirror and the index are updated before the call returns, and an
+`idempotency_key` makes a retry return the first answer without writing again.
 
 With a `heading` (`server.memory.sections`), an append goes under that section, created when missing; in a daily
 log, or with a topic, as a timed entry one level below it (`### HH:MM — topic`). A replace with a heading replaces
@@ -25,8 +27,9 @@ unclosed fence (`server.memory.sections`: the later entries, their headings and 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 from server.errors import ConflictError, InvalidArgumentError
 from server.index.frontmatter import with_front_matter
@@ -46,7 +49,7 @@ from server.memory.arguments import (
 )
 from server.memory.intake import redacted, refuse_secret_labels, refuse_secret_path
 from server.memory.results import WriteOutput
-from server.memory.text import clean_topic, compose_append, count_lines, entry_heading
+from server.memory.text import Appended, clean_topic, compose_append, count_lines, entry_title
 from server.mirror.current import Current, current_file
 from server.mirror.mirror import ABSENT, IdempotencyRecord, MirrorFile, check_expected
 from server.mirror.paths import normalise_memory_path
@@ -142,15 +145,18 @@ def _whole_file(found: Current, req: WriteRequest) -> tuple[str, int, int]:
     if req.mode == "replace":  # the text it replaces is not needed: a file damaged on the server's disk may go
         return req.content, 1, count_lines(req.content)
     current = found.needs_text("an append")
+    lines = sections.plain(sections.raw_lines(current.text)) if current is not None else []
     if current is not None:  # the same rule as a write under a heading: nothing added inside an unclosed fence
-        lines = sections.plain(sections.raw_lines(current.text))
         sections.refuse_open_fence(lines, len(lines), req.target)
     title = f"# {day}" if current is None and (day := day_of(req.target)) else None
-    heading = None
+    existing = current.text if current else ""
     clean = clean_topic(req.topic)
-    if clean is not None or day_of(req.target) is not None:
-        heading = _entry(req, clean)
-    added = compose_append(current.text if current else "", req.content, title=title, heading=heading)
+
+    def under(entry: str | None) -> Appended:
+        return compose_append(existing, req.content, title=title, heading=f"## {entry}" if entry else None)
+
+    timed = clean is not None or day_of(req.target) is not None
+    added = _with_entry(req, clean, lines, under) if timed else under(None)
     return added.text, added.start_line, added.end_line
 
 
@@ -169,16 +175,30 @@ def _section(current: MirrorFile | None, req: WriteRequest, parts: tuple[str, ..
             return sections.replace(existing, span, req.content)
         return sections.append(existing, parts, req.content, where=req.target, title=title)
     clean = clean_topic(req.topic)
-    entry = None
-    if clean is not None or day is not None:
-        entry = _entry(req, clean).removeprefix("## ")
-    return sections.append(existing, parts, req.content, where=req.target, entry=entry, title=title)
+
+    def under(entry: str | None) -> sections.Edit:
+        return sections.append(existing, parts, req.content, where=req.target, entry=entry, title=title)
+
+    return _with_entry(req, clean, lines, under) if clean is not None or day is not None else under(None)
 
 
-def _entry(req: WriteRequest, topic: str | None) -> str:
-    """The timed entry's heading, with the inline labels when they go there."""
+class _Composed(Protocol):
+    @property
+    def text(self) -> str: ...
+
+
+Composed = TypeVar("Composed", bound=_Composed)
+
+
+def _with_entry(req: WriteRequest, topic: str | None, lines: list[str], compose: Callable[[str], Composed]) -> Composed:
+    """The file of `lines` after the write `compose` makes with a timed entry's heading text (`HH:MM — topic`, the
+    inline labels after it when they go there); ` (2)`, ` (3)`, ... after its title when the heading would repeat
+    the path of a section of the file (`sections.distinct_title`)."""
     labels = render_inline(req.labels) if req.inline_labels else ""
-    return entry_heading(req.local.strftime("%H:%M"), topic) + labels
+    title = entry_title(req.local.strftime("%H:%M"), topic)
+    first = compose(title + labels)
+    distinct = sections.distinct_title(lines, sections.plain(sections.raw_lines(first.text)), title)
+    return first if distinct == title else compose(distinct + labels)
 
 
 def check_section_expected(

@@ -4,6 +4,7 @@ the hashing embedder): the same operations and results as the MCP tools, readabl
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,3 +133,24 @@ def test_an_overwrite_is_undone_from_the_terminal_with_history_and_restore(crew)
     assert again.endswith("nothing changed\n")
     refused = memory_proxy(crew.laptops["bob"], "restore", "memory/plan.md", str(versions[0]["version"]))
     assert refused.returncode != 0 and "Ship on Friday." in ok(memory_proxy(alice, "get", "memory/plan.md"))
+
+
+def test_a_line_longer_than_one_answer_is_printed_to_its_end_by_following_each_continuation(crew):
+    alice = crew.laptops["alice"]
+    long_line = "".join(f"{n:07d}|" for n in range(12_500))  # 100,000 characters: three answers' worth
+    ok(memory_proxy(alice, "write", "--path", "memory/blob.md", stdin=f"before\n{long_line}\nafter\n"))
+    hint = re.compile(r"\(--start (\d+)(?: --start-char (\d+))?\)$")
+    printed: dict[int, str] = {}  # line number -> its text, joined across answers
+    arguments: list[str] = []
+    for _ in range(10):
+        out = ok(memory_proxy(alice, "get", "memory/blob.md", *arguments)).splitlines()
+        follow = hint.search(out[-1])
+        inside = follow is not None and follow.group(2) is not None
+        for row in out[1 : -1 if follow else None]:
+            number, _, text = row.partition("  ")
+            printed[int(number)] = printed.get(int(number), "") + text
+        if follow is None:
+            break
+        arguments = ["--start", follow.group(1), *(["--start-char", follow.group(2)] if inside else [])]
+    assert long_line in printed.values()
+    assert list(printed.values())[-1] == "after"

@@ -46,6 +46,17 @@ async def whole(client) -> str:
     return str(structured(await client.call_tool("memory_get", {"path": "MEMORY.md"}))["content"])
 
 
+async def test_two_saves_of_one_topic_in_one_minute_are_each_read_by_the_heading_the_save_made(service):
+    async with connect(service, ALICE) as client:
+        for note in ("first", "second"):
+            await client.call_tool("memory_write", {"content": f"{note} note", "topic": "deploy"})
+        log = {"path": "memory/2026-11-25.md"}
+        first = structured(await client.call_tool("memory_get", {**log, "heading": "11:05 — deploy"}))
+        second = structured(await client.call_tool("memory_get", {**log, "heading": "11:05 — deploy (2)"}))
+    assert first["content"] == "## 11:05 — deploy\n\nfirst note"
+    assert second["content"] == "## 11:05 — deploy (2)\n\nsecond note"
+
+
 async def test_get_by_heading_returns_the_section_with_its_subsections_line_range_and_hash(service):
     async with connect(service, ALICE) as client:
         await put(client)

@@ -67,7 +67,7 @@ async def test_a_read_with_an_unknown_argument_is_refused_naming_the_arguments_i
             await client.call_tool("memory_get", {"path": "MEMORY.md", "section": "Deploy", "verbose": True})
     assert refused.value.error.message == (
         "memory_get does not take the arguments 'section', 'verbose'; it takes: path, start_line, end_line, heading,"
-        " version"
+        " version, start_char"
     )
 
 

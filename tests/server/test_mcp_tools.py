@@ -207,6 +207,32 @@ async def test_a_long_file_is_returned_in_capped_pieces_that_say_where_to_contin
     assert "\n".join(pieces) + "\n" == body
 
 
+async def test_a_line_longer_than_an_answer_is_read_to_its_end_from_the_character_each_answer_names(service):
+    line = ("minified,json😀é" * 6_250)[:100_000]  # 😀 crosses JSON as a surrogate pair: no cut may split it
+    async with connect(service, ALICE) as client:
+        await client.call_tool(
+            "memory_write", {"path": "memory/blob.md", "mode": "replace", "content": line, "expected_hash": "absent"}
+        )
+        first = await client.call_tool("memory_get", {"path": "memory/blob.md"})
+        got = structured(first)
+        pieces = [got["content"]]
+        for _ in range(5):
+            if got["next_start_char"] is None:
+                break
+            arguments = {"path": "memory/blob.md", "start_line": got["end_line"], "start_char": got["next_start_char"]}
+            result = await client.call_tool("memory_get", arguments)
+            assert len(text(result)) < MAX_GET_CHARS + 500
+            got = structured(result)
+            pieces.append(got["content"])
+        refused = await client.call_tool("memory_get", {"path": "memory/blob.md", "start_line": 1, "start_char": "9"})
+    assert len(pieces) == 3 and "".join(pieces) == line
+    assert (got["truncated"], got["next_start_line"], got["next_start_char"]) == (False, None, None)
+    assert "start_char" in error(refused)
+    assert text(first).endswith(
+        "call memory_get with start_line=1 and start_char=40001 to read on from its character 40001]"
+    )
+
+
 @ON_SERVER_DISK
 async def test_no_list_page_or_hit_list_outgrows_one_tool_result(service, tmp_path):
     paragraph = " ".join(f"deployment pipeline step{i} rollback canary strategy" for i in range(60))

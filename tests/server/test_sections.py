@@ -14,6 +14,7 @@ from server.memory.arguments import check_heading
 from server.memory.sections import (
     Span,
     append,
+    distinct_title,
     locate,
     new_level,
     not_found,
@@ -81,6 +82,37 @@ def test_an_ambiguous_heading_is_an_error_listing_every_candidate_by_path_and_li
     )
     named = find(text, "Beta > Decisions")
     assert named is not None and named.start == 4
+
+
+def test_sections_of_one_path_are_told_apart_by_a_line_inside_them_and_the_error_says_so():
+    text = "# Log\n## 09:30 — deploy\nfirst\n\n## 09:30 — deploy\nsecond\n"
+    lines = lines_of(text)
+    with pytest.raises(InvalidArgumentError) as ambiguous:
+        locate(lines, parse_name("09:30 — deploy"), "memory/2024-05-01.md")
+    assert str(ambiguous.value) == (
+        "heading '09:30 — deploy' is ambiguous in memory/2024-05-01.md: it matches 'Log > 09:30 — deploy' (line 2),"
+        " 'Log > 09:30 — deploy' (line 5); sections of the same name are told apart by a line inside them:"
+        " memory_get reads one with heading and start_line, e.g. start_line=5"
+    )
+    picked = [locate(lines, parse_name("09:30 — deploy"), "log", line) for line in (1, 2, 4, 5)]
+    assert [span.start if span else None for span in picked] == [1, 1, 4, 4]
+    with pytest.raises(InvalidArgumentError, match="ambiguous"):  # a line outside both picks neither
+        locate(lines, parse_name("09:30 — deploy"), "log", 0)
+
+
+def test_a_written_heading_that_repeats_a_path_takes_the_first_number_no_section_beside_it_has():
+    before = lines_of("# Log\n## 09:30 — deploy\n## 09:30 — deploy (2)\n# Other\n## 09:30 — deploy (3)\n")
+    under_log = [*before[:3], "## 09:30 — deploy", *before[3:]]
+    assert distinct_title(before, under_log, "09:30 — deploy") == "09:30 — deploy (3)"  # Other's (3) is elsewhere
+    assert distinct_title(before, [*before, "## 09:30 — deploy"], "09:30 — deploy") == "09:30 — deploy"  # Other's
+    assert distinct_title(before, [*before, "## 09:30 — deploy (3) [tags: a]"], "09:30 — deploy (3)") == (
+        "09:30 — deploy (3) (2)"
+    )
+    assert distinct_title(before, [*before[:3], "## 09:30 — Deploy", *before[3:]], "09:30 — Deploy") == (
+        "09:30 — Deploy"
+    )  # matched exactly first, a heading differing in case is addressed on its own
+    fenced = lines_of("# Log\n```\n## 09:31\n```\n")  # a heading in a code fence is no heading
+    assert distinct_title(fenced, [*fenced, "## 09:31"], "09:31") == "09:31"
 
 
 def test_a_missing_heading_error_lists_the_headings_the_file_has():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -182,6 +183,70 @@ def test_append_to_a_named_file_adds_a_heading_only_with_a_topic(service: Memory
     assert service.get(ALICE, "MEMORY.md").content == (
         "# Project\n\nFacts.\n\nMore facts.\n\n## 22:30 — later\n\nEven more."
     )
+
+
+def test_saves_of_one_topic_in_one_minute_get_headings_each_read_and_replaced_on_its_own(
+    service: MemoryService,
+) -> None:
+    for note in ("first", "second", "third"):
+        service.write(ALICE, f"{note} deploy note", topic="deploy")
+    service.write(ALICE, "labelled", topic="deploy", tags=["ops"])
+    service.write(ALICE, "other case", topic="Deploy")  # its own heading already: names match exactly first
+    service.write(ALICE, "untitled one")
+    service.write(ALICE, "untitled two")
+    path = "memory/2024-05-01.md"
+    assert [line for line in service.get(ALICE, path).content.split("\n") if line.startswith("#")] == [
+        "# 2024-05-01",
+        "## 22:30 — deploy",
+        "## 22:30 — deploy (2)",
+        "## 22:30 — deploy (3)",
+        "## 22:30 — deploy (4) [tags: ops]",
+        "## 22:30 — Deploy",
+        "## 22:30",
+        "## 22:30 (2)",
+    ]
+    second = service.get(ALICE, path, heading="22:30 — deploy (2)")
+    assert second.content == "## 22:30 — deploy (2)\n\nsecond deploy note"
+    assert second.heading == "2024-05-01 > 22:30 — deploy (2)"
+    assert service.get(ALICE, path, heading="22:30 — deploy").content == "## 22:30 — deploy\n\nfirst deploy note"
+    assert service.get(ALICE, path, heading="22:30 (2)").content == "## 22:30 (2)\n\nuntitled two"
+    assert service.get(ALICE, path, heading="22:30 — deploy (4)").content.endswith("labelled")
+    assert service.get(ALICE, path, heading="22:30 — Deploy").content.endswith("other case")
+    service.write(
+        ALICE, "second, corrected", path=path, mode="replace", heading="22:30 — deploy (2)",
+        expected_hash=second.section_hash,
+    )  # fmt: skip
+    corrected = service.get(ALICE, path, heading="22:30 — deploy (2)")
+    assert corrected.content == "## 22:30 — deploy (2)\n\nsecond, corrected"
+
+
+def test_entries_under_one_heading_in_one_minute_get_headings_each_read_on_its_own(service: MemoryService) -> None:
+    for note in ("one", "two"):
+        service.write(ALICE, note, heading="Deploy", topic="canary")
+    path = "memory/2024-05-01.md"
+    assert service.get(ALICE, path, heading="Deploy > 22:30 — canary").content == "### 22:30 — canary\n\none"
+    assert service.get(ALICE, path, heading="22:30 — canary (2)").content == "### 22:30 — canary (2)\n\ntwo"
+
+
+def test_repeated_headings_of_the_users_own_are_kept_and_each_is_read_by_a_line_inside_it(
+    service: MemoryService,
+) -> None:
+    text = "# Log\n\n## 09:30 — deploy\n\nfirst\n\n## 09:30 — deploy\n\nsecond\n\n## 22:30 — deploy\n\nmine\n"
+    service.write(ALICE, text, path="memory/2024-04-30.md", mode="replace", expected_hash="absent")
+    service.write(ALICE, "a save", path="memory/2024-04-30.md", topic="deploy")
+    saved = "## 22:30 — deploy (2)\n\na save"
+    assert service.get(ALICE, "memory/2024-04-30.md").content == text + "\n" + saved  # nothing of the user's renamed
+    assert service.get(ALICE, "memory/2024-04-30.md", heading="22:30 — deploy (2)").content == saved
+    with pytest.raises(
+        InvalidArgumentError, match=r"memory_get reads one with heading and start_line, e\.g\. start_line=7"
+    ):
+        service.get(ALICE, "memory/2024-04-30.md", heading="09:30 — deploy")
+    second = service.get(ALICE, "memory/2024-04-30.md", heading="09:30 — deploy", start_line=9)
+    assert (second.content, second.start_line) == ("second", 9)
+    whole = service.get(ALICE, "memory/2024-04-30.md", heading="09:30 — deploy", start_line=7)
+    assert (whole.content, whole.start_line, whole.end_line) == ("## 09:30 — deploy\n\nsecond", 7, 9)
+    first = service.get(ALICE, "memory/2024-04-30.md", heading="Log > 09:30 — deploy", start_line=3)
+    assert first.content == "## 09:30 — deploy\n\nfirst" and first.section_hash != whole.section_hash
 
 
 def test_long_topics_are_capped_to_one_line(service: MemoryService) -> None:
@@ -370,6 +435,73 @@ def test_get_pages_a_large_file_under_the_cap(service: MemoryService) -> None:
 def test_bad_line_ranges_are_refused(service: MemoryService, start: object, end: object, message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         service.get(ALICE, "MEMORY.md", start_line=start, end_line=end)  # type: ignore[arg-type]
+
+
+# One line of 100,000 code points: ASCII, a two-byte, a three-byte and a four-byte character (a surrogate pair in
+# UTF-16, as JSON escapes it), so a cut on the wrong unit would show.
+LONG_LINE = ("abcdefgh,é€😀" * 9_091)[:100_000]
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_a_line_longer_than_an_answer_is_read_to_its_end_from_the_character_each_answer_names(
+    service: MemoryService, eol: str
+) -> None:
+    body = eol.join(["# Log", LONG_LINE, "after", ""])
+    service.write(ALICE, body, path="memory/blob.md", mode="replace", expected_hash="absent")
+    got = service.get(ALICE, "memory/blob.md", start_line=2)
+    assert (got.start_line, got.end_line, got.truncated, got.next_start_line) == (2, 2, True, 3)
+    pieces = [got.content]
+    while got.next_start_char is not None:
+        assert got.end_line == 2 and len(got.content) <= MAX_GET_CHARS
+        got = service.get(ALICE, "memory/blob.md", start_line=got.end_line, start_char=got.next_start_char)
+        pieces.append(got.content)
+    assert [len(piece) for piece in pieces] == [MAX_GET_CHARS, MAX_GET_CHARS, 20_000 + len("\nafter")]
+    assert "".join(pieces) == LONG_LINE + "\nafter"
+    assert (got.start_line, got.end_line, got.truncated, got.next_start_line) == (2, 3, False, None)
+    assert not any("\r" in piece for piece in pieces)
+
+
+def test_a_section_with_a_long_line_is_read_to_its_end_by_following_each_answer(service: MemoryService) -> None:
+    service.write(ALICE, f"# Notes\n\n## Blob\n{LONG_LINE}\n\n## Later\nx\n", path="MEMORY.md")
+    got = service.get(ALICE, "MEMORY.md", heading="Blob")
+    read, answers = got.content, 1
+    while got.truncated:  # what an agent does: the rest of a cut line, else the next line
+        if got.next_start_char is not None:
+            end, char = got.end_line, got.next_start_char
+            got = service.get(ALICE, "MEMORY.md", heading="Blob", start_line=end, start_char=char)
+            read += got.content
+        else:
+            assert got.next_start_line is not None
+            got = service.get(ALICE, "MEMORY.md", heading="Blob", start_line=got.next_start_line)
+            read += "\n" + got.content
+        assert got.heading == "Notes > Blob" and got.end_line == 4
+        answers += 1
+    assert read == f"## Blob\n{LONG_LINE}" and answers == 4
+
+
+@pytest.mark.parametrize(
+    ("start", "char", "message"),
+    [
+        (2, 0, "start_char must be a whole number from 1"),
+        (2, -5, "start_char must be a whole number from 1"),
+        (2, True, "start_char must be a whole number from 1"),
+        (2, "40001", "start_char must be a whole number from 1"),
+        (2, 2.0, "start_char must be a whole number from 1"),
+        (None, 40_001, "start_char needs start_line"),
+        (1, 7, "start_char 7 is past the end of line 1, which has 5 characters"),
+        (2, 2**80, "start_char 1208925819614629174706176 is past the end of line 2, which has 4 characters"),
+    ],
+)
+def test_bad_character_offsets_are_refused(service: MemoryService, start: object, char: object, message: str) -> None:
+    service.write(ALICE, "# Log\ntext\n", path="memory/blob.md", mode="replace", expected_hash="absent")
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        service.get(ALICE, "memory/blob.md", start_line=start, start_char=char)  # type: ignore[arg-type]
+
+
+def test_a_character_offset_in_a_line_before_the_section_read_is_refused(service: MemoryService) -> None:
+    service.write(ALICE, "# Notes\n\n## Blob\ntext\n", path="MEMORY.md")
+    with pytest.raises(InvalidArgumentError, match="start_char counts in start_line 1, which is before section"):
+        service.get(ALICE, "MEMORY.md", heading="Blob", start_line=1, start_char=3)
 
 
 # list, delete, resources ------------------------------------------------------------------------------
