@@ -9,8 +9,10 @@ the sync history), unlike the engine's `index.sqlite3`.
 
 Files are reached without following links (`server.mirror.files`); writes go to a temporary file, fsynced and
 renamed over the target. The SQL is built in `server.mirror.queries`, the change notices sent by
-`server.mirror.feed`. One lock per mirror serialises writes and state changes. A file edited on disk behind the
-mirror's back is noticed on the next read or listing (size, mtime, then hash) and recorded as by `"(disk)"`.
+`server.mirror.feed`. One lock per mirror serialises writes and state changes in this process; across processes (a
+backup beside the server opens its own mirror) every change holds SQLite's write lock from its start (`open_state`).
+A file edited on disk behind the mirror's back is noticed on the next read or listing (size, mtime, then hash) and
+recorded as by `"(disk)"`, after reading it again under that lock (`Mirror._reconcile`).
 """
 
 from __future__ import annotations
@@ -123,8 +125,7 @@ class Mirror(StateRecords):
         Refuses symbolic links, non-files, files over the size cap and text that is not UTF-8."""
         path = normalise_mirror_path(path)
         with self.lock:
-            snapshot = take_snapshot(self.files_dir, path, self.max_file_bytes)
-            state = self._reconcile(path, snapshot)
+            state, snapshot = self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes))
         if snapshot is None or state is None or state.hash is None:
             self.unreadable.pop(path, None)
             return None
@@ -207,8 +208,9 @@ class Mirror(StateRecords):
                 refuse_collision(path, (str(row[0]) for row in self._db.execute(*q.live_paths())))
             digest = sha256_hex(data)
             if current is not None and current.hash == digest:
-                with self._db:
-                    self._remember(record)
+                if record is not None:
+                    with self._db:
+                        self._remember(record)
                 return current
             replaced = self._unkept_bytes(path, current, snapshot)
             with folder(self.files_dir, path, create=True) as parent:
@@ -281,19 +283,17 @@ class Mirror(StateRecords):
         """Record what is on disk at `path`; a file (or folder) that is there but cannot be read keeps its recorded
         state and is listed in `unreadable`: "cannot read" must never become "deleted" on every laptop."""
         try:
-            snapshot = take_snapshot(self.files_dir, path, self.max_file_bytes)
+            self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes))
         except UnsafePathError as exc:
             if path not in self.unreadable:
                 log.warning("mirror: %s cannot be read (%s); kept as it was everywhere", path, exc)
             self.unreadable[path] = str(exc)
             return
         self.unreadable.pop(path, None)
-        self._reconcile(path, snapshot)
 
     def _current(self, path: str) -> tuple[FileState | None, Snapshot | None]:
         """The live file at `path` as recorded after looking at the disk (None: none), and what was read of it."""
-        snapshot = take_snapshot(self.files_dir, path, self.max_file_bytes)
-        state = self._reconcile(path, snapshot)
+        state, snapshot = self._reconcile(path, take_snapshot(self.files_dir, path, self.max_file_bytes))
         return (state, snapshot) if state is not None and state.hash is not None else (None, None)
 
     def _unkept_bytes(self, path: str, current: FileState | None, snapshot: Snapshot | None) -> bytes | None:
@@ -314,28 +314,44 @@ class Mirror(StateRecords):
         if current is not None and current.hash is not None and data is not None:
             store_version(self._db, current.hash, data, current.updated_at)
 
-    def _reconcile(self, path: str, snapshot: Snapshot | None) -> FileState | None:
-        """Record `snapshot` (None: no file) as the state of `path` if it differs from what is recorded."""
-        rows = self._db.execute(*q.state_of_path(path)).fetchall()
-        state = state_of(rows[0]) if rows else None
-        digest = snapshot.digest if snapshot is not None else None
-        if state is not None and state.hash == digest:
-            if snapshot is not None:
-                with self._db:
-                    self._db.execute(*q.touch_file(path, snapshot.mtime_ns))
-            return state
-        if snapshot is None and state is None:
-            return None
-        log.info("mirror: %s changed on disk", path)
-        with self._db:
+    def _reconcile(self, path: str, snapshot: Snapshot | None) -> tuple[FileState | None, Snapshot | None]:
+        """Record what is on disk at `path` as its state if it differs from what is recorded (as by `"(disk)"`);
+        the state then and what was read of the file (None: no file). `snapshot` is what was read of it before."""
+        state = self._recorded(path)
+        if not _differ(state, snapshot):
+            self._touch(path, snapshot)
+            return state, snapshot
+        # The row was read after the file: another process (the server, beside a backup) may have written the file
+        # in between, so that the row is newer than what was read. Every write holds the write lock from before it
+        # renames its file into place until its row is committed: read under that lock, file and row agree unless
+        # the file was changed behind the mirror.
+        with self._db:  # BEGIN IMMEDIATE (`open_state`)
+            state = self._recorded(path)
+            snapshot = take_snapshot(self.files_dir, path, self.max_file_bytes)
+            if not _differ(state, snapshot):
+                self._touch(path, snapshot)
+                return state, snapshot
+            log.info("mirror: %s changed on disk", path)
             if snapshot is None:
                 recorded = self._record(path, None, 0, 0, 0, DISK, "disk")
             else:
-                recorded = self._record(path, digest, snapshot.size, snapshot.mtime_ns, snapshot.lines, DISK, "disk")
+                recorded = self._record(
+                    path, snapshot.digest, snapshot.size, snapshot.mtime_ns, snapshot.lines, DISK, "disk"
+                )
                 if snapshot.data is not None and not is_session_file(path):
                     store_version(self._db, snapshot.digest, snapshot.data, recorded.updated_at)
         self._changed()
-        return recorded
+        return recorded, snapshot
+
+    def _recorded(self, path: str) -> FileState | None:
+        rows = self._db.execute(*q.state_of_path(path)).fetchall()
+        return state_of(rows[0]) if rows else None
+
+    def _touch(self, path: str, snapshot: Snapshot | None) -> None:
+        """Record the mtime of a file found as recorded (unless another process changed the row since)."""
+        if snapshot is not None:
+            with self._db:
+                self._db.execute(*q.touch_file(path, snapshot.digest, snapshot.mtime_ns))
 
     def _revision(self) -> int:
         return int(self._db.execute(*q.current_revision()).fetchall()[0][0])
@@ -351,3 +367,8 @@ class Mirror(StateRecords):
         if not is_session_file(path):
             record_change(self._db, Version(path, revision, digest, size, change, by, at))
         return FileState(path, digest, size, lines, revision, by, at)
+
+
+def _differ(state: FileState | None, snapshot: Snapshot | None) -> bool:
+    """Whether what was read on disk (None: no file) is not what is recorded (None: nothing, or a tombstone)."""
+    return (state.hash if state is not None else None) != (snapshot.digest if snapshot is not None else None)

@@ -66,9 +66,9 @@ def upsert_file(
     )
 
 
-def touch_file(path: str, mtime_ns: int) -> Query:
-    """Record a new mtime for a file whose content did not change."""
-    return "UPDATE files SET mtime_ns = ? WHERE path = ?", (mtime_ns, path)
+def touch_file(path: str, digest: str, mtime_ns: int) -> Query:
+    """Record a new mtime for a file whose content did not change (still `digest`)."""
+    return "UPDATE files SET mtime_ns = ? WHERE path = ? AND hash = ?", (mtime_ns, path, digest)
 
 
 def recall(caller: str, key: str) -> Query:

@@ -318,7 +318,8 @@ def count_live_files(db: SqlConnection) -> int:
 
 
 def open_state(directory: Path) -> apsw.Connection:
-    """A mirror's `state.sqlite3`, opened durable (WAL, synchronous FULL: it is not rebuildable) and migrated."""
+    """A mirror's `state.sqlite3`, opened durable (WAL, synchronous FULL: it is not rebuildable) and migrated, its
+    transactions immediate."""
     where = f"the mirror state of {directory.name!r} cannot be opened"
     try:
         db = apsw.Connection(str(directory / "state.sqlite3"))
@@ -326,6 +327,11 @@ def open_state(directory: Path) -> apsw.Connection:
         raise EngineError(where) from exc
     try:
         db.set_busy_timeout(BUSY_TIMEOUT_MS)
+        # Every `with db:` takes the write lock at its start, waiting for another process's write (a backup beside
+        # the server opens its own connection): a deferred one reads first, and is refused at once, with no wait,
+        # when the other commits before its first write. The mirror reads a file again under this lock before
+        # recording it as changed on disk (`Mirror._reconcile`).
+        db.transaction_mode = "IMMEDIATE"
         db.execute("PRAGMA journal_mode=WAL").fetchall()
         db.execute("PRAGMA synchronous=FULL")
         migrate_state(db)
