@@ -10,11 +10,12 @@ marker (`[redacted:`), so shortening one secret never brings another into reach 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
+from redaction.assignments import VALUE, assigned, assignment, compound_key
 from redaction.entropy import char_classes, looks_random
 from redaction.kinds import has_marker
-from redaction.rule import Judge, Rule, Span, after_edge, when
+from redaction.lines import ends_line, line_start, starts_line, word_start
+from redaction.rule import Rule, Span, after_edge, when
 from redaction.values import Assignment, is_password, is_placeholder, is_reference, is_secret
 
 
@@ -46,133 +47,6 @@ def _glue(limit: int, stop: str = "") -> str:
     """Up to `limit` characters of one line, lazily, never entering a marker (nor `stop`, a pattern)."""
     stop = f"|{stop}" if stop else ""
     return rf"(?:(?!\[redacted:{stop})[^\r\n]){{0,{limit}}}?"
-
-
-# --- values after a name -------------------------------------------------------------------------------------
-
-_UNQUOTED = r"[^\s\"'`\\,;&|<>(){}\[\]]"
-# A value: double-, single- or back-quoted (quotes may be JSON-escaped, as in transcripts), or one bare word.
-# The bare word takes its whole run, however long, and the judge refuses one over `_MAX_VALUE`: a bounded run
-# that had to end there would fail at every name inside it (`key=key=key=…`), rescanning the run each time.
-_MAX_VALUE = 4096
-# Inside quotes a backslash escapes the next character (`"Tr0ub\\dor"`, `"Xq9\\"vT2"`), except that a JSON-escaped
-# value (`\\"…\\"`, a transcript line) ends at its escaped closing quote.
-_VALUE = (
-    r"(?:(?P<dqe>\\)?+\"(?P<dq>(?:[^\"\\\r\n]|\\(?(dqe)[^\"\r\n]|[^\r\n])){0,4096}+)(?(dqe)\\)\""
-    r"|(?P<sqe>\\)?+'(?P<sq>(?:[^'\\\r\n]|\\(?(sqe)[^'\r\n]|[^\r\n])){0,4096}+)(?(sqe)\\)'"
-    r"|`(?P<bq>[^`\\\r\n]{0,4096}+)`"
-    rf"|(?P<uq>{_UNQUOTED}++))"
-)
-# A name may be quoted (a JSON key, `environ["DB_PASSWORD"] = …`, `setdefault("DB_PASSWORD", …)`) or set in
-# markdown bold or italics (`**password**: …`, common in notes).
-_SEPARATOR = (
-    r"(?:(?P<kq>\\?[\"'])\]?+)?+\*{0,2}+(?P<sp1>[ \t]{0,8}+)"
-    r"(?P<sep>:=|=>|=(?!=)|:(?=[ \t\"'`\\])|(?<=[\"']),)(?P<sp2>[ \t]{0,8}+)"
-)
-_NAME_END = r"(?![a-z0-9_.-])"
-# After a value at the end of a line (or before a comment, a closing quote or bracket). A comma is not an end:
-# `private_key: PKCS7PrivateKeyTypes,` is a parameter list, `password: see above, …` a sentence.
-_ENDS_LINE = re.compile(r"[ \t]{0,200}+(?:$|[\r\n#\"'`}\]]|\\[nr])", re.MULTILINE)
-# `key` alone names a dictionary key far more often than a secret: only these compounds count (`APP_KEY` is
-# Laravel's and Datadog's, `Ocp-Apim-Subscription-Key` Azure API Management's, `x-functions-key` Azure Functions',
-# `SUPABASE_SERVICE_KEY` Supabase's).
-_KEY_COMPOUND = re.compile(
-    r"(?:api|access|private|secret|signing|encryption|master|auth|session|license|client|account|storage"
-    r"|app|application|subscription|functions?|service)[ _-]?$"
-)
-
-
-def _before_identifier(text: str, start: int) -> str:
-    """The first character before the identifier (and any quotes or spaces) that ends at `start`."""
-    low = max(0, start - 128)
-    i = start
-    while i > low and (text[i - 1].isalnum() or text[i - 1] in "_.-"):
-        i -= 1
-    while i > low and text[i - 1] in " \t\"'":
-        i -= 1
-    return text[i - 1] if i > low else ""
-
-
-# A quoted name followed by a comma is a secret only as the first argument of a setter: `os.environ.setdefault(
-# "DB_PASSWORD", "…")`, `os.getenv("API_KEY", "…")`, Java's `props.setProperty("password", "…")`; in a list or a
-# tuple (`("password", "username")`) it is a word.
-_SETTER = re.compile(
-    r"(?:setdefault|setenv|putenv|getenv|get|set|setProperty|getProperty|getOrDefault|put)\([ \t]{0,4}+\\?[\"']$"
-)
-
-
-def _setter_argument(match: re.Match[str], text: str) -> bool:
-    start = match.start("name")
-    low = max(0, start - 128)
-    while start > low and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
-        start -= 1
-    return _SETTER.search(text, max(0, start - 16), start) is not None
-
-
-def _compound_key(match: re.Match[str]) -> bool:
-    """False for a `key` that is not an API, access, private… key; True for every other name."""
-    if match.re.groupindex.get("name") is None or match.group("name") != "key":
-        return True
-    start = match.start("name")
-    return bool(_KEY_COMPOUND.search(match.string, max(0, start - 13), start))
-
-
-# After an unquoted password stopped at `&`, `|`, `;`, `<` or `>`: the rest of the word is the password too
-# (`password=Tr0ub4dor&3xyz!`). Taking a little too much (`pass=x&user=y`) hides no code worth reading.
-_PASSWORD_TAIL = re.compile(r"[&|;<>][^\s\"'`\\,(){}\[\]]{0,256}+")
-# The shell's working directory, not a password: `PWD=/home/me`, `pwd: ~/src`.
-_PATH_LIKE = re.compile(r"[/~.]|[A-Za-z]:[\\/]")
-
-
-def _bare_pwd_is_not_a_password(match: re.Match[str], text: str, start: int) -> bool:
-    """`pwd` alone names a password only in `pwd=value` form with a value that is not a path."""
-    if match.start("name") > 0 and text[match.start("name") - 1] in "_.-":
-        return False  # DB_PWD, mysql.pwd: a compound, judged like any password
-    return match.group("sep") != "=" or _PATH_LIKE.match(text, start) is not None
-
-
-def _assignment(test: Callable[[Assignment], bool], *, flag: bool = False, greedy: bool = False) -> Judge:
-    """A judge that reads the matched name and value into an `Assignment` and lets `test` decide."""
-
-    def judge(match: re.Match[str], text: str) -> Span | None:
-        if not _compound_key(match):
-            return None
-        if match.groupdict().get("sep") == "," and not _setter_argument(match, text):
-            return None
-        groups = match.groupdict()
-        quote = next(g for g in ("dq", "sq", "bq", "uq") if groups[g] is not None)
-        start, end = match.span(quote)
-        if end - start > _MAX_VALUE:
-            return None
-        if quote == "uq":  # a sentence's full stop or colon is not part of the password
-            while end > start and text[end - 1] in ".:":
-                end -= 1
-            if greedy and match.group("name").lower() == "pwd" and _bare_pwd_is_not_a_password(match, text, start):
-                return None
-            if greedy and (tail := _PASSWORD_TAIL.match(text, end)) is not None:
-                end = tail.end()
-        item = Assignment(
-            name=text[match.start("name") : match.end("name")],
-            value=text[start:end],
-            quoted=quote != "uq",
-            separator=groups.get("sep") or " ",
-            spaced=bool(groups.get("sp1") or groups.get("sp2")),
-            quoted_name=bool(groups.get("kq")),
-            # After `(` or `,`, or followed by `,` (an argument on a line of its own): a keyword argument.
-            in_call=_before_identifier(text, match.start("name")) in ("(", ",") or text[end : end + 1] == ",",
-            flag=flag,
-            next_char=text[end : end + 1],
-            ends_line=_ENDS_LINE.match(text, end) is not None,
-        )
-        return (start, end) if test(item) else None
-
-    return judge
-
-
-def _assigned(kind: str, name: str, test: Callable[[Assignment], bool], *, greedy: bool = False) -> Rule:
-    """`<…name> = value`, `"…name": "value"`, `…NAME: value` and the like, for one name pattern."""
-    pattern = re.compile(rf"(?P<name>{name}){_NAME_END}{_SEPARATOR}{_VALUE}")
-    return Rule(kind, pattern, _assignment(test, greedy=greedy), folded=True)
 
 
 _USER = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
@@ -239,7 +113,7 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 
 
 def _high_entropy(match: re.Match[str], text: str) -> Span | None:
-    if not _compound_key(match):
+    if not compound_key(match):
         return None
     start, end = match.span("secret")
     value = text[start:end]
@@ -270,9 +144,40 @@ def _short_password_flag(command: str, flag: str = "-p", *, attached: bool, fold
         + _glue(200, stop=command + word_end)
         + rf"[ \t](?P<name>{flag})"
         + ("" if attached else r"[ \t]{1,4}+(?!-)")
-        + _VALUE
+        + VALUE
     )
-    return Rule("password", re.compile(pattern), _assignment(is_password, flag=True), folded=folded)
+    return Rule("password", re.compile(pattern), assignment(is_password, flag=True), folded=folded)
+
+
+_TOKEN_WORD = re.compile(r"[A-Za-z0-9_-]{20,255}")
+
+
+def _access_token(item: Assignment) -> bool:
+    """A secret that is one word of a token's alphabet, 20 characters or more."""
+    return is_secret(item) and _TOKEN_WORD.fullmatch(item.value) is not None
+
+
+# A line of PostgreSQL's password file, `hostname:port:database:username:password`, found from its port field
+# (digits or `*`); the judge reads the host name back to the line's start. Only the password goes.
+_PGPASS = re.compile(r":(?:[0-9]{1,5}+|\*):[^\s:\\]{1,128}+:[^\s:\\]{1,128}+:(?P<secret>[^\s:\\\"]{1,256}+)")
+_PGPASS_LINE_START = line_start()
+_IPV4 = re.compile(r"[0-9]{1,3}+(?:\.[0-9]{1,3}+){3}")
+
+
+def _pgpass_password(match: re.Match[str], text: str) -> Span | None:
+    """The password of a `.pgpass` line: the host (`*`, a name with a letter or an IPv4 address) starts the line
+    and the password ends it; a digits-only last field is a number in some other colon-separated record."""
+    colon = match.start()
+    host_start = colon - 1 if text[colon - 1 : colon] == "*" else word_start(text, colon)
+    host = text[host_start:colon]
+    if not (host == "*" or _IPV4.fullmatch(host) or any(c.isalpha() for c in host)):
+        return None
+    start, end = match.span("secret")
+    line = starts_line(text, host_start, _PGPASS_LINE_START)
+    if line is None or not ends_line(text, end, line):
+        return None
+    value = text[start:end]
+    return (start, end) if _opaque(value) and not value.isdigit() else None
 
 
 # Before `password(` in a folded text: a setter's name (`ds.setpassword(`, `setkeystorepassword(`, not `reset…`).
@@ -284,7 +189,7 @@ def _setter_call(match: re.Match[str], text: str) -> Span | None:
     start = match.start("name")
     if _SETTER_NAME.search(match.string, max(0, start - 24), start) is None:
         return None
-    return _assignment(is_password)(match, text)
+    return assignment(is_password)(match, text)
 
 
 CONTEXT_RULES: tuple[Rule, ...] = (
@@ -335,7 +240,7 @@ CONTEXT_RULES: tuple[Rule, ...] = (
         folded=True,
     ),
     # .npmrc: `//registry.example.com/:_auth=<base64 of user:password>`, or `NPM_CONFIG__AUTH=…`.
-    _assigned("basic-auth", after_edge("_auth", "a-z0-9"), is_secret),
+    assigned("basic-auth", after_edge("_auth", "a-z0-9"), is_secret),
     # An Azure shared access signature: `…?sv=…&sig=<base64>` in a blob URL, `SharedAccessSignature sr=…&sig=…`.
     Rule(
         "secret",
@@ -355,25 +260,25 @@ CONTEXT_RULES: tuple[Rule, ...] = (
     # A bare `pass` or `pwd` is a word ("First pass: …") or the shell's working directory (`PWD=/home/…`): only
     # compounds (`DB_PASS`, `MYSQL_PWD`, `smtp.pass`) count.
     Rule("password", _PASSPHRASE, _passphrase, folded=True),
-    # A bare `pwd` counts too, unless its value is a path (the shell's `PWD=/home/…`).
-    _assigned("password", r"pass(?:word|wd|phrase|(?<=[_.-]pass))|pwd", is_password, greedy=True),
+    # A bare `pwd` counts too, unless its value is a path (the shell's `PWD=/home/…`); `pw` only in a compound.
+    assigned("password", r"pass(?:word|wd|phrase|(?<=[_.-]pass))|pwd|pw(?<=[_.-]pw)", is_password, greedy=True),
     Rule(
         "password",
         re.compile(
             after_edge("--", "a-z0-9_-")
             + r"(?:[a-z0-9]{1,20}+-){0,3}+(?P<name>pass(?:word|wd|phrase)?)[ \t]{1,4}+"
-            + _VALUE
+            + VALUE
         ),
-        _assignment(is_password, flag=True),
+        assignment(is_password, flag=True),
         folded=True,
     ),
-    # `--account-key …`, `--api-key=…`: a key flag (a compound, see `_KEY_COMPOUND`) and its value.
+    # `--account-key …`, `--api-key=…`: a key flag (a compound, see `assignments.py`) and its value.
     Rule(
         "secret",
         re.compile(
-            after_edge("--", "a-z0-9_-") + r"(?:[a-z0-9]{1,20}+-){0,3}+(?P<name>key)(?:[ \t]{1,4}+|(?P<sep>=))" + _VALUE
+            after_edge("--", "a-z0-9_-") + r"(?:[a-z0-9]{1,20}+-){0,3}+(?P<name>key)(?:[ \t]{1,4}+|(?P<sep>=))" + VALUE
         ),
-        _assignment(is_secret, flag=True),
+        assignment(is_secret, flag=True),
         folded=True,
     ),
     # `mysql -pSECRET`, `mysql -p'SECRET'`, `sshpass -p SECRET`, `docker login -p SECRET`, `mongosh -p SECRET`,
@@ -384,18 +289,18 @@ CONTEXT_RULES: tuple[Rule, ...] = (
     _short_password_flag(r"mongo(?:sh|dump|restore|export|import|files|stat|top)?+", attached=False),
     _short_password_flag(r"(?:sqlcmd|SQLCMD|bcp|BCP)", "-P", attached=False, folded=False),
     _short_password_flag(r"redis-cli", "-a", attached=False),
-    _assigned("password", r"rediscli_auth", is_password),
+    assigned("password", r"rediscli_auth", is_password),
     # Java: `ds.setPassword("…")`; Gradle's signing config: `storePassword "…"`, `keyPassword '…'`.
     Rule(
         "password",
-        re.compile(r"(?P<name>pass(?:word|wd|phrase))\((?=\\?[\"'`])" + _VALUE),
+        re.compile(r"(?P<name>pass(?:word|wd|phrase))\((?=\\?[\"'`])" + VALUE),
         _setter_call,
         folded=True,
     ),
     Rule(
         "password",
-        re.compile(r"(?P<name>password)(?:(?<=storepassword)|(?<=keypassword))[ \t]{1,8}+(?=\\?[\"'])" + _VALUE),
-        _assignment(is_password),
+        re.compile(r"(?P<name>password)(?:(?<=storepassword)|(?<=keypassword))[ \t]{1,8}+(?=\\?[\"'])" + VALUE),
+        assignment(is_password),
         folded=True,
     ),
     # keytool and jarsigner: `-storepass SECRET`, `-keypass SECRET` (`-storepass:env NAME` names a variable).
@@ -403,9 +308,9 @@ CONTEXT_RULES: tuple[Rule, ...] = (
         "password",
         re.compile(
             r"(?P<name>pass)(?:(?<=-storepass)|(?<=-keypass)|(?<=-srcstorepass)|(?<=-deststorepass)"
-            r"|(?<=-srckeypass)|(?<=-destkeypass))[ \t]{1,4}+(?!-)" + _VALUE
+            r"|(?<=-srckeypass)|(?<=-destkeypass))[ \t]{1,4}+(?!-)" + VALUE
         ),
-        _assignment(is_password, flag=True),
+        assignment(is_password, flag=True),
         folded=True,
     ),
     # openssl: `-passin pass:SECRET`, `-passout pass:SECRET`, `-pass pass:SECRET` (`env:`, `file:`, `fd:` name it).
@@ -448,11 +353,24 @@ CONTEXT_RULES: tuple[Rule, ...] = (
         when(_opaque),
         folded=True,
     ),
+    # `AZURE_DEVOPS_EXT_PAT`, `GH_PAT`: a personal access token, not a `URL_PAT` pattern.
+    assigned("secret", r"pat(?<=[_.-]pat)", _access_token),
+    # Mailgun's examples: `requests.post(url, auth=("api", "key-…"))`, the password of an `("api", …)` auth tuple.
+    Rule(
+        "secret",
+        re.compile(
+            r"auth\\?[\"']?+[ \t]{0,4}+[=:][ \t]{0,4}+\([ \t]{0,4}+\\?[\"'](?P<name>api)\\?[\"'][ \t]{0,4}+,[ \t]{0,4}+"
+            r"(?=\\?[\"'])" + VALUE
+        ),
+        assignment(is_secret),
+        folded=True,
+    ),
+    Rule("password", _PGPASS, _pgpass_password),
     # One rule per name, so each starts with its literal (see rule.py).
-    _assigned("secret", "secret(?:_key_base)?+", is_secret),  # and Rails' `SECRET_KEY_BASE`
-    _assigned("secret", "token", is_secret),
-    _assigned("secret", "credentials?", is_secret),
-    _assigned("secret", "key", is_secret),
+    assigned("secret", "secret(?:_key_base)?+", is_secret),  # and Rails' `SECRET_KEY_BASE`
+    assigned("secret", "token", is_secret),
+    assigned("secret", "credentials?", is_secret),
+    assigned("secret", "key", is_secret),
     _after_word(after_edge("secret", "a-z")),
     _after_word(after_edge("token", "a-z")),
     _after_word(after_edge("credential", "a-z") + "s?"),

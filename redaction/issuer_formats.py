@@ -4,6 +4,9 @@ Like `formats.py`, these need no context: the prefix names the issuer and the bo
 mix two character classes (or be hex of a fixed length) so that a word after a familiar prefix stays. All are one
 kind, `api-token`: the issuer is plain from the prefix left in the text around the marker's place.
 
+Two prefixes are too plain to stand alone: Twilio's `SK<32 hex>` and Notion's older `secret_<43>` count only after a
+word naming their issuer (or, for Twilio, an API key) earlier on their line.
+
 Three issuers' tokens have no prefix: Telegram's `<bot id>:A<34>`, Terraform Cloud's `<14>.atlasv1.<60-70>` and
 Discord's `<bot id in base64>.<6>.<27-38>`. Their pattern starts in the middle (at `:A`, `.atlasv1.`, the first
 dot) and the judge reads the part before it, at most 28 characters back, so a scan stays linear. These are
@@ -17,7 +20,8 @@ import binascii
 import re
 
 from redaction.entropy import char_classes
-from redaction.rule import Rule, Span, after_edge, when
+from redaction.lines import line_before
+from redaction.rule import Rule, Span, after_edge, fold, when
 
 _EDGE = "A-Za-z0-9_-"
 _DIGITS = frozenset("0123456789")
@@ -31,6 +35,21 @@ def _generated(body: str) -> bool:
 def _token(prefix: str, body: str, *, edge: str = _EDGE) -> Rule:
     pattern = after_edge(prefix, edge) + body + rf"(?![{edge}])"
     return Rule("api-token", re.compile(pattern), when(lambda token: _generated(token[len(prefix) :])))
+
+
+_CONTEXT_REACH = 80  # how far back on its line a plain prefix's issuer must be named
+
+
+def _named_token(prefix: str, body: str, words: str) -> Rule:
+    """A `_token` that counts only if `words` (a folded pattern) occurs before it on its line."""
+    token = _token(prefix, body)
+    context = re.compile(words)
+
+    def judge(match: re.Match[str], text: str) -> Span | None:
+        before = fold(line_before(text, match.start(), _CONTEXT_REACH))
+        return token.judge(match, text) if context.search(before) else None
+
+    return Rule("api-token", token.pattern, judge)
 
 
 def _telegram(match: re.Match[str], text: str) -> Span | None:
@@ -91,6 +110,11 @@ ISSUER_RULES: tuple[Rule, ...] = (
     _token("HRKU-", r"[A-Za-z0-9_-]{58,64}"),  # Heroku
     _token("fo1_", r"[A-Za-z0-9_-]{43}"),  # Fly.io
     _token("dckr_pat_", r"[A-Za-z0-9_-]{27,32}"),  # Docker Hub
+    _token("ntn_", r"[A-Za-z0-9]{46}"),  # Notion
+    _token("ya29.", r"[A-Za-z0-9_-]{100,4096}+"),  # Google OAuth access token
+    # Twilio API key SID and Notion's older integration token: prefixes too plain to stand alone.
+    _named_token("SK", r"[0-9a-f]{32}", r"twilio|api[ _-]?key"),
+    _named_token("secret_", r"[A-Za-z0-9]{43}", r"notion"),
     # Telegram bot token: `<bot id>:A<34>` (gitleaks telegram-bot-api-token), alone or in `api.telegram.org/bot…`.
     Rule("api-token", re.compile(r":A(?<=[0-9]:A)[A-Za-z0-9_-]{34}(?![A-Za-z0-9_-])"), _telegram),
     # Terraform Cloud / Enterprise API token (gitleaks hashicorp-tf-api-token).

@@ -118,6 +118,16 @@ def planted_corpus() -> list[Planted]:
         "gho": "gh" + "o_" + rand(B62, 36),
     }
     truncated = pem("RSA PRIVATE KEY", 64, 300, end=False)
+    hex_ = "0123456789abcdef"
+    s |= {
+        "twilio_sid": "S" + "K" + rand(hex_, 32),
+        "twilio_auth": rand(hex_, 32),
+        "ado_pat": rand("abcdefghijklmnopqrstuvwxyz234567", 52),
+        "notion": "ntn" + "_" + rand(string.digits, 11) + rand(B62, 35),
+        "dotenv_pw": rand(B62, 6) + "(" + rand(B62, 3) + ",{" + rand(B62, 4) + "}" + rand(B62, 3),
+        "mailgun": "key" + "-" + rand(string.ascii_lowercase + string.digits, 32),
+        "google_access": "ya" + "29." + rand(URL_SAFE, 180),
+    }
     return [
         Planted(
             "dotenv",
@@ -230,6 +240,26 @@ def planted_corpus() -> list[Planted]:
             (s["jwt"], s["session"], s["hex"], s["client_secret"]),
             {"jwt": 1, "secret": 3},
         ),
+        Planted(
+            "service credentials of the third review",
+            "# .env\nTWILIO_API_KEY_SID={twilio_sid}\nTWILIO_AUTH_TOKEN={twilio_auth}\nAZURE_DEVOPS_EXT_PAT={ado_pat}\n"
+            "NOTION_TOKEN={notion}\nADMIN_PW={pw1}\nDB_PASSWORD={dotenv_pw}\n\n# ~/.pgpass\n"
+            "db.internal:5432:app:app_user:{pw2}\n\n"
+            'requests.post(url, auth=("api", "{mailgun}"), data=form)\n'
+            'creds = {{"access_token": "{google_access}", "expires_in": 3599}}\n'.format(**s),
+            (
+                s["twilio_sid"],
+                s["twilio_auth"],
+                s["ado_pat"],
+                s["notion"],
+                s["pw1"],
+                s["dotenv_pw"],
+                s["pw2"],
+                s["mailgun"],
+                s["google_access"],
+            ),
+            {"api-token": 3, "secret": 3, "password": 3},
+        ),
     ]
 
 
@@ -313,6 +343,10 @@ LOOK_ALIKES = [
     "openssl rsa -passin env:PASSPHRASE -in key.pem",
     "token: self.config.token",
     "sha 12345:" + "A" * 35,
+    # Near-misses of the rules added after the third review.
+    f"object SK{hexes(32)} was rebuilt",
+    "root:*:19000:0:99999:7:::",
+    'URL_PAT = "[A-Za-z0-9]+://[^ ]+"\npassword=getpass()\nrequests.post(url, auth=("api", MAILGUN_API_KEY))',
     # Markers are not redacted again.
     "password=[redacted:password]",
     "Authorization: Bearer [redacted:bearer-token]",

@@ -56,6 +56,23 @@ def test_names_quotes_and_the_rest_of_the_line_stay() -> None:
     )
 
 
+def test_a_dotenv_value_runs_to_the_end_of_its_line_whatever_it_holds() -> None:
+    pw = "ab(c,d{ef}gh"
+    assert redact(f"DB_PASSWORD={pw}").text == "DB_PASSWORD=[redacted:password]"
+    assert redact(f"export DB_PASSWORD={pw}  # prod\nDEBUG=1").text == (
+        "export DB_PASSWORD=[redacted:password]  # prod\nDEBUG=1"
+    )
+    assert redact(f'DB_PASSWORD="{pw}"').text == 'DB_PASSWORD="[redacted:password]"'
+    code = "def connect(\n    password=password,\n    token=Spec(\n    key_password=self.key_password)"
+    assert redact(code).text == code
+
+
+def test_only_the_last_field_of_a_pgpass_line_is_redacted() -> None:
+    line = "db.example.com:5432:app:app_user:" + password()
+    assert redact(line) == Redaction("db.example.com:5432:app:app_user:[redacted:password]", {"password": 1})
+    assert redact("*:*:*:postgres:" + password()).text == "*:*:*:postgres:[redacted:password]"
+
+
 @pytest.mark.parametrize("mark", ["/", "?", "#"])
 def test_a_url_password_holding_an_unescaped_slash_question_mark_or_hash_is_redacted_whole(mark: str) -> None:
     secret = password()[:6] + mark + password()[:6]
@@ -155,7 +172,8 @@ def test_masking_marks_a_stand_in_only_when_little_else_is_left():
 
 
 # Runs that made every name in them rescan the rest (`key=key=…`: 8-13 s for 1 MiB, holding the GIL), a
-# password's tail reaching over the next matches, and a command or a setter whose every repeat the judge refuses.
+# password's tail reaching over the next matches, a command or a setter whose every repeat the judge refuses, and
+# a `.env` or a `.pgpass` line read to its end on every line.
 ADVERSARIAL_UNITS = [
     "token=",
     "key=",
@@ -165,6 +183,8 @@ ADVERSARIAL_UNITS = [
     "password=x&",
     "redis-cli -a ",
     'setPassword("',
+    "\nDB_PASSWORD=f(x)",
+    "db:5432:a:u:pw\n",
 ]
 
 

@@ -30,6 +30,15 @@ _TERRAFORM = rand(B62, 14) + ".atlas" + "v1." + rand(URL_SAFE, 67)
 _DOPPLER = "dp" + ".st.prd." + rand(B62, 43)
 _MAPBOX = "sk" + ".eyJ1IjoiYWNtZSIsImEiOiJ" + rand(B62, 20) + "." + rand(B62, 22)
 _VAULT_LEGACY = "s.X" + rand(B62, 23)
+_TWILIO_SID = "S" + "K" + rand(_HEX, 32)
+_TWILIO_AUTH = rand(_HEX, 32)
+_MAILGUN = "key" + "-" + rand("abcdefghijklmnopqrstuvwxyz0123456789", 32)
+_MAILGUN_PRIVATE = rand(_HEX, 32) + "-" + rand(_HEX, 8) + "-" + rand(_HEX, 8)
+_ADO_PAT = rand("abcdefghijklmnopqrstuvwxyz234567", 52)
+_NOTION = "ntn" + "_" + rand("0123456789", 11) + rand(B62, 35)
+_NOTION_LEGACY = "secret" + "_" + rand(B62, 43)
+_GOOGLE_ACCESS = "ya" + "29." + rand(URL_SAFE, 160)
+_DOTENV_PW = "ab(c,d{ef}gh"
 
 LEAKS = [
     ("**password**: hunter2", "hunter2"),
@@ -111,6 +120,34 @@ LEAKS = [
     # 10: Terraform Cloud tokens.
     (f"export TF_TOKEN_app_terraform_io={_TERRAFORM}", _TERRAFORM),
     (f"terraform cloud token saved: {_TERRAFORM}", _TERRAFORM),
+    # The third review. 1: Twilio API key SIDs after `twilio` or an API key's name, and auth tokens.
+    (f"TWILIO_API_KEY_SID={_TWILIO_SID}", _TWILIO_SID),
+    (f"twilio_client = Client('{_TWILIO_SID}', api_key_secret, account_sid)", _TWILIO_SID),
+    (f"TWILIO_AUTH_TOKEN={_TWILIO_AUTH}", _TWILIO_AUTH),
+    # 2: the password of Mailgun's `("api", …)` auth tuple.
+    (f'requests.post(url, auth=("api", "{_MAILGUN}"), data=form)', _MAILGUN),
+    (f"requests.get(url, auth=('api', '{_MAILGUN_PRIVATE}'))", _MAILGUN_PRIVATE),
+    # 3: .pgpass lines, bare and in a transcript line.
+    ("db.example.com:5432:app:app_user:S3cr3tP4ss", "S3cr3tP4ss"),
+    (f"*:*:*:postgres:{_PW}\n", _PW),
+    (json.dumps({"content": f"cat ~/.pgpass\n10.0.3.7:6432:analytics:report:{_PW}"}), _PW),
+    # 4: personal access tokens: Azure DevOps' and any name ending `_PAT`.
+    (f"AZURE_DEVOPS_EXT_PAT={_ADO_PAT}", _ADO_PAT),
+    (f"env:\n  GH_PAT: {_TOKEN}\n", _TOKEN),
+    # 5: Notion tokens; the older `secret_` form after `notion`.
+    (f"use {_NOTION} for the workspace", _NOTION),
+    (f"notion integration: {_NOTION_LEGACY}", _NOTION_LEGACY),
+    # 6: Google OAuth access tokens.
+    (f"$ gcloud auth print-access-token\n{_GOOGLE_ACCESS}\n", _GOOGLE_ACCESS),
+    # 7: names ending `_PW` and `_PWD`.
+    ("ADMIN_PW=hunter2long", "hunter2long"),
+    ("DB_PWD: hunter2long", "hunter2long"),
+    # 8: a `.env` value runs to the end of its line, whatever it holds.
+    (f"DB_PASSWORD={_DOTENV_PW}", _DOTENV_PW),
+    (f"export DB_PASSWORD={_DOTENV_PW}  # rotated", _DOTENV_PW),
+    (f"environment:\n  - DB_PASSWORD={_DOTENV_PW}\n", _DOTENV_PW),
+    (json.dumps({"content": f"DEBUG=1\nDB_PASSWORD={_DOTENV_PW}\nPORT=80"}), _DOTENV_PW),
+    (f"API_TOKEN={_TOKEN[:10]},{_TOKEN[10:]}", _TOKEN[10:]),
 ]
 KEPT = [
     "PWD=/home/me/project",
@@ -166,6 +203,23 @@ KEPT = [
     "openssl rsa -passin pass:$PW -in key.pem",
     "openssl genpkey -algorithm RSA -out key.pem -aes-128-cbc -pass pass:hello",
     "https://example.com/img.png?w=200&sig=abcdef and &sig=${SAS_SIG}",
+    # The third review.
+    f"object {_TWILIO_SID} was rebuilt",
+    'requests.post(url, auth=("api", MAILGUN_API_KEY)) and auth=("api", "YOUR_API_KEY")',
+    "root:*:19000:0:99999:7:::",
+    "12:30:45:67:890",
+    "db.example.com:web:app:app_user:S3cr3tP4ss",
+    "db.example.com:5432:app:app_user:${PGPASSWORD}",
+    "see db.example.com:5432:app:app_user:S3cr3tP4ss for the format",
+    'URL_PAT = "[A-Za-z0-9]+://[^ ]+"',
+    'NAME_PAT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")',
+    f"secret_{_NOTION_LEGACY[7:]} without its issuer",
+    "ya29.a0AfH6SMBx",
+    "hash_pw = bcrypt.hashpw(pw, salt)",
+    "PW=hunter2long",
+    "password=getpass()",
+    'SECRET_KEY=os.environ.get("SECRET_KEY")',
+    "    password=password,\n    token=tokens[0],\n    secret_key=get_secret(name),\n    password=db_pass)",
 ]
 
 
