@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,6 +17,7 @@ from channel.errors import ChannelError, KeyFileError
 from channel.keys import read_private_key
 from client_proxy.claude import settings_edit
 from client_proxy.claude.install import LOCAL_SETTINGS_FILE, MAX_SETTINGS_BYTES, MCP_FILE, SETTINGS_FILE, read_json
+from client_proxy.claude.settings_edit import Json
 from client_proxy.config import CONFIG_FILE, DEVICE_KEY_FILE, ProxyConfig
 from client_proxy.errors import ConfigError, ProxyError
 from client_proxy.settings import RunSettings
@@ -89,41 +90,88 @@ def check_watcher(settings: RunSettings, config: ProxyConfig, index: str) -> Res
     )
 
 
-def check_claude(project: Path, env: Mapping[str, str]) -> Result:
-    """Claude Code knows the MCP server (any scope) and the project has the SessionStart hook (any settings file)."""
-    servers = _server_places(project, env)
+class ClaudeFiles(NamedTuple):
+    """What Claude Code's files say about `memory-proxy` for a project, read once for every check that needs it."""
+
+    servers: list[tuple[str, Json]]  # where our MCP server is registered, and its entry: Claude Code's order
+    hooks: list[str]  # the settings files with our SessionStart hook
+    faults: list[tuple[Path, str]]  # files that cannot be read as JSON objects (Claude Code cannot either), and why
+
+
+def read_claude(project: Path, env: Mapping[str, str]) -> ClaudeFiles:
+    """Our MCP server in every scope, local before project (`.mcp.json`) before user, as Claude Code lets one
+    shadow the next; our hooks in every settings file; and each of those files that does not read."""
+    faults: list[tuple[Path, str]] = []
+
+    def read(path: Path, max_bytes: int = MAX_SETTINGS_BYTES) -> Json:
+        try:
+            return read_json(path, max_bytes) or {}
+        except ProxyError as exc:
+            faults.append((path, _own_words(str(exc))))
+            return {}
+
+    home = Path(env.get("HOME") or Path.home())
+    local, user = [], []
+    for path in dict.fromkeys([claude_home(env) / ".claude.json", home / ".claude.json"]):
+        document = read(path, MAX_CLAUDE_STATE_BYTES)
+        by_project = document.get("projects", {})
+        scope = by_project.get(str(project.absolute())) if isinstance(by_project, dict) else None
+        if entry := settings_edit.registered_server(scope):
+            local.append((f"{path} (local scope)", entry))
+        if entry := settings_edit.registered_server(document):
+            user.append((f"{path} (user scope)", entry))
+    shared = settings_edit.registered_server(read(project / MCP_FILE))
+    servers = [*local, *([(str(project / MCP_FILE), shared)] if shared else []), *user]
     hooks = [
         str(path)
         for path in (project / SETTINGS_FILE, project / LOCAL_SETTINGS_FILE, claude_home(env) / "settings.json")
-        if "SessionStart" in settings_edit.installed_hooks(_json_or_empty(path))
+        if "SessionStart" in settings_edit.installed_hooks(read(path))
     ]
-    missing = ([] if servers else ["no MCP server runs memory-proxy"]) + ([] if hooks else ["no SessionStart hook"])
+    return ClaudeFiles(servers, hooks, faults)
+
+
+def check_claude(project: Path, env: Mapping[str, str], files: ClaudeFiles | None = None) -> Result:
+    """Claude Code knows the MCP server (any scope) and the project has the SessionStart hook (any settings file);
+    a settings file that does not read is named with its own error, as is one `install-claude` would refuse."""
+    files = files if files is not None else read_claude(project, env)
+    install_fix = f"memory-proxy install-claude --project {project}"
+    missing = ([] if files.servers else ["no MCP server runs memory-proxy"]) + (
+        [] if files.hooks else ["no SessionStart hook"]
+    )
+    if files.faults:
+        paths = " and ".join(dict.fromkeys(str(path) for path, _ in files.faults))
+        faults = "; ".join(fault for _, fault in files.faults)
+        if missing:
+            line = f"Claude Code: {faults}; {' and '.join(missing)} for {project}"
+            return Result(False, line, f"correct {paths}, then run: {install_fix}")
+        return warning(f"Claude Code: MCP server and hooks found, but {faults}", f"correct {paths}")
     if missing:
-        return Result(
-            False,
-            f"Claude Code: {' and '.join(missing)} for {project}",
-            f"memory-proxy install-claude --project {project}",
-        )
-    return Result(True, f"Claude Code: MCP server in {servers[0]}, hooks in {hooks[0]}")
+        refusal = _install_refusal(project)
+        if refusal is not None:
+            path, why = refusal
+            line = f"Claude Code: {' and '.join(missing)} for {project}, and install-claude would refuse {path}: {why}"
+            return Result(False, line, f"correct {path}, then run: {install_fix}")
+        return Result(False, f"Claude Code: {' and '.join(missing)} for {project}", install_fix)
+    return Result(True, f"Claude Code: MCP server in {files.servers[0][0]}, hooks in {files.hooks[0]}")
 
 
-def _server_places(project: Path, env: Mapping[str, str]) -> list[str]:
-    """Where our MCP server is registered for `project`: `.mcp.json`, or `~/.claude.json` (user or local scope)."""
-    places = []
-    if settings_edit.registered_server(_json_or_empty(project / MCP_FILE)):
-        places.append(str(project / MCP_FILE))
-    home = Path(env.get("HOME") or Path.home())
-    for path in dict.fromkeys([claude_home(env) / ".claude.json", home / ".claude.json"]):
-        document = _json_or_empty(path, MAX_CLAUDE_STATE_BYTES)
-        by_project = document.get("projects", {})
-        local = by_project.get(str(project.absolute())) if isinstance(by_project, dict) else None
-        if settings_edit.registered_server(document) or settings_edit.registered_server(local):
-            places.append(str(path))
-    return places
+def _install_refusal(project: Path) -> tuple[Path, str] | None:
+    """The file `install-claude` would refuse to edit (an unexpected shape, a server named like ours that is another
+    program), and why; None when it would edit both. The same pure edits it makes, on what the files hold now."""
+    edits: list[tuple[Path, Callable[[Json], Json]]] = [
+        (project / SETTINGS_FILE, settings_edit.add_hooks),
+        (project / MCP_FILE, lambda document: settings_edit.add_server(document, None)),
+    ]
+    for path, edit in edits:
+        try:
+            edit(read_json(path) or {})
+        except ProxyError as exc:  # SettingsFormatError; or the file changed since `read_claude` and does not read
+            return path, _own_words(str(exc))
+    return None
 
 
-def _json_or_empty(path: Path, max_bytes: int = MAX_SETTINGS_BYTES) -> dict[str, object]:
-    try:
-        return read_json(path, max_bytes) or {}
-    except ProxyError:
-        return {}
+def _own_words(message: str) -> str:
+    """An install-claude refusal without what only install-claude says ("nothing was changed", "run this again")."""
+    for tail in ("; nothing was changed", ": fix or move it, then run this again", ", then run this again"):
+        message = message.removesuffix(tail)
+    return message

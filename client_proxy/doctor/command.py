@@ -17,9 +17,17 @@ import anyio
 from channel.errors import ChannelError
 from channel.keys import read_private_key
 from client_proxy.config import ProxyConfig, proxy_home
-from client_proxy.doctor import remote
-from client_proxy.doctor.checks import Result, check_claude, check_config, check_key_file, check_watcher, skipped
-from client_proxy.errors import ConfigError
+from client_proxy.doctor import indexes, remote
+from client_proxy.doctor.checks import (
+    Result,
+    check_claude,
+    check_config,
+    check_key_file,
+    check_watcher,
+    read_claude,
+    skipped,
+)
+from client_proxy.doctor.indexes import IndexChoice
 from client_proxy.settings import RunSettings
 
 MARKS = {True: "ok  ", False: "FAIL", None: " -  "}
@@ -49,6 +57,7 @@ def diagnose(env: Mapping[str, str], *, project: str | None, index: str | None) 
     settings = dataclasses.replace(
         RunSettings.from_env(env, index=index, project=project, log_file=None), project_given=False
     )
+    claude = read_claude(settings.project, env)
     config_result, config = check_config(home)
     key_result = check_key_file(home)
     results = [config_result, key_result]
@@ -56,16 +65,13 @@ def diagnose(env: Mapping[str, str], *, project: str | None, index: str | None) 
         why = "needs the config" if config is None and key_result.ok else "needs a usable config and device key"
         results += [skipped(what, why) for what in ("server", "handshake", "grant", "clock", "file sync")]
     else:
-        results += anyio.run(_remote, config, settings)
-    results.append(check_claude(settings.project, env))
+        choices = indexes.choose(claude.servers[0] if claude.servers else None, index, env, config)
+        results += anyio.run(_remote, config, settings, choices)
+    results.append(check_claude(settings.project, env, claude))
     return results
 
 
-async def _remote(config: ProxyConfig, settings: RunSettings) -> list[Result]:
-    try:
-        index: str | None = settings.index_for(config)
-    except ConfigError:
-        index = None
+async def _remote(config: ProxyConfig, settings: RunSettings, choices: list[IndexChoice]) -> list[Result]:
     reachable = await remote.check_reachable(config)
     if not reachable.ok:
         results = [reachable, *(skipped(what, "the server is not reachable") for what in ("handshake", "grant"))]
@@ -75,11 +81,13 @@ async def _remote(config: ProxyConfig, settings: RunSettings) -> list[Result]:
             key = read_private_key(config.device_key_path)
         except ChannelError as exc:  # changed since check_key_file
             return [reachable, Result(False, f"device key: {exc}")]
-        channel, offset = await remote.check_channel(config, key, settings, index)
+        channel, offset = await remote.check_channel(config, key, choices)
         results = [reachable, *channel]
         if len(results) == 2:
             results.append(skipped("grant", "the handshake failed"))
         clock = remote.check_clock(offset)
+    # The proxy Claude Code starts watches the folder, with the index it runs with: the first choice.
+    index = choices[0].name if choices else None
     watcher = check_watcher(settings, config, index) if index else skipped("file sync", "no index chosen")
     return [*results, clock, watcher]
 
