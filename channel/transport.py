@@ -217,19 +217,26 @@ class ChannelTransport(httpx2.AsyncBaseTransport):
             self._last_timestamp = timestamp
             message, initiator = create_initiation(self._key, self._server, timestamp, self._random)
             sent_at = self._clock()
-            response = await self._post(
-                httpx2.Request(
-                    "POST",
-                    self._handshake_url,
-                    headers=_OUTER_HEADERS,
-                    content=message,
-                    extensions={"timeout": _handshake_timeouts((extensions or {}).get("timeout"))},
-                )
+            request = httpx2.Request(
+                "POST",
+                self._handshake_url,
+                headers=_OUTER_HEADERS,
+                content=message,
+                extensions={"timeout": _handshake_timeouts((extensions or {}).get("timeout"))},
             )
+            response = await self._post(request)
             try:
-                body = await _read_at_most(response, max(WELCOME_LEN, MAX_REFUSAL))
+                # One bound for the whole answer: each read's own timeout would let a server (or something between)
+                # that drips a byte at a time hold the handshake for hours.
+                with anyio.move_on_after(HANDSHAKE_TIMEOUT) as reading:
+                    body = await _read_at_most(response, max(WELCOME_LEN, MAX_REFUSAL))
             finally:
                 await response.aclose()
+            if reading.cancelled_caught:
+                raise httpx2.ReadTimeout(
+                    f"the server's handshake answer did not finish within {HANDSHAKE_TIMEOUT:g} s",
+                    request=request,
+                )
             if response.status_code == 200:
                 welcome, keys = consume_response(initiator, body)
                 session = ClientSession.start(welcome, keys, sent_at)

@@ -162,3 +162,39 @@ async def test_a_compressed_outer_answer_is_refused_before_its_body_is_read(real
             with anyio.fail_after(WAIT), pytest.raises(ProtocolError, match="Content-Encoding") as refused:
                 await client.get("/echo")  # the body is held back: reading it would wait out the bound
     assert "gzip" not in str(refused.value) and "\\x1f\\x8b" not in repr(refused.value)
+
+
+class Dripping:
+    """A real TCP server that answers a handshake with a 200 whose body comes one byte at a time, for ever."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.dripped = 0
+
+    async def drip(self, stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            await stream.receive()
+            await stream.send(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/x-memory-channel\r\ncontent-length: 4096\r\n\r\n"
+            )
+            while True:
+                await stream.send(b"\0")
+                self.dripped += 1
+                await anyio.sleep(0.05)
+
+
+async def test_a_handshake_answer_dripped_a_byte_at_a_time_ends_at_the_handshake_timeout(monkeypatch):
+    # Each read had its own timeout, so 4 KB dripped a byte every 29 s held the handshake for 33 hours.
+    monkeypatch.setattr(channel.transport, "HANDSHAKE_TIMEOUT", 0.5)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    dripping = Dripping(f"http://127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}")
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, dripping.drip)
+        transport = channel.transport.ChannelTransport(
+            dripping.url, client_key=DEVICE, server_key=PrivateKey.generate().public
+        )
+        async with httpx2.AsyncClient(transport=transport, base_url="http://memory", timeout=WAIT * 10) as client:
+            with anyio.fail_after(WAIT), pytest.raises(httpx2.ReadTimeout, match="did not finish"):
+                await client.get("/echo")
+        group.cancel_scope.cancel()
+    assert 0 < dripping.dripped < 4096
