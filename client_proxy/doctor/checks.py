@@ -8,6 +8,7 @@ worth knowing that is not a fault (no proxy watching while Claude Code is closed
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -85,8 +86,8 @@ def check_watcher(settings: RunSettings, config: ProxyConfig, index: str) -> Res
     # Claude Code starts the proxy: when it is closed nobody watches, and nothing is wrong.
     return warning(
         f"file sync: no memory-proxy is watching {root} now (files sync while Claude Code runs in the project)",
-        "start Claude Code in the project (it launches memory-proxy), or run: memory-proxy run --project "
-        f"{root} </dev/null",
+        "start Claude Code in the project (it launches memory-proxy), or keep one syncing in a terminal (it stops"
+        f" when its stdin closes): tail -f /dev/null | memory-proxy run --project {shlex.quote(str(root))}",
     )
 
 

@@ -197,4 +197,7 @@ def _start_fix(config: ProxyConfig) -> str:
 
 def _admit_fix(config: ProxyConfig, index: str) -> str:
     line = shlex.quote(config.device_public.line())
-    return f"on the server: memory-server callers add {config.device_name} --key {line} --grant {index}=rw"
+    return (
+        f"on the server: memory-server callers add {config.device_name} --key {line} --grant {index}=rw (a key once"
+        " revoked is refused for good: then make a new one here with memory-proxy init --force, and add that)"
+    )

@@ -6,7 +6,10 @@ import io
 import json
 import os
 import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -175,6 +178,7 @@ def test_a_device_the_server_does_not_know_is_named_with_the_callers_add_command
     line = _line(text, "handshake")
     assert line.startswith("FAIL handshake: the server refused the channel handshake (HTTP 403)")
     assert "fix: on the server: memory-server callers add alice --key" in line
+    assert "a key once revoked is refused for good: then make a new one here with memory-proxy init --force" in line
 
 
 def test_a_project_not_registered_with_claude_code_is_named(setup: Setup) -> None:
@@ -200,6 +204,19 @@ def test_a_sound_set_up_with_claude_code_closed_passes_with_a_warning_about_file
     )
     assert lines[number + 1].startswith("      hint: start Claude Code in the project")
     assert text.endswith("all checks passed\n")
+
+    # The hint's own command keeps a proxy syncing the folder (one run with stdin closed stopped at once).
+    command = lines[number + 1].split("in a terminal (it stops when its stdin closes): ", 1)[1]
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, **setup.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    running = subprocess.Popen(["sh", "-c", command], env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+    try:
+        store = StateStore(Path(setup.env["MEMORY_PROXY_STATE_HOME"]), setup.server.url, INDEX, setup.project)
+        anyio.run(lambda: eventually(store.claimed, "the hinted command to hold the folder's sync lock", within=30))
+        assert "file sync: a memory-proxy is watching" in setup.doctor()[1]
+    finally:
+        os.killpg(running.pid, signal.SIGTERM)
+        running.wait(timeout=30)
 
 
 def test_a_server_registered_in_a_claude_json_grown_past_a_settings_files_size_is_found(tmp_path: Path) -> None:
