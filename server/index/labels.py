@@ -110,6 +110,7 @@ def render_inline(labels: Labels) -> str:
 def labels_argument(tags: object, category: object) -> Labels:
     """The `tags` and `category` arguments of a tool call, normalised; InvalidArgumentError names the bad one."""
     rule = f"1 to {MAX_TAG_CHARS} characters of a-z, 0-9, '_', '.', '-'"
+    word_rule = f"1 to {MAX_CATEGORY_CHARS} characters of a-z, 0-9, '_', '.', '-'"
     clean: tuple[str, ...] = ()
     if tags is not None:
         if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
@@ -126,7 +127,7 @@ def labels_argument(tags: object, category: object) -> Labels:
         word = normalise_category(category) if isinstance(category, str) else None
         if word is None:
             raise InvalidArgumentError(
-                f"category must be one word ({rule}, at most {MAX_CATEGORY_CHARS}),"
+                f"category must be one word ({word_rule}),"
                 f" e.g. {', '.join(SUGGESTED_CATEGORIES[:4])}"
             )
     return Labels(clean, word)

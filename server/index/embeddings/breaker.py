@@ -2,7 +2,8 @@
 call behind one.
 
 Closed, a provider is used. A failure opens it: no call for `delay` seconds, doubling with each failure in a row
-up to `cap` (longer when the provider said `Retry-After`, and at least `REFUSED_DELAY` when it refused the key).
+up to `cap`; at least a `Retry-After` the provider sent, or `REFUSED_DELAY` when it refused the key, but never
+past `cap`.
 Once the delay is over it is half-open: the next call is the trial, and a success closes it. Callers therefore
 never wait on a provider known to be down, and a recovered one is taken back by the next call after its delay.
 """

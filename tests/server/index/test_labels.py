@@ -170,5 +170,5 @@ def test_tool_arguments_are_normalised_and_bad_ones_name_the_argument() -> None:
         labels_argument("db", None)
     with pytest.raises(InvalidArgumentError, match=rf"^tags: at most {MAX_TAGS}"):
         labels_argument([f"t{n}" for n in range(MAX_TAGS + 1)], None)
-    with pytest.raises(InvalidArgumentError, match=r"^category must be one word"):
+    with pytest.raises(InvalidArgumentError, match=r"^category must be one word \(1 to 32 characters of a-z"):
         labels_argument(None, "two words")
