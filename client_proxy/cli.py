@@ -128,15 +128,39 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a reader gone shows here, not as "Exception ignored" at exit
+        return status
+    except BrokenPipeError:
+        return _reader_gone()
     except (ProxyError, ChannelError) as exc:
         print(f"memory-proxy: error: {for_terminal(str(exc))}", file=sys.stderr)  # may quote the server's words
         return 2
     except OSError as exc:
-        print(f"memory-proxy: error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        print(f"memory-proxy: error: {for_terminal(_os_error(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _reader_gone() -> int:
+    """`memory-proxy get ... | head`: the reader stopped early, which is no error to report. As Python's docs on
+    SIGPIPE advise, stdout is pointed at /dev/null so that the flush at exit cannot fail again; the status is a
+    SIGPIPE death's (128 + 13), as `cat` or `grep` end in a pipe, which `set -o pipefail` scripts know."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no stdout, or no descriptor behind it
+        pass
+    return 141
+
+
+def _os_error(exc: OSError) -> str:
+    """'file: reason', or the reason alone when no file is named (a read of stdin, a pipe)."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename is not None else reason
 
 
 def cmd_init(args: argparse.Namespace) -> int:

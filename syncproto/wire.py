@@ -15,6 +15,9 @@ SESSIONS_PATH: Final = "/sync/sessions"  # POST: a laptop's session transcripts
 
 MAX_FILE_BYTES: Final = 2 * 1024 * 1024  # one memory file (the server's default cap; laptops never push more)
 MAX_PUSH_CHANGES: Final = 100  # changes per push
+# memory_write's cap on `content` (UTF-8 bytes): the server refuses more; the terminal's `write` reads stdin no
+# further than one byte past it.
+MAX_WRITE_BYTES: Final = 256 * 1024
 MAX_PUSH_BYTES: Final = 8 * 1024 * 1024  # one push or upload body, as the server reads it
 # What a laptop puts in one push: half the body cap, headroom for the JSON escapes it does not count.
 PUSH_BATCH_BYTES: Final = MAX_PUSH_BYTES // 2

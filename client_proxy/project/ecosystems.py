@@ -349,7 +349,7 @@ def _maven(files: ProjectFiles) -> Ecosystem | None:
 
 
 def _gradle(files: ProjectFiles) -> Ecosystem | None:
-    manifest = next((n for n in ("build.gradle.kts", "build.gradle") if n in files.contents), None)
+    manifest = next((n for n in ("build.gradle.kts", "build.gradle") if n in files.present), None)
     if manifest is None:
         return None
     text = text_of(files, manifest) or ""

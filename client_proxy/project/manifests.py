@@ -1,20 +1,22 @@
 """A project's manifests as `memory-proxy init` reads them, and the helpers that take them apart.
 
-`read_project_files` is the only I/O: it reads at most `MAX_MANIFEST_BYTES` of each manifest in `MANIFESTS` and
-notes which of `MARKERS` (lockfiles, wrappers) exist. The helpers never raise anything but `UnparsedError`, which
-`detect_stack` reports as "could not be parsed".
+`read_project_files` is the only I/O: it reads at most `MAX_MANIFEST_BYTES` of each manifest in `MANIFESTS`, notes
+the ones that are there but cannot be read (no permission, a folder or a FIFO by that name), and notes which of
+`MARKERS` (lockfiles, wrappers) exist. The helpers never raise anything but `UnparsedError`, which `detect_stack`
+reports as "could not be parsed" (or "could not be read").
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+
+from syncproto.content import NotRegularFile, open_regular, read_capped
 
 MAX_MANIFEST_BYTES: Final = 256 * 1024
 # Read (at most MAX_MANIFEST_BYTES each), in the order their ecosystems are listed:
@@ -32,11 +34,13 @@ MAX_VALUE = 80  # a name or version taken from a manifest, as shown
 
 @dataclass(frozen=True)
 class ProjectFiles:
-    """What `read_project_files` saw: manifest contents (maybe cut at the limit) and the names that exist."""
+    """What `read_project_files` saw: manifest contents (maybe cut at the limit), the names that exist, and why
+    each manifest that is there could not be read."""
 
     contents: Mapping[str, bytes] = field(default_factory=dict)
     present: frozenset[str] = frozenset()
     truncated: frozenset[str] = frozenset()
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, files: Mapping[str, bytes | str], markers: Iterable[str] = ()) -> ProjectFiles:
@@ -46,19 +50,24 @@ class ProjectFiles:
 
 
 def read_project_files(project: Path, limit: int = MAX_MANIFEST_BYTES) -> ProjectFiles:
-    """The manifests at the root of `project`, each read up to `limit` bytes; unreadable ones are left out,
-    and so is a symlink out of the project."""
+    """The manifests at the root of `project`, each read up to `limit` bytes; one that cannot be read is noted
+    with the reason, and a symlink out of the project is left out."""
     root = Path(os.path.realpath(project))
     contents: dict[str, bytes] = {}
     truncated: set[str] = set()
+    unreadable: dict[str, str] = {}
     for name in MANIFESTS:
-        data = read_regular(root, name, limit + 1)
+        try:
+            data = read_regular(root, name, limit)
+        except OSError as exc:
+            unreadable[name] = "not a regular file" if isinstance(exc, NotRegularFile) else exc.strerror or str(exc)
+            continue
         if data is not None:
             contents[name] = data[:limit]
             if len(data) > limit:
                 truncated.add(name)
-    present = {name for name in MARKERS if os.path.lexists(root / name)}
-    return ProjectFiles(contents, frozenset(contents) | frozenset(present), frozenset(truncated))
+    present = frozenset(contents) | frozenset(unreadable) | {name for name in MARKERS if os.path.lexists(root / name)}
+    return ProjectFiles(contents, present, frozenset(truncated), unreadable)
 
 
 def pairs(spec: str) -> tuple[tuple[str, str], ...]:
@@ -80,6 +89,8 @@ def unparsed(name: str, files: ProjectFiles, why: str) -> UnparsedError:
 
 
 def text_of(files: ProjectFiles, name: str) -> str | None:
+    if name in files.unreadable:
+        raise UnparsedError(name, f"{name} could not be read ({files.unreadable[name]})")
     data = files.contents.get(name)
     if data is None:
         return None
@@ -142,21 +153,17 @@ def clean(value: object) -> str | None:
 
 
 def read_regular(root: Path, name: str, limit: int) -> bytes | None:
-    """Up to `limit` bytes of a regular file in `root`; None when missing, not regular, unreadable or a symlink out
-    of `root` (and a FIFO must not hang)."""
+    """Up to `limit` + 1 bytes of the regular file `name` in `root` (one more shows it is over); None when there is
+    none, or it is a symlink out of `root`. OSError when it is there but cannot be read: `NotRegularFile` for a
+    folder or a FIFO (opened without blocking), `PermissionError` and the like as the system said."""
     real = os.path.realpath(root / name)
     if not Path(real).is_relative_to(root):
         return None
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        fd, _ = open_regular(real)
+    except FileNotFoundError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder with an error
-            return None
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read(limit)
-    except OSError:
-        return None
+        return read_capped(fd, limit)
     finally:
         os.close(fd)

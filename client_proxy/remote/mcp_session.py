@@ -43,8 +43,11 @@ class McpSession:
         self._opening = anyio.Lock()  # the memory browser calls from several requests at once
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The tool's structured result; `RemoteToolError` with the tool's own message when it refused."""
-        params = {"name": name, "arguments": {k: v for k, v in arguments.items() if v is not None}}
+        """The tool's structured result; `RemoteToolError` with the tool's own message when it refused, and
+        `ProxyError` before anything is sent when an argument is not UTF-8 text."""
+        sent = {k: v for k, v in arguments.items() if v is not None}
+        _check_text(sent)
+        params = {"name": name, "arguments": sent}
         try:
             result = await self._call(params)
         except SessionExpiredError:  # lost again right after it was opened: a retry loop could go on forever
@@ -127,6 +130,16 @@ class McpSession:
         except (httpx2.HTTPError, ChannelError) as exc:
             raise RemoteCallError(describe(exc, self._server_url)) from None
         return failure.message if failure is not None else None
+
+
+def _check_text(arguments: dict[str, Any]) -> None:
+    """`ProxyError` naming the first argument UTF-8 cannot encode: a lone surrogate, as Python gives a byte of
+    argv that is not UTF-8 (`memory-proxy search $'caf\\xe9'`), where the request's encoding would fail."""
+    for key, value in arguments.items():
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ProxyError(f"{key} is not UTF-8 text; give it in UTF-8") from None
 
 
 def _text(result: dict[str, Any]) -> str:

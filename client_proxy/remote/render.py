@@ -6,13 +6,18 @@ line numbers, a write's place, a listing as aligned columns. `--json` prints the
 Every string in a result passes through `_printable` first: control characters are escaped as in the log
 (`client_proxy.log_escape`), line breaks and tabs aside, so a memory holding terminal escapes (OSC 52 setting the
 clipboard, a screen clear, a carriage return overwriting the line) shows them as text instead of running them.
+`as_json` writes the same characters as JSON's `\\uXXXX` escapes: the values parse back unchanged.
+
+A result of the wrong shape (a server's bug, or a hostile one) raises KeyError, TypeError, ValueError or the like
+here; `client_proxy.remote.commands` turns those into one error.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from client_proxy.log_escape import for_terminal
+from client_proxy.log_escape import escape, for_terminal
 
 SNIPPET_LINES = 6
 
@@ -105,6 +110,24 @@ def restore(result: dict[str, Any]) -> str:
         f"restored {result['path']} to version {result['restored_version']} as new version {result['version']} "
         f"({now}); undo with: memory-proxy restore {result['path']} <the version before>\n"
     )
+
+
+def as_json(result: Any) -> str:
+    """`result` as indented JSON, other non-ASCII as is, but every character `log_escape.escape` would escape
+    (C0 and C1 controls, DEL, format characters such as bidi overrides, line separators, lone surrogates) as
+    `\\uXXXX`: JSON itself escapes only U+0000-U+001F, and CSI (U+009B) drives a terminal as ESC [ does."""
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    return "\n".join(line if line.isprintable() else _json_escaped(line) for line in text.split("\n")) + "\n"
+
+
+def _json_escaped(line: str) -> str:
+    # A raw character left by json.dumps is inside a string (the structure is ASCII spaces and line breaks).
+    return "".join(ch if escape(ch) == ch else _utf16_escape(ch) for ch in line)
+
+
+def _utf16_escape(ch: str) -> str:
+    units = ch.encode("utf-16-be", "surrogatepass")  # past U+FFFF: a surrogate pair, as JSON spells it
+    return "".join(f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2))
 
 
 def _who_when(item: dict[str, Any]) -> str:

@@ -18,9 +18,8 @@ from server.memory.sections import parse_name
 from server.memory.text import utf8
 from server.mirror.mirror import ABSENT
 from server.mirror.paths import normalise_mirror_path
-from syncproto.wire import is_content_hash
+from syncproto.wire import MAX_WRITE_BYTES, is_content_hash
 
-MAX_WRITE_BYTES = 256 * 1024
 MAX_KEY_CHARS = 128
 MAX_HEADING_ARGUMENT_CHARS = 500
 MAX_VERSION = 2**63 - 1  # revisions are 64-bit integers in SQLite and PostgreSQL; a larger one failed there

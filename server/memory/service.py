@@ -34,7 +34,6 @@ from server.index.search import build_options
 from server.indexes.registry import RESCAN_SECONDS, IndexRegistry, OpenIndex
 from server.indexes.storage import Backend, SqliteBackend
 from server.memory.arguments import (
-    MAX_WRITE_BYTES,
     check_day,
     check_expected_hash,
     check_heading,
@@ -61,6 +60,7 @@ from server.memory.writing import check_write, write_locked
 from server.mirror.mirror import ABSENT, IdempotencyRecord, utc_now
 from server.mirror.paths import normalise_memory_path, normalise_memory_prefix, normalise_mirror_path
 from server.mirror.state import MirrorFile, iso_epoch
+from syncproto.wire import MAX_WRITE_BYTES
 
 __all__ = [
     "ABSENT",

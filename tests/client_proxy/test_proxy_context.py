@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import os
 import re
@@ -375,6 +376,50 @@ def test_install_templates_reports_a_failure_instead_of_raising(project):
     outcomes = install_templates(project, Stack())
     assert [(o.path, o.status) for o in outcomes] == [("MEMORY.md", "created"), ("memory/project-context.md", "failed")]
     assert outcomes[1].reason.startswith("cannot create memory/: ")
+
+
+def no_permission_to_read(project, monkeypatch) -> str:
+    """package.json as a file this user may not read: mode 000 where that refuses (not as root), else the system
+    call's own answer to it, EACCES from open(2)."""
+    write(project, "package.json", PACKAGE_JSON)
+    if os.geteuid() != 0:
+        os.chmod(project / "package.json", 0)
+    else:
+        real_open = os.open
+
+        def refuse(path, *args, **kwargs):
+            if os.path.basename(path) == "package.json":
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", refuse)
+    return os.strerror(errno.EACCES)
+
+
+def a_folder(project, _monkeypatch) -> str:
+    (project / "package.json").mkdir()
+    return "not a regular file"
+
+
+def a_fifo(project, _monkeypatch) -> str:
+    os.mkfifo(project / "package.json")  # opened without blocking: no writer ever comes
+    return "not a regular file"
+
+
+PACKAGE_JSON = '{"name": "webapp", "dependencies": {"react": "18"}}'
+
+
+@pytest.mark.parametrize("make_unreadable", [no_permission_to_read, a_folder, a_fifo])
+def test_init_names_a_manifest_it_cannot_read_instead_of_saying_none_was_found(
+    run, project, monkeypatch, make_unreadable
+):
+    # package.json at mode 000 was taken for no manifest: the page said "No manifest found".
+    reason = make_unreadable(project, monkeypatch)
+    code, _, _ = init(run, project)
+    assert code == 0
+    page = (project / "memory" / "project-context.md").read_text()
+    assert "No manifest found" not in page
+    assert f"- **JavaScript** (`package.json`): package.json could not be read ({reason}); describe it by hand" in page
 
 
 # the README's Claude Code section stays true -----------------------------------------------------------------------

@@ -4,13 +4,18 @@ the hashing embedder): the same operations and results as the MCP tools, readabl
 from __future__ import annotations
 
 import json
+import os
 import re
+import resource
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from syncproto.wire import MAX_WRITE_BYTES
+from tests.conftest import REPO
 from tests.mcp_support import structured
 from tests.sync_support import Laptop
 from tests.ui_support import Team, team
@@ -41,6 +46,11 @@ def memory_proxy(laptop: Laptop, *args: str, stdin: str | None = None) -> subpro
     )
 
 
+def this_checkout(*args: str) -> list[str]:
+    """`memory-proxy ARGS` as this checkout's code, run from REPO (the console script imports the installed one)."""
+    return [sys.executable, "-c", "import sys; from client_proxy.cli import main; sys.exit(main())", *args]
+
+
 def ok(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -66,7 +76,8 @@ def test_a_note_written_from_the_terminal_is_searched_listed_and_read_back_with_
     read = ok(memory_proxy(bob, "get", "memory/deploy.md"))
     numbered = [line for line in read.splitlines()[1:] if note in line]
     assert numbered and numbered[0].split()[0].isdigit()
-    assert ok(memory_proxy(bob, "get", "memory/nowhere.md")) == "memory/nowhere.md: no such file\n"
+    missing = memory_proxy(bob, "get", "memory/nowhere.md")
+    assert (missing.returncode, missing.stdout) == (1, "memory/nowhere.md: no such file\n")
 
 
 @pytest.mark.anyio
@@ -154,3 +165,54 @@ def test_a_line_longer_than_one_answer_is_printed_to_its_end_by_following_each_c
         arguments = ["--start", follow.group(1), *(["--start-char", follow.group(2)] if inside else [])]
     assert long_line in printed.values()
     assert list(printed.values())[-1] == "after"
+
+
+def test_an_endless_pipe_into_write_is_refused_at_the_write_cap_without_reading_it_all(tmp_path):
+    # `yes | memory-proxy write` grew to 7.7 GB in 6 s: stdin was read to its end before anything was sent.
+    def at_most_a_gigabyte() -> None:  # before the fix, a MemoryError instead of the machine's memory
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    yes = subprocess.Popen(["yes", "a line of notes"], stdout=subprocess.PIPE)
+    try:
+        done = subprocess.run(
+            this_checkout("write"),
+            stdin=yes.stdout,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "MEMORY_PROXY_HOME": str(tmp_path / "home")},
+            preexec_fn=at_most_a_gigabyte,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+    finally:
+        yes.kill()
+        yes.wait()
+        assert yes.stdout is not None
+        yes.stdout.close()
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"memory-proxy: error: stdin holds more than {MAX_WRITE_BYTES // 1024} KiB, the most one write takes; "
+        "split it into parts\n"
+    )
+
+
+def test_output_into_a_reader_that_already_stopped_ends_quietly_with_the_status_of_sigpipe(crew):
+    # `memory-proxy get --json ... | head` printed "memory-proxy: error: : Broken pipe" and exited 1.
+    alice = crew.laptops["alice"]
+    ok(memory_proxy(alice, "write", "--path", "memory/notes.md", "a note to read"))
+    reader, writer = os.pipe()
+    os.close(reader)  # `| head -c 1` that has had its byte
+    try:
+        done = subprocess.run(
+            this_checkout("get", "--json", "memory/notes.md"),
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            env={**(alice.params().env or {}), "MEMORY_PROXY_LOG_LEVEL": "WARNING"},
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (141, b"")
