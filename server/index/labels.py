@@ -127,7 +127,6 @@ def labels_argument(tags: object, category: object) -> Labels:
         word = normalise_category(category) if isinstance(category, str) else None
         if word is None:
             raise InvalidArgumentError(
-                f"category must be one word ({word_rule}),"
-                f" e.g. {', '.join(SUGGESTED_CATEGORIES[:4])}"
+                f"category must be one word ({word_rule}), e.g. {', '.join(SUGGESTED_CATEGORIES[:4])}"
             )
     return Labels(clean, word)
