@@ -6,6 +6,7 @@ kept outside the database so a damaged database can be rebuilt from the files).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -19,14 +20,14 @@ from server.index.embeddings.base import Embedder, Tokenizer
 from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_chain
 from server.index.engine_settings import EngineSettings
 from server.index.errors import CorruptIndexError, EngineError, InvalidArgumentError, UnknownIndexError
-from server.index.hits import SearchResult
+from server.index.hits import SearchResult, join_notices
 from server.index.indexer import Indexer, IndexReport, scan_folder
 from server.index.labelled_files import FileLabels, file_labels
 from server.index.labels import Labels
 from server.index.naming import FILES_FOLDER, index_dir, validate_name, write_info
 from server.index.rebuild_progress import RebuildProgress
 from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, present_database, remove_strays
-from server.index.relabel import start_relabel
+from server.index.relabel import relabel_notice, start_relabel
 from server.index.search import SearchOptions, search
 from server.index.status import IndexStatus, index_status
 from server.index.store import LET_GO, Store, for_the_guard, is_corruption, is_missing_table, quarantine
@@ -171,7 +172,9 @@ class MemoryIndex:
         root = self.root
         if root is not None and root.is_dir():
             log.warning("rebuilding index %s from %s; vectors follow in the background", self.name, root)
-            Indexer(self.store, None, None, self.tokenizer, self.settings.chunker, self.settings.scan).run(root)
+            # Marked as cut with the configured chunking (the store is new), or a re-chunk would cut it all again.
+            chunker = live_chunker(self.store, self.settings.chunker)
+            Indexer(self.store, None, None, self.tokenizer, chunker, self.settings.scan).run(root)
         self.keep_vectors_current()
 
     def _guard(self, operation: Callable[[], T]) -> T:
@@ -414,8 +417,10 @@ class MemoryIndex:
     def _search(self, query: str, options: SearchOptions) -> SearchResult:
         why, own = self.vector_state()[1], self.settings
         space, provider = self._serving() or (None, None)
-        return search(self.store, provider, space, query, options, own.weights, why,
-                      candidate_multiplier=own.search.candidate_multiplier, reranker=own.reranker)  # fmt: skip
+        result = search(self.store, provider, space, query, options, own.weights, why,
+                        candidate_multiplier=own.search.candidate_multiplier, reranker=own.reranker)  # fmt: skip
+        relabelling = relabel_notice(self.store)
+        return dataclasses.replace(result, notice=join_notices(result.notice, relabelling)) if relabelling else result
 
     def status(self) -> IndexStatus:
         return self._guard(lambda: index_status(self))

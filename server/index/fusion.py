@@ -4,11 +4,17 @@ FTS5's bm25() is negative, more negative meaning more relevant. `1/(1+abs(rank))
 order and `1/(1+max(0,rank))` would make every keyword hit equal. Here the keyword scores are normalised within
 the candidate set, either min-max (best = 1, weakest = 0) or as a share of the best (best = 1); cosine
 similarity is used as is, clamped at 0. bench/bench_retrieval_scifact.py measured the choices.
+
+A hybrid candidate without a vector yet (written while its provider failed, or waiting for a fill) has no vector
+side to weigh, and its keyword side alone (0.3 at most) never reaches the local model's gate (0.35,
+`tuning.default_min_score`): it is scored as keyword mode scores it, by its share of the best bm25. So an index whose
+vectors are all missing answers exactly as keyword mode does (as during a rebuild), and one with none missing is
+scored as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 
@@ -46,17 +52,25 @@ def normalise_bm25(ranks: Mapping[int, float], method: str = "minmax") -> dict[i
 
 
 def fuse(
-    similarities: Mapping[int, float], ranks: Mapping[int, float], weights: FusionWeights, mode: str
+    similarities: Mapping[int, float],
+    ranks: Mapping[int, float],
+    weights: FusionWeights,
+    mode: str,
+    unembedded: Collection[int] = (),
 ) -> list[Scored]:
-    """Scores for the union of candidates, best first (ties broken by chunk id for a stable order)."""
+    """Scores for the union of candidates, best first (ties broken by chunk id for a stable order). In hybrid,
+    the candidates in `unembedded` (no vector yet) score their keyword share alone, as in keyword mode."""
     # Alone, keyword scores are shares of the best hit, so even the weakest match keeps a score above 0.
     keyword = normalise_bm25(ranks, weights.normalise if mode == "hybrid" else "max")
+    alone = normalise_bm25(ranks, "max") if mode == "hybrid" and unembedded else keyword
     total = weights.vector + weights.keyword
     scored: list[Scored] = []
     for chunk in set(similarities) | set(keyword):
         v = max(0.0, similarities.get(chunk, 0.0))
         k = keyword.get(chunk, 0.0)
-        if mode == "hybrid":
+        if mode == "hybrid" and chunk in unembedded:
+            score = k = alone.get(chunk, 0.0)
+        elif mode == "hybrid":
             score = (weights.vector * v + weights.keyword * k) / total
         elif mode == "vector":
             score = v

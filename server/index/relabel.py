@@ -34,6 +34,21 @@ class MemoryIndex(Protocol):
     ) -> object: ...
 
 
+def relabel_notice(store: Store) -> str | None:
+    """What status and search say while files wait to be chunked again after the upgrade: it is the server's own
+    work, finishing by itself, not changes for memory_sync to index; None when nothing waits."""
+    if store.get_meta(RELABEL_KEY) is None:
+        return None
+    waiting = store.connection().execute("SELECT count(*) FROM files WHERE hash = ''").fetchall()[0][0]
+    if not waiting:
+        return None
+    files = "1 file" if waiting == 1 else f"{waiting} files"
+    return (
+        f"re-reading {files} for their tags after an upgrade, which finishes by itself: until each is done its old "
+        "chunks answer searches, without tags"
+    )
+
+
 def start_relabel(index: MemoryIndex) -> threading.Thread | None:
     """The thread that re-chunks `index` after the upgrade, started; None when there is nothing to do."""
     if index.store.get_meta(RELABEL_KEY) is None:

@@ -281,14 +281,17 @@ def rank_hits(
     """The hits of a search from its candidates (completed on both sides): fused (in hybrid, again after vector
     feedback from the best hit: server.index.feedback), cut at `min_score` (or gated on the best hit when none was
     given), reordered by the options asked for, merged into places and cited; and the notice to add. Shared by
-    every backend; `model` is the (provider, model) of the query vector."""
-    fused = [s for s in fuse(similarities, ranks, weights, mode) if s.score > 0]
+    every backend; `model` is the (provider, model) of the query vector. A hybrid keyword candidate that the
+    completion found no vector for has none yet: it is scored by its keyword share alone (`fusion.fuse`), so a strong
+    keyword match passes the gate, and the notice says so."""
+    unembedded = {c for c in ranks if c not in similarities} if mode == "hybrid" else set()
+    fused = [s for s in fuse(similarities, ranks, weights, mode, unembedded) if s.score > 0]
     threshold = default_min_score(model, mode) if options.min_score is None else options.min_score
     # Not for an answer the gate empties: feedback only raises the best hit's score, the gate would stay shut.
     best = fused[0] if fused else None
     if best and best.score >= threshold and mode == "hybrid" and options.feedback_weight > 0 and vectors is not None:
         moved = feedback_similarities(similarities, best.chunk_id, vectors, options.feedback_weight)
-        fused = [s for s in fuse(moved, ranks, weights, mode) if s.score > 0]
+        fused = [s for s in fuse(moved, ranks, weights, mode, unembedded) if s.score > 0]
     if options.min_score is None:  # auto: the answer is empty when even its best hit is under the measured gate
         scored = fused if fused and fused[0].score >= threshold else []
     else:  # a threshold given: every hit under it goes
@@ -301,7 +304,16 @@ def rank_hits(
     places = merge_places(ordered, options.limit)
     found_hits = load_hits(hits, places, {s.chunk_id: s for s in scored}, found, query_terms(query))
     empty = nothing_relevant(threshold) if fused and not found_hits else None
-    return found_hits, join_notices(empty, reordered)
+    return found_hits, join_notices(join_notices(empty, keyword_alone(len(unembedded))), reordered)
+
+
+def keyword_alone(count: int) -> str | None:
+    """The notice of a hybrid search that met `count` matching chunks without a vector yet."""
+    if not count:
+        return None
+    if count == 1:
+        return "1 matching passage has no vector yet, so it is ranked by keyword alone until it is embedded"
+    return f"{count} matching passages have no vector yet, so they are ranked by keyword alone until they are embedded"
 
 
 def _keyword_side(

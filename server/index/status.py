@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Protocol
 
 from server.index.embeddings.chain import ProviderChain, ProviderState
+from server.index.hits import join_notices
 from server.index.migrations import SCHEMA_VERSION
 from server.index.rebuild_progress import RebuildProgress, RebuildSnapshot
+from server.index.relabel import relabel_notice
 from server.index.store import Store
 from server.index.vectors import live_space
 
@@ -84,7 +86,7 @@ def index_status(index: ReportingIndex) -> IndexStatus:
         pending_vectors=index.pending_count(),
         vector_state=state,
         search_modes=["hybrid", "vector", "keyword"] if state == "ready" else ["keyword"],
-        notice=why or (RECHUNK_NOTICE if index.rechunker.running else None),
+        notice=join_notices(why or (RECHUNK_NOTICE if index.rechunker.running else None), relabel_notice(index.store)),
         last_change=float(last) if last else None,
         database_bytes=index.store.size_bytes(),
         schema_version=SCHEMA_VERSION,

@@ -80,8 +80,16 @@ def create_space(store: Store, embedder: Embedder, prefix: str) -> VectorSpace:
     return space
 
 
-def ensure_live_space(store: Store, embedder: Embedder) -> VectorSpace:
-    return live_space(store) or create_space(store, embedder, "vector")
+def ensure_live_space(store: Store, embedder: Embedder) -> VectorSpace | None:
+    """The live vector table; a new, empty one for `embedder` only while the index has no chunks (they are embedded
+    as they are written). Chunks without live vectors (a rebuild from the files cut short, an index built with no
+    model) are left to the background rebuild, which fills a table beside them and swaps it in, keyword search and
+    a "rebuilding" state meanwhile: an empty live table would call the vectors ready with every chunk unembedded
+    until the next indexing run."""
+    live = live_space(store)
+    if live is not None or store.connection().execute("SELECT 1 FROM chunks LIMIT 1").fetchall():
+        return live
+    return create_space(store, embedder, "vector")
 
 
 def space_for(store: Store, embedder: Embedder) -> VectorSpace:
