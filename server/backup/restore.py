@@ -4,13 +4,17 @@ Both unpack the archive into a private staging folder first and check it whole: 
 against the manifest, `PRAGMA integrity_check` of every database, and that each index's files are exactly the
 live files its state records, with those hashes. Only then does a restore move the indexes into the data folder
 (one rename) and write the key files that are missing; a damaged or hostile archive writes nothing there, and
-neither does one whose databases a newer server wrote (their schema is past this server's migrations).
+neither does one whose databases a newer server wrote (their schema is past this server's migrations). An index
+the archive holds no search index for (archives an older version took after a re-chunk: their index.json names a
+database they lack) is sound, as nothing is lost: both say so once, and the restored server rebuilds it from the
+files, embedding every chunk again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -20,7 +24,7 @@ import apsw
 
 from channel.files import atomic_write
 from server.backup.archive import KEY_FILES, SETTINGS, TIMESTAMPS, fsync_folder, unpack_archive
-from server.backup.snapshot import read_key_file
+from server.backup.snapshot import live_database, read_key_file, schema_version
 from server.backup.work import remove_stale_work, work_folder
 from server.callers.config import CALLERS_FILE, FILE_MODE
 from server.callers.file import prepare_keys_dir
@@ -30,6 +34,8 @@ from server.index.store import load_vec, vec_available
 from server.mirror import queries as q
 from server.mirror.state import MIGRATIONS as STATE_MIGRATIONS
 from server.mirror.state import state_of
+
+log = logging.getLogger(__name__)
 
 RESTORED_SETTINGS = "settings-from-backup.toml"
 KEY_MODES = {"server.key": 0o600, "server.pub": 0o644, CALLERS_FILE: FILE_MODE}
@@ -64,6 +70,8 @@ def restore_archive(archive: Path, data_dir: Path, keys_dir: Path) -> dict[str, 
 def _restore(archive: Path, data_dir: Path, keys_dir: Path) -> dict[str, Any]:
     with work_folder(data_dir, RESTORE_PREFIX) as staging:
         manifest = check_unpacked(archive, staging)
+        for warning in manifest["warnings"]:
+            log.warning("restore: %s", warning)
         keys, kept = _keys_to_write(staging / "keys", keys_dir)
         for name in manifest["indexes"]:
             _point_at_files(staging / "indexes" / name, data_dir / "indexes" / name)
@@ -96,8 +104,9 @@ def _scratch_folder(preferred: Path) -> Path:
 
 
 def check_unpacked(archive: Path, staging: Path) -> dict[str, Any]:
-    """Unpack `archive` into `staging` and check it whole (hashes, databases, files against state). BackupError for
-    databases of a schema newer than this server's."""
+    """Unpack `archive` into `staging` and check it whole (hashes, databases, files against state); its manifest,
+    with `warnings`: what a restore of a sound archive will not find in it. BackupError for databases of a schema
+    newer than this server's."""
     manifest = unpack_archive(archive, staging)
     indexes = manifest["indexes"]  # its shape checked with the seal (`manifest.unseal`)
     found = {entry.name for entry in (staging / "indexes").iterdir()} if (staging / "indexes").is_dir() else set()
@@ -112,18 +121,34 @@ def check_unpacked(archive: Path, staging: Path) -> dict[str, Any]:
                 check_integrity(folder / database, f"{name}/{database}")
         if (folder / "state.sqlite3").is_file():
             _check_files_agree(folder / "state.sqlite3", name, hashes)
+    manifest["warnings"] = [warning for name in sorted(indexes) if (warning := _without_search_index(staging, name))]
     return manifest
+
+
+def _without_search_index(staging: Path, name: str) -> str | None:
+    """What to say of index `name` when the archive lacks the search index its index.json names: the restored
+    server finds none and rebuilds it from the files, which lose nothing but take a while (every chunk embedded)."""
+    folder = staging / "indexes" / name
+    if not (folder / "index.json").is_file():
+        return None
+    try:
+        info = json.loads((folder / "index.json").read_text("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        info = None  # the restored server rewrites it, naming the database the folder holds
+    database = live_database(info if isinstance(info, dict) else None)
+    if (folder / database).is_file():
+        return None
+    return (
+        f"index {name!r}: the archive lacks its search index ({database}, which its index.json names); "
+        "a restore rebuilds it from the files, embedding every chunk again (nothing is lost)"
+    )
 
 
 def refuse_newer(path: Path, shown: str, known: int) -> None:
     """BackupError when the database at `path` records more migrations than the `known` this server has: a newer
     server took the archive, and this one could not open what it restored."""
     try:
-        db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            version = int(db.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
-        finally:
-            db.close()
+        version = schema_version(path)
     except apsw.Error:
         raise DamagedArchiveError(f"{shown} cannot be opened") from None
     if version > known:

@@ -18,7 +18,11 @@ copy records. When it is not:
   the next copy holds the disk's content.
 So the files and the state agree by construction. Before the first copy, every change made on disk behind the
 server (a file added, edited or removed by hand) is recorded the same way, as the server does when it lists the
-folder (`Mirror.reconcile_all`): a file the state has no row for yet would otherwise be in no copy at all.
+folder (`Mirror.reconcile_all`): a file the state has no row for yet would otherwise be in no copy at all. Only
+in a state of this version's schema: one another version keeps (an older server served on while the operator
+upgrades) is left at its schema, since a mirror opened on it would migrate it under that server; that server
+records such changes itself when it lists the folder, and the archive holds what its state last recorded. The
+copies are the backup's own, and are brought to this version's schemas once taken (`bring_up_to_date`).
 The mirror's lock is a thread lock of the serving process, so the backup could only hold writers off with SQLite's
 write lock, stalling every upload of the index for the whole copy; it takes none.
 The search index is copied the same way right after the state: the database index.json names as live
@@ -38,6 +42,7 @@ import shutil
 import stat
 import time
 import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,12 +53,15 @@ from server.backup.archive import INDEX_FILES, KEY_FILES, SETTINGS, TIMESTAMPS, 
 from server.callers.config import CALLERS_FILE
 from server.callers.file import read_checked as read_callers_file
 from server.errors import BackupError, InvalidArgumentError, MemoryServerError, UnsafePathError
+from server.index.migrations import SCHEMA_VERSION as INDEX_SCHEMA
+from server.index.migrations import migrate as migrate_index
 from server.index.rechunk import LIVE_DATABASE, present_database
 from server.index.store import BUSY_TIMEOUT_MS, load_vec, vec_available
 from server.mirror import queries as q
 from server.mirror.files import Snapshot, take_snapshot
 from server.mirror.mirror import Mirror
-from server.mirror.state import FileState, state_of
+from server.mirror.state import MIGRATIONS as STATE_MIGRATIONS
+from server.mirror.state import FileState, migrate_state, state_of
 from syncproto.paths import is_session_file
 from syncproto.wire import sha256_hex
 
@@ -104,7 +112,8 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
     """A consistent copy of the index in `directory` under `work`, its files' contents in `blobs` (by sha256)."""
     name = directory.name
     blobs.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if (directory / "state.sqlite3").is_file():
+    recording = (directory / "state.sqlite3").is_file() and _state_is_current(directory)
+    if recording:
         _record_disk_changes(directory, None)
     unmoved: set[FileState] = set()  # the states the last copy could not find the content of
     for attempt in range(1, ATTEMPTS + 1):
@@ -115,6 +124,11 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
         # At once: the server indexes a change right after recording it, so the two copies differ by the few
         # changes in flight (the restored server indexes those on its first search).
         description = _copy_search_index(directory, work / "index.sqlite3")
+        # The copies are the backup's own: brought to this version's schemas here, never the live databases.
+        if has_state:
+            bring_up_to_date(work / "state.sqlite3", migrate_state, len(STATE_MIGRATIONS))
+        if (work / "index.sqlite3").is_file():
+            bring_up_to_date(work / "index.sqlite3", migrate_index, INDEX_SCHEMA, vec=True)
         if has_state:
             changed = _copy_files(directory, work / "state.sqlite3", blobs, copied)
             if changed:
@@ -125,6 +139,13 @@ def copy_index(directory: Path, work: Path, blobs: Path) -> IndexCopy:
                         f"(first: {changed[0].path}); try again when the server is quieter"
                     )
                 behind = [state.path for state in changed if state in unmoved]
+                if behind and not recording:
+                    raise BackupError(
+                        f"index {name!r}: {behind[0]} was changed on disk behind the server, and its state (another "
+                        "version's, which this backup leaves as it is) keeps no copy of what it records: let that "
+                        "server record the change (it does when it lists the folder: a search, a sync) and back up "
+                        "again"
+                    )
                 if behind:
                     _record_disk_changes(directory, behind)
                 unmoved = set(changed)
@@ -146,9 +167,9 @@ def _copy_search_index(directory: Path, target: Path) -> dict[str, Any] | None:
     for _ in range(ATTEMPTS):
         target.unlink(missing_ok=True)
         info = _description(directory)
-        live = _live_database(info)
+        live = live_database(info)
         copy_database(directory / live, target, vec=True)
-        if _live_database(_description(directory)) == live:
+        if live_database(_description(directory)) == live:
             if info is None:
                 return None
             return {key: value for key, value in info.items() if key not in _DATABASE_KEYS}
@@ -171,11 +192,61 @@ def _description(directory: Path) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else {"database": present_database(directory)}
 
 
-def _live_database(info: dict[str, Any] | None) -> str:
+def live_database(info: Mapping[str, Any] | None) -> str:
     """The file name of the search index's live database that `info` names, as the engine reads it
     (`MemoryIndex.db_path`): an `index-` name that is a plain file name, else `index.sqlite3`."""
     name = (info or {}).get("database")
     return name if isinstance(name, str) and name.startswith("index-") and "/" not in name else LIVE_DATABASE
+
+
+def schema_version(path: Path) -> int:
+    """The schema version (`PRAGMA user_version`) of the database at `path`, read without writing to it."""
+    db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        db.set_busy_timeout(BUSY_TIMEOUT_MS)
+        return int(db.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
+    finally:
+        db.close()
+
+
+def bring_up_to_date(
+    copy: Path, migrate: Callable[[apsw.Connection], object], known: int, *, vec: bool = False
+) -> None:
+    """Run this version's migrations (`migrate`, reaching schema `known`) on the backup's own `copy` of a database an
+    older server wrote. One a newer server wrote stays as it is: verify and restore refuse it, naming the cause."""
+    db = apsw.Connection(str(copy))
+    try:
+        db.set_busy_timeout(BUSY_TIMEOUT_MS)
+        if vec and vec_available():
+            load_vec(db)
+        if int(db.execute("PRAGMA user_version").fetchall()[0][0]) < known:  # type: ignore[arg-type]
+            migrate(db)
+    except (apsw.Error, MemoryServerError) as exc:
+        raise BackupError(f"cannot bring the copy of {copy.name} up to date ({type(exc).__name__})") from exc
+    finally:
+        db.close()
+
+
+def _state_is_current(directory: Path) -> bool:
+    """Whether the live state is of this version's schema, so the backup may record changes made on disk in it as
+    the server does. Another version's is left as it is: opening a mirror on it would migrate an older server's
+    state under it (that server then records changes without their history, and refuses every write after a
+    restart); that server records such changes itself when it lists the folder."""
+    try:
+        found = schema_version(directory / "state.sqlite3")
+    except apsw.Error as exc:
+        raise BackupError(f"cannot read state.sqlite3 of {directory.name!r}: {type(exc).__name__}") from exc
+    known = len(STATE_MIGRATIONS)
+    if found != known:
+        log.warning(
+            "backup: %s: its state was written by %s version (schema %d; this one knows %d) and is left as it is; "
+            "files changed on disk behind that server are archived as its state last recorded them",
+            directory.name,
+            "an older" if found < known else "a newer",
+            found,
+            known,
+        )
+    return found == known
 
 
 def _record_disk_changes(directory: Path, paths: list[str] | None) -> None:

@@ -61,6 +61,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
     if args.verify:
         manifest = _checked(args.file, lambda: verify_archive(args.file))
         print(f"{args.file}: sound. {_described(manifest)}")
+        for warning in manifest["warnings"]:
+            print(f"warning: {warning}")
         return 0
     if args.settings.database_url:  # the files are not under the data folder: an archive of it would miss them
         raise BackupError(POSTGRES_BACKUP)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import os
@@ -16,13 +15,13 @@ from server.cli import backup as backup_cli
 from server.cli import config as config_cli
 from server.cli import migrate as migrate_cli
 from server.cli import selfcheck, serve
+from server.cli import status as status_cli
 from server.errors import EngineError, InvalidArgumentError, MemoryServerError
 from server.index.embeddings.base import Embedder
 from server.index.engine import MemoryIndex
 from server.index.hits import SearchResult
 from server.index.indexer import count_memory_files
 from server.index.search import MAX_LIMIT, build_options
-from server.index.status import IndexStatus
 from server.observe import logs
 from server.settings import Settings
 from syncproto.paths import set_extra_folders
@@ -81,7 +80,7 @@ def build_parser(settings: Settings) -> argparse.ArgumentParser:
     )
     search.set_defaults(func=cmd_search)
 
-    status = commands.add_parser("status", help="show what an index holds")
+    status = commands.add_parser("status", help="show what an index holds (read only: changes nothing)")
     status.add_argument("--index", required=True, dest="index_name", metavar="NAME")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
@@ -267,33 +266,13 @@ def _print_result(result: SearchResult, query: str) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    index = _open(args)
-    try:
-        status = index.status()
-    finally:
-        index.close()
+    """Read-only (`server.cli.status`): never migrates the database or starts the engine's background work."""
+    report = status_cli.read_status(args.data_dir, args.index_name, _embedder(args))
     if args.json:
-        print(json.dumps(dataclasses.asdict(status)))
+        print(json.dumps(report.as_json()))
     else:
-        _print_status(status)
+        status_cli.print_report(report)
     return 0
-
-
-def _print_status(s: IndexStatus) -> None:
-    model = f"{s.provider}/{s.model} ({s.dimensions} dimensions)" if s.model else "none"
-    rows = [
-        ("index", s.name),
-        ("folder", s.root or "-"),
-        ("model", model),
-        ("vectors", s.vector_state + (f" — {s.notice}" if s.notice else "")),
-        ("search modes", ", ".join(s.search_modes)),
-        ("files", ", ".join(f"{k}: {v}" for k, v in sorted(s.files.items())) or "0"),
-        ("chunks", ", ".join(f"{k}: {v}" for k, v in sorted(s.chunks.items())) or "0"),
-        ("waiting for vectors", str(s.pending_vectors)),
-        ("database", f"{s.database_bytes / 1024:.0f} KiB, schema {s.schema_version}"),
-    ]
-    for key, value in rows:
-        print(f"{key:>20}: {value}")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from server.index.vectors import (
     live_space,
     rebuild,
     tidy_cache,
+    vector_state,
 )
 
 log = logging.getLogger(__name__)
@@ -231,22 +232,8 @@ class MemoryIndex:
         return (space, provider) if space is not None and provider is not None else None
 
     def vector_state(self) -> tuple[str, str | None]:
-        """("ready" | "rebuilding" | "unavailable" | "off", why vectors are not used when they are not).
-
-        Ready while the live vectors' provider answers, even when a rebuild for a preferred one runs beside them;
-        unavailable while that provider fails and no other is due to replace it (keyword search meanwhile)."""
-        if not self.providers:
-            return "off", "no embedding model is available; keyword search only"
-        if not self.store.vec_loaded:
-            return "off", "sqlite-vec is not available; keyword search only"
-        if self._serving() is not None:
-            return "ready", None
-        target, failing = self.embedder, self.providers.failures()
-        live = live_space(self.store)
-        if target is None or (live is not None and live.serves(target)):
-            return "unavailable", f"vector search is unavailable ({failing}); keyword search meanwhile"
-        why = f"vectors are being rebuilt for {target.model}; keyword search meanwhile"
-        return "rebuilding", f"{why} ({failing})" if failing else why
+        """How the vectors stand (`vectors.vector_state`)."""
+        return vector_state(self.providers, live_space(self.store), vec_loaded=self.store.vec_loaded)
 
     @property
     def needs_rebuild(self) -> bool:

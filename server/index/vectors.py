@@ -14,6 +14,7 @@ import numpy as np
 
 from server.index.cache_rules import CACHE_KEEP_DAYS, Model, cap_sql, claim_prune_sql, count_sql, prune_sql
 from server.index.embeddings.base import Embedder, Vectors, unusable
+from server.index.embeddings.chain import ProviderChain
 from server.index.errors import EmbeddingError
 from server.index.queries import chunks_without_vectors_sql, create_vector_table_sql
 from server.index.stats import COMPLETE_THROUGH, count_pending, moved_mark
@@ -43,15 +44,40 @@ class VectorSpace:
 
 
 def _read_space(store: Store, prefix: str) -> VectorSpace | None:
-    table = store.get_meta(f"{prefix}_table")
+    return space_in(store.get_meta, prefix)
+
+
+def space_in(meta: Callable[[str], str | None], prefix: str = "vector") -> VectorSpace | None:
+    """The vectors `meta` (a reader of the meta table's values) records under `prefix`; None when it records none."""
+    table = meta(f"{prefix}_table")
     if table is None:
         return None
+    dimensions = meta(f"{prefix}_dimensions") or "0"
     return VectorSpace(
         table=table,
-        provider=store.get_meta(f"{prefix}_provider") or "",
-        model=store.get_meta(f"{prefix}_model") or "",
-        dimensions=int(store.get_meta(f"{prefix}_dimensions") or 0),
+        provider=meta(f"{prefix}_provider") or "",
+        model=meta(f"{prefix}_model") or "",
+        dimensions=int(dimensions) if dimensions.isdigit() else 0,
     )
+
+
+def vector_state(providers: ProviderChain, live: VectorSpace | None, *, vec_loaded: bool) -> tuple[str, str | None]:
+    """("ready" | "rebuilding" | "unavailable" | "off", why vectors are not used when they are not), for the live
+    vectors `live` and the providers configured.
+
+    Ready while the live vectors' provider answers, even when a rebuild for a preferred one runs beside them;
+    unavailable while that provider fails and no other is due to replace it (keyword search meanwhile)."""
+    if not providers:
+        return "off", "no embedding model is available; keyword search only"
+    if not vec_loaded:
+        return "off", "sqlite-vec is not available; keyword search only"
+    if live is not None and providers.serving(live.provider, live.model, live.dimensions) is not None:
+        return "ready", None
+    target, failing = providers.preferred(), providers.failures()
+    if target is None or (live is not None and live.serves(target)):
+        return "unavailable", f"vector search is unavailable ({failing}); keyword search meanwhile"
+    why = f"vectors are being rebuilt for {target.model}; keyword search meanwhile"
+    return "rebuilding", f"{why} ({failing})" if failing else why
 
 
 def _write_space(store: Store, db: apsw.Connection, prefix: str, space: VectorSpace | None) -> None:

@@ -43,7 +43,7 @@ from server.index.search import (
 from server.index.shared_names import query_texts
 from server.index.status import IndexStatus
 from server.index.tuning import check_model_limit, chunking_identity
-from server.index.vectors import VectorSpace
+from server.index.vectors import VectorSpace, vector_state
 from server.mirror.queries import Query
 from server.postgres import search_queries as sq
 from server.postgres.connection import PgConnection, schema_of
@@ -171,19 +171,13 @@ class PgSearchIndex:
         return (space, provider) if space is not None and provider is not None else None
 
     def vector_state(self, db: PgConnection | None = None) -> tuple[str, str | None]:
-        """As `server.index.engine.MemoryIndex.vector_state`."""
+        """How the vectors stand (`server.index.vectors.vector_state`; pgvector is always there)."""
         if not self.providers:
-            return "off", "no embedding model is available; keyword search only"
+            return vector_state(self.providers, None, vec_loaded=True)
         if db is None:
             with self._reader() as db:
                 return self.vector_state(db)
-        if self._serving(db) is not None:
-            return "ready", None
-        target, failing, live = self.embedder, self.providers.failures(), read_space(db)
-        if target is None or (live is not None and live.serves(target)):
-            return "unavailable", f"vector search is unavailable ({failing}); keyword search meanwhile"
-        why = f"vectors are being rebuilt for {target.model}; keyword search meanwhile"
-        return "rebuilding", f"{why} ({failing})" if failing else why
+        return vector_state(self.providers, read_space(db), vec_loaded=True)
 
     def _rechunk_due(self, db: PgConnection) -> bool:
         return meta(db, CHUNKING_KEY) != chunking_identity(self.settings.chunker)

@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import io
 import json
+import logging
 import os
 import random
 import stat
@@ -296,6 +297,31 @@ def test_an_archive_a_newer_server_took_is_refused_by_verify_and_restore_before_
     assert main(["--data-dir", str(target / "data"), "--keys-dir", str(target / "keys"), "restore", str(forged)]) == 1
     assert "restore it with that version" in capsys.readouterr().err
     assert not (target / "data").exists() and not (target / "keys").exists()
+
+
+def test_an_archive_without_the_search_index_its_description_names_is_sound_and_verify_and_restore_say_it_is_rebuilt(
+    folder, tmp_path, capsys, caplog
+):
+    # What older versions archived after a re-chunk: an index.json naming the live index-<n>.sqlite3, not archived.
+    members = _members(_backup(folder))
+    description = json.loads(members["indexes/team/index.json"])
+    members["indexes/team/index.json"] = json.dumps({**description, "database": "index-17.sqlite3"}).encode()
+    forged = _rewritten(tmp_path / "older.tar", members)
+    said = (
+        "index 'team': the archive lacks its search index (index-17.sqlite3, which its index.json names); "
+        "a restore rebuilds it from the files, embedding every chunk again (nothing is lost)"
+    )
+    capsys.readouterr()
+
+    assert main(["backup", "--verify", str(forged)]) == 0
+    out = capsys.readouterr().out
+    assert "sound" in out and f"warning: {said}" in out
+    restore_archive(forged, tmp_path / "r" / "data", tmp_path / "r" / "keys")
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == [
+        f"restore: {said}"
+    ]
+    main(["backup", "--verify", str(_backup(folder, tmp_path / "today.tar"))])
+    assert "warning" not in capsys.readouterr().out  # today's archives hold the search index index.json names
 
 
 def test_verify_passes_a_sound_archive_and_names_a_flipped_byte(folder, capsys):
