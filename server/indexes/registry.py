@@ -5,10 +5,11 @@ closed with the service. Blocking and thread-safe, like the service that owns it
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from server.errors import EngineError
@@ -37,6 +38,12 @@ class OpenIndex:
     pending: int = 0  # files waiting for the index at that look
 
 
+@dataclass
+class _Opening:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0  # calls holding or waiting for `lock`
+
+
 class IndexRegistry:
     """Opens indexes through `backend`; `on_change(name)` hears of every change to an index's files."""
 
@@ -46,22 +53,55 @@ class IndexRegistry:
         self.backend = backend
         self.on_change = on_change
         self.rescan_interval = rescan_interval
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the two dicts; never held while an index opens
         self._indexes: dict[str, OpenIndex] = {}
+        self._opening: dict[str, _Opening] = {}  # name -> the lock its open holds, while anyone wants it
 
     def open(self, name: str, *, create: bool = True) -> OpenIndex | None:
-        """The open index `name`, opened now if need be; None when it does not exist and `create` is false."""
+        """The open index `name`, opened now if need be; None when it does not exist and `create` is false.
+        Opening one index (a migration may wait minutes for another replica) keeps no other waiting; two opens
+        of the same name open it once."""
         with self._lock:
             handle = self._indexes.get(name)
+        if handle is not None:
+            return handle
+        with self._opening_lock(name):
+            with self._lock:
+                handle = self._indexes.get(name)  # opened while this call waited for the lock
             if handle is not None:
                 return handle
             if not create and not self.backend.exists(name):
                 return None
             index, mirror = self.backend.open(name, on_change=lambda: self._changed(name))
-            if index.needs_rebuild:
-                index.start_background_rebuild()
-            handle = self._indexes[name] = OpenIndex(index, mirror)
+            try:
+                if index.needs_rebuild:
+                    index.start_background_rebuild()
+                handle = OpenIndex(index, mirror)
+            except BaseException:
+                # Not registered, so closed by nobody else: the file store's listener would keep both alive.
+                try:
+                    index.close()
+                finally:
+                    mirror.close()
+                raise
+            with self._lock:
+                self._indexes[name] = handle
             return handle
+
+    @contextlib.contextmanager
+    def _opening_lock(self, name: str) -> Iterator[None]:
+        """Holds index `name`'s own opening lock; it is forgotten when no call holds or waits for it."""
+        with self._lock:
+            opening = self._opening.setdefault(name, _Opening())
+            opening.users += 1
+        try:
+            with opening.lock:
+                yield
+        finally:
+            with self._lock:
+                opening.users -= 1
+                if not opening.users:
+                    del self._opening[name]
 
     def _changed(self, name: str) -> None:
         """A change to index `name`'s files, made here or (PostgreSQL) by another server: the next search looks

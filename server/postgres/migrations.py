@@ -69,12 +69,18 @@ CREATE INDEX history_by_path ON history(path, revision);
 CREATE INDEX history_by_hash ON history(hash);
 """
 
+# `CREATE EXTENSION IF NOT EXISTS` is not safe against a concurrent creation: two indexes migrated at once on a fresh
+# database (each under its own schema's lock) both created pgvector, and one failed on pg_extension's unique name.
+# A lock for the whole database, held until the migration commits, lets the second see the first's extension.
+EXTENSION_LOCK = "memory.extensions"  # named as no schema is, so its advisory lock is its own
+
 # The search index (`server.postgres.search`): the SQLite engine's tables (`server.index.migrations`) with the
 # indexed files as `indexed_files` (`files` holds the file store's), keyword statistics for BM25 instead of FTS5
 # (`chunk_terms`: each chunk's lexemes with their weighted counts; `keyword_stats`: chunks and their total length),
 # and the embedding cache. The vectors live in a table per model (`vectors_<n>`, pgvector, an HNSW index), named in
 # `search_meta` like the SQLite engine's meta.
-M002_SEARCH = """
+M002_SEARCH = f"""
+SELECT pg_advisory_xact_lock(hashtext('{EXTENSION_LOCK}'));
 CREATE EXTENSION IF NOT EXISTS vector SCHEMA public;
 -- English stems without a stopword list, as FTS5's porter tokenizer: every word is found and counted
 CREATE TEXT SEARCH DICTIONARY memory_stem (TEMPLATE = snowball, Language = english);
