@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -30,7 +29,7 @@ from server.index.naming import FILES_FOLDER, index_dir
 from server.index.rechunk import present_database
 from server.index.stats import index_counts
 from server.index.status import CHUNKS_PER_SOURCE, IndexStatus
-from server.index.store import BUSY_TIMEOUT_MS, is_corruption, load_vec, vec_available
+from server.index.store import BUSY_TIMEOUT_MS, database_bytes, is_corruption, load_vec, vec_available
 from server.index.vectors import space_in, vector_state
 
 OLDER = "written by an older version (schema {found}; this one knows {known}); the server upgrades it on its next start"
@@ -72,7 +71,7 @@ def read_status(data_dir: Path, name: str, embedder: Embedder | ProviderChain | 
         search_modes=["keyword"],
         notice=None,
         last_change=None,
-        database_bytes=_bytes(path),
+        database_bytes=database_bytes(path),
         schema_version=0,
         providers=providers.states(),
     )
@@ -162,14 +161,6 @@ def _in_wal_mode(path: Path) -> bool:
     with path.open("rb") as handle:
         header = handle.read(20)
     return header[18:20] == b"\x02\x02"
-
-
-def _bytes(path: Path) -> int:
-    total = 0
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(OSError):
-            total += os.stat(f"{path}{suffix}").st_size
-    return total
 
 
 def print_report(report: Report) -> None:

@@ -171,11 +171,16 @@ class Store:
         return value
 
     def size_bytes(self) -> int:
-        total = 0
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(f"{self.path}{suffix}").st_size
-        return total
+        return database_bytes(self.path)
+
+
+def database_bytes(path: Path) -> int:
+    """The bytes the database at `path` takes on disk, with its WAL files."""
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            total += os.stat(f"{path}{suffix}").st_size
+    return total
 
 
 def quarantine(path: Path) -> Path:
