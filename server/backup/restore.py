@@ -24,12 +24,13 @@ import apsw
 
 from channel.files import atomic_write
 from server.backup.archive import KEY_FILES, SETTINGS, TIMESTAMPS, fsync_folder, unpack_archive
-from server.backup.snapshot import live_database, read_key_file, schema_version
+from server.backup.snapshot import read_key_file, schema_version
 from server.backup.work import remove_stale_work, work_folder
 from server.callers.config import CALLERS_FILE, FILE_MODE
 from server.callers.file import prepare_keys_dir
 from server.errors import BackupError, DamagedArchiveError
 from server.index.migrations import SCHEMA_VERSION as INDEX_SCHEMA
+from server.index.rechunk import live_database
 from server.index.store import load_vec, vec_available
 from server.mirror import queries as q
 from server.mirror.state import MIGRATIONS as STATE_MIGRATIONS

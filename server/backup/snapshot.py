@@ -42,7 +42,7 @@ import shutil
 import stat
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ from server.callers.file import read_checked as read_callers_file
 from server.errors import BackupError, InvalidArgumentError, MemoryServerError, UnsafePathError
 from server.index.migrations import SCHEMA_VERSION as INDEX_SCHEMA
 from server.index.migrations import migrate as migrate_index
-from server.index.rechunk import LIVE_DATABASE, present_database
+from server.index.rechunk import live_database, present_database
 from server.index.store import BUSY_TIMEOUT_MS, load_vec, vec_available
 from server.mirror import queries as q
 from server.mirror.files import Snapshot, take_snapshot
@@ -190,13 +190,6 @@ def _description(directory: Path) -> dict[str, Any] | None:
     except ValueError:  # not JSON, or not UTF-8
         info = None
     return info if isinstance(info, dict) else {"database": present_database(directory)}
-
-
-def live_database(info: Mapping[str, Any] | None) -> str:
-    """The file name of the search index's live database that `info` names, as the engine reads it
-    (`MemoryIndex.db_path`): an `index-` name that is a plain file name, else `index.sqlite3`."""
-    name = (info or {}).get("database")
-    return name if isinstance(name, str) and name.startswith("index-") and "/" not in name else LIVE_DATABASE
 
 
 def schema_version(path: Path) -> int:

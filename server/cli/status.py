@@ -20,13 +20,12 @@ from urllib.parse import quote
 
 import apsw
 
-from server.backup.snapshot import live_database
 from server.errors import EngineError, UnknownIndexError
 from server.index.embeddings.base import Embedder
 from server.index.embeddings.chain import ProviderChain, as_chain
 from server.index.migrations import SCHEMA_VERSION
 from server.index.naming import FILES_FOLDER, index_dir
-from server.index.rechunk import present_database
+from server.index.rechunk import live_database, present_database
 from server.index.stats import index_counts
 from server.index.status import CHUNKS_PER_SOURCE, IndexStatus
 from server.index.store import BUSY_TIMEOUT_MS, database_bytes, is_corruption, load_vec, vec_available

@@ -26,7 +26,7 @@ from server.index.labelled_files import FileLabels, file_labels
 from server.index.labels import Labels
 from server.index.naming import FILES_FOLDER, index_dir, validate_name, write_info
 from server.index.rebuild_progress import RebuildProgress
-from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, present_database, remove_strays
+from server.index.rechunk import LIVE_DATABASE, Rechunker, live_chunker, live_database, present_database, remove_strays
 from server.index.relabel import relabel_notice, start_relabel
 from server.index.search import SearchOptions, search
 from server.index.status import IndexStatus, index_status
@@ -96,8 +96,7 @@ class MemoryIndex:
 
     @property
     def db_path(self) -> Path:
-        name = self.info().get("database")
-        return self.directory / (name if isinstance(name, str) and name.startswith("index-") else LIVE_DATABASE)
+        return self.directory / live_database(self.info())
 
     @property
     def root(self) -> Path | None:

@@ -27,6 +27,16 @@ def index_dir(data_dir: Path, name: str) -> Path:
     return data_dir / "indexes" / validate_name(name)
 
 
+def read_info(directory: Path) -> dict[str, Any] | None:
+    """`index.json` of an index's folder, read without repairing it; None when it is missing, unreadable or not a
+    JSON object (the engine rewrites such a one from the folder when it next opens the index)."""
+    try:
+        info = json.loads((directory / "index.json").read_text("utf-8"))
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
+        return None
+    return info if isinstance(info, dict) else None
+
+
 def write_info(directory: Path, value: dict[str, Any]) -> None:
     """Replace `index.json` in an index's folder in one rename, the bytes and the rename on disk before it returns
     (a power cut must not leave an empty description)."""

@@ -43,6 +43,15 @@ log = logging.getLogger(__name__)
 _DATABASE_FILE = re.compile(r"(index(?:-[0-9]+)?\.sqlite3)(?:-wal|-shm)?")
 
 LIVE_DATABASE = "index.sqlite3"  # the first database of every index; later ones are index-<n>.sqlite3
+
+
+def live_database(info: Mapping[str, Any] | None) -> str:
+    """The file name of the live database that an index's description (`index.json`) names: an `index-` name that
+    is a plain file name, else `index.sqlite3`."""
+    name = (info or {}).get("database")
+    return name if isinstance(name, str) and name.startswith("index-") and "/" not in name else LIVE_DATABASE
+
+
 CHUNKING_KEY = "chunking"  # meta: the ChunkerConfig the chunks were cut with (tuning.chunking_identity)
 RETRY_AFTER = 60.0  # seconds before a re-chunk that could not finish (its provider failing) is tried again
 

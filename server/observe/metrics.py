@@ -31,8 +31,10 @@ from pathlib import Path
 import apsw
 
 from server.index import store as index_store
+from server.index.naming import read_info
+from server.index.rechunk import live_database
 from server.index.stats import index_counts
-from server.index.store import vec_available
+from server.index.store import database_bytes, vec_available
 from server.mirror.state import count_live_files
 from syncproto.wire import CHANGES_PATH, PUSH_PATH
 
@@ -227,7 +229,7 @@ def read_index_sizes(data_dir: Path, visible: Visible) -> list[IndexSize]:
         return []
     sizes = []
     for entry in entries:
-        if not (entry / "index.sqlite3").is_file() or not visible(entry.name):
+        if not _live(entry).is_file() or not visible(entry.name):
             continue
         try:
             sizes.append(_index_size(entry))
@@ -236,9 +238,15 @@ def read_index_sizes(data_dir: Path, visible: Visible) -> list[IndexSize]:
     return sizes
 
 
+def _live(directory: Path) -> Path:
+    """The index's live database: `index.sqlite3`, or the `index-<n>.sqlite3` a re-chunk swapped in."""
+    return directory / live_database(read_info(directory))
+
+
 def _index_size(directory: Path) -> IndexSize:
     vec = vec_available()
-    with _read_only(directory / "index.sqlite3", load_vec=vec) as db:
+    live = _live(directory)
+    with _read_only(live, load_vec=vec) as db:
         counts = index_counts(db, vec_loaded=vec)
     mirror_files = None
     if (directory / "state.sqlite3").is_file():
@@ -251,7 +259,10 @@ def _index_size(directory: Path) -> IndexSize:
         pending_vectors=counts.pending_vectors,
         rebuilding=counts.rebuilding,
         mirror_files=mirror_files,
-        database_bytes={"index": _bytes(directory / "index.sqlite3"), "state": _bytes(directory / "state.sqlite3")},
+        database_bytes={
+            "index": database_bytes(live),
+            "state": database_bytes(directory / "state.sqlite3"),
+        },
     )
 
 
@@ -265,14 +276,6 @@ def _read_only(path: Path, *, load_vec: bool) -> Iterator[apsw.Connection]:
         yield db
     finally:
         db.close()
-
-
-def _bytes(path: Path) -> int:
-    total = 0
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(OSError):
-            total += Path(f"{path}{suffix}").stat().st_size
-    return total
 
 
 def index_families(sizes: Sequence[IndexSize]) -> list[Family]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,11 +20,15 @@ from server.app import create_app
 from server.callers.config import CALLERS_FILE
 from server.callers.file import CallersFile, update_callers
 from server.cli import serve
+from server.index.engine import MemoryIndex
+from server.index.engine_settings import EngineSettings
 from server.index.errors import InvalidArgumentError
+from server.index.tuning import chunker_config
 from server.memory.service import CallerContext, MemoryService
 from server.observe.metrics import BUCKETS, Family, Metrics, Sample, read_index_sizes, render
 from server.observe.metrics_app import MetricsListener, service_metrics
 from tests.channel.conftest import RunningServer
+from tests.conftest import EXAMPLE
 from tests.fakes.embedder import HashingEmbedder
 from tests.mcp_support import serve_asgi
 
@@ -65,6 +70,9 @@ def parse(page: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
         samples.setdefault(name, {})[pairs] = float(value)
     assert helped == set(typed)
     return samples
+
+
+SMALL_CHUNKS = EngineSettings(chunker=chunker_config(64, 8))
 
 
 def test_the_page_is_valid_text_format_with_escaped_labels_and_cumulative_buckets():
@@ -223,3 +231,24 @@ def test_the_plain_listener_binds_loopback_only_and_serves_every_index(tmp_path)
     for host in ("0.0.0.0", "::", "192.0.2.1"):
         with pytest.raises(InvalidArgumentError, match="loopback addresses only"):
             MetricsListener(metrics, host, 0)
+
+
+def test_an_index_cut_again_into_a_new_database_is_counted_from_that_database(tmp_path):
+    # The gauges read index.sqlite3 alone: once a re-chunk swapped in index-<n>.sqlite3, they showed the old
+    # database's counts, or, with it retired, no such index at all.
+    folder = tmp_path / "project"
+    shutil.copytree(EXAMPLE, folder)
+    first = MemoryIndex.open(tmp_path / "data", "notes", HashingEmbedder(), create=True)
+    first.index(folder)
+    first.close()
+    index = MemoryIndex.open(tmp_path / "data", "notes", HashingEmbedder(), settings=SMALL_CHUNKS)
+    try:
+        assert index.rechunker.run() is True
+        status, live = index.status(), index.db_path
+    finally:
+        index.close()
+
+    sizes = read_index_sizes(tmp_path / "data", lambda _index: True)
+    assert live.name.startswith("index-")
+    assert [size.name for size in sizes] == ["notes"]
+    assert sizes[0].chunks == sum(status.chunks.values()) and sizes[0].files == status.files
