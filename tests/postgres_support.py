@@ -34,9 +34,9 @@ ON_SERVER_DISK = pytest.mark.sqlite_only("changes files on the server's disk")
 
 
 @contextmanager
-def start_postgres() -> Iterator[str]:
-    """PostgreSQL on a Unix socket, stopped and removed at the end: the URL of its `postgres` database. Its data
-    is not under pytest's temporary folders, which another pytest run on the machine may prune meanwhile."""
+def _pgserver() -> Iterator[Any]:
+    """pgserver's PostgreSQL on a Unix socket, stopped and removed at the end. Its data is not under pytest's
+    temporary folders, which another pytest run on the machine may prune meanwhile."""
     with warnings.catch_warnings():  # platformdirs warns on import that XDG_RUNTIME_DIR is unset
         warnings.simplefilter("ignore")
         import pgserver  # type: ignore[import-untyped]
@@ -45,11 +45,41 @@ def start_postgres() -> Iterator[str]:
     try:
         server = pgserver.get_server(folder / "pgdata", cleanup_mode="stop")
         try:
-            yield str(server.get_uri())
+            yield server
         finally:
             server.cleanup()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def start_postgres() -> Iterator[str]:
+    """PostgreSQL on a Unix socket, stopped and removed at the end: the URL of its `postgres` database."""
+    with _pgserver() as server:
+        yield str(server.get_uri())
+
+
+@contextmanager
+def start_postgres_on_tcp() -> Iterator[tuple[str, str]]:
+    """A PostgreSQL of its own listening on 127.0.0.1 too (the run's listens on a Unix socket only, where the TCP
+    settings, keepalives among them, do not apply): the URLs of its `postgres` database over TCP and over its
+    socket."""
+    with _pgserver() as server:
+        from pgserver._commands import pg_ctl  # type: ignore[import-untyped]  # imported by _pgserver, quietly
+        from pgserver.utils import find_suitable_port  # type: ignore[import-untyped]
+
+        info, port = server.get_postmaster_info(), find_suitable_port()
+        options = f"-h 127.0.0.1 -p {port} -k {info.socket_dir}"
+        log_file = str(server.pgdata / "tcp.log")
+        restart = ["-w", "-m", "fast", "-l", log_file, "-o", options, "restart"]
+        pg_ctl(restart, pgdata=server.pgdata, user=server.system_user)
+        try:
+            yield (
+                f"postgresql://postgres@127.0.0.1:{port}/postgres",
+                f"postgresql://postgres@/postgres?host={info.socket_dir}&port={port}",
+            )
+        finally:  # pgserver stops only the process it started, which the restart replaced
+            pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=server.pgdata, user=server.system_user)
 
 
 def database_url(url: str, name: str) -> str:

@@ -31,14 +31,28 @@ CONNECT_TIMEOUT_SECONDS = 10
 # (tests/server/postgres/test_partition.py), and an idle connection (a LISTEN, one waiting on a long statement) is
 # probed after KEEPALIVE_IDLE_SECONDS. Over a Unix socket libpq ignores them.
 TCP_USER_TIMEOUT_MS = 15_000
-KEEPALIVE_IDLE_SECONDS = 30
+KEEPALIVE_IDLE_SECONDS, KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT = 30, 10, 3
 CONNECT_OPTIONS: dict[str, Any] = {  # psycopg.connect keywords
     "connect_timeout": CONNECT_TIMEOUT_SECONDS,
     "keepalives": 1,
     "keepalives_idle": KEEPALIVE_IDLE_SECONDS,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
+    "keepalives_interval": KEEPALIVE_INTERVAL_SECONDS,
+    "keepalives_count": KEEPALIVE_COUNT,
     "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+}
+# The same from the database's side, for a server that vanished (a partition, a host gone: no reset reaches the
+# database). Its backend would keep what the session holds (a file's row lock mid-write, an index's indexing
+# lock) until the database host's own keepalive gave up, two hours by default, and every other server's write
+# would wait on it: the database probes an idle connection as the server does, and ends a session left idle inside
+# a transaction for IDLE_IN_TRANSACTION_MS (no transaction here waits on anything but the database: embedding
+# runs outside them). Set on every connection made (`PgConnection`); over a Unix socket the TCP ones are ignored.
+IDLE_IN_TRANSACTION_MS = 60_000
+SESSION_SETTINGS: dict[str, str] = {
+    "tcp_keepalives_idle": str(KEEPALIVE_IDLE_SECONDS),
+    "tcp_keepalives_interval": str(KEEPALIVE_INTERVAL_SECONDS),
+    "tcp_keepalives_count": str(KEEPALIVE_COUNT),
+    "tcp_user_timeout": str(TCP_USER_TIMEOUT_MS),
+    "idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_MS),
 }
 
 
@@ -72,18 +86,27 @@ def translated(doing: str) -> Iterator[None]:
         raise EngineError(f"the database failed while {doing}") from exc
 
 
+def settings_statement(settings: Mapping[str, str]) -> tuple[str, list[str]]:
+    """One statement setting every run-time parameter of `settings` for the session, and its bindings."""
+    calls = ", ".join("set_config(%s, %s, false)" for _ in settings)
+    return f"SELECT {calls}", [part for item in settings.items() for part in item]
+
+
 class PgConnection:
     """A connection in autocommit mode, its search path set to one schema; every call is serialised. A connection
     lost (the database restarted, a proxy cut it) is opened again: a statement outside a transaction (a read:
-    every write here runs in one) or a BEGIN that finds it lost is tried once more on a new one. A connection that
-    cannot be made is not tried twice in one call (each attempt may wait the whole connect timeout)."""
+    every write here runs in one) or a BEGIN that finds it lost is tried once more on a new one, except while
+    work relies on what the session holds (`pinned`). A connection that cannot be made is not tried twice in one
+    call (each attempt may wait the whole connect timeout)."""
 
     def __init__(self, url: str, schema: str | None = None, settings: Mapping[str, str] | None = None) -> None:
-        """`settings`: run-time parameters (`statement_timeout`...) set on every connection made, the first and
-        any made again after one was lost."""
-        self._url, self._schema, self._settings = url, schema, dict(settings or {})
+        """`settings`: run-time parameters (`statement_timeout`...) set, over SESSION_SETTINGS, on every
+        connection made, the first and any made again after one was lost."""
+        self._url, self._schema = url, schema
+        self._settings = {**SESSION_SETTINGS, **(settings or {})}
         self._lock = threading.RLock()
         self._transactions: list[contextlib.AbstractContextManager[Any]] = []
+        self._pins = 0
         self._changes = 0
         self._conn = self._connect()
 
@@ -93,16 +116,32 @@ class PgConnection:
             if self._schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
                 # public: where pgvector's type and operators are (`migrations.M002_SEARCH`)
                 conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self._schema)))
-            for name, value in self._settings.items():
-                conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+            conn.execute(*settings_statement(self._settings))
         return conn
 
+    def _may_reconnect(self) -> bool:
+        """The connection is lost and nothing relies on its session: no transaction runs on it, none is pinned."""
+        return self._conn.closed and not self._transactions and not self._pins
+
     def _usable(self) -> psycopg.Connection[Any]:
-        """The connection, opened again if it was lost and no transaction is running on it."""
-        if self._conn.closed and not self._transactions:
+        """The connection, opened again if it was lost and it may be (`_may_reconnect`)."""
+        if self._may_reconnect():
             log.warning("postgres: the connection was lost; connecting again")
             self._conn = self._connect()
         return self._conn
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Work that relies on what this session holds (a session-level advisory lock) runs inside: a connection
+        lost meanwhile is not opened again until the last pin ends, so the work fails (EngineError) instead of
+        going on in a new session that holds nothing."""
+        with self._lock:
+            self._pins += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pins -= 1
 
     def execute(self, statements: str, bindings: Any = None, /) -> psycopg.Cursor[Any]:
         """Run one statement (`?` placeholders); its cursor, rows fetched or iterated."""
@@ -113,7 +152,7 @@ class PgConnection:
                 with translated("running a statement"):
                     cursor = self._usable().execute(text, bindings)
             except EngineError:
-                if self._transactions or not self._conn.closed or not was_open:  # a failed connect: not twice
+                if not was_open or not self._may_reconnect():  # a failed connect is not tried twice
                     raise
                 with translated("running a statement"):
                     cursor = self._usable().execute(text, bindings)
@@ -139,7 +178,7 @@ class PgConnection:
         try:
             return self._begin_once()
         except EngineError:
-            if self._transactions or not self._conn.closed or not was_open:
+            if not was_open or not self._may_reconnect():
                 raise
             return self._begin_once()
 

@@ -119,13 +119,23 @@ class PgSearchIndex:
     def _reader(self) -> contextlib.AbstractContextManager[PgConnection]:
         return self._pool.connection()
 
-    def _try_lock(self, db: PgConnection, what: str, *, wait: bool) -> bool:
+    @contextlib.contextmanager
+    def _held(self, db: PgConnection, what: str, *, wait: bool) -> Iterator[bool]:
+        """The index's advisory lock `what` (one holder among every replica), held by `db`'s session; yields False
+        when it is taken and `wait` is false. The session is pinned while held: a connection lost meanwhile took
+        the lock with it, so the work fails instead of going on beside the replica that takes the lock next."""
+        key = (f"{self.schema}:{what}",)
         function = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
-        rows = db.execute(f"SELECT {function}(hashtextextended(?, 0))", (f"{self.schema}:{what}",)).fetchall()
-        return wait or bool(rows[0][0])
-
-    def _unlock(self, db: PgConnection, what: str) -> None:
-        db.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", (f"{self.schema}:{what}",))
+        rows = db.execute(f"SELECT {function}(hashtextextended(?, 0))", key).fetchall()
+        if not wait and not rows[0][0]:  # pg_advisory_lock returns nothing: it waited
+            yield False
+            return
+        try:
+            with db.pinned():
+                yield True
+        finally:
+            if db.backend_pid() is not None:  # a lost session's locks went with it
+                db.execute("SELECT pg_advisory_unlock(hashtextextended(?, 0))", key)
 
     @contextlib.contextmanager
     def _indexing(self, *, wait: bool) -> Iterator[bool]:
@@ -135,13 +145,8 @@ class PgSearchIndex:
             yield False
             return
         try:
-            if not self._try_lock(self._writer, "indexing", wait=wait):
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                self._unlock(self._writer, "indexing")
+            with self._held(self._writer, "indexing", wait=wait) as held:
+                yield held
         finally:
             self.write_lock.release()
 
@@ -219,12 +224,11 @@ class PgSearchIndex:
     def _rebuild(self) -> None:
         db = PgConnection(self._url, self.schema)
         try:
-            if not self._try_lock(db, "rebuild", wait=False):
-                self.rebuilding_elsewhere = True
-                log.info("index %s is being rebuilt by another server; serving the live vectors", self.name)
-                return
-            self.rebuilding_elsewhere = False
-            try:
+            with self._held(db, "rebuild", wait=False) as held:
+                self.rebuilding_elsewhere = not held
+                if not held:
+                    log.info("index %s is being rebuilt by another server; serving the live vectors", self.name)
+                    return
                 if self._catch_up:
                     self._index(wait=True)
                     self._catch_up = False
@@ -236,8 +240,6 @@ class PgSearchIndex:
                         target.try_once()
                     self.rebuild_progress = progress = RebuildProgress(count_chunks(db))
                     rebuild_vectors(db, target, stop=self._rebuild_stop, on_batch=progress.add)
-            finally:
-                self._unlock(db, "rebuild")
         except (EngineError, EmbeddingError) as exc:
             log.error("rebuild of %s failed: %s", self.name, exc)
         finally:
