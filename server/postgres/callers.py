@@ -9,11 +9,11 @@ that notice (a listening thread, `server.postgres.notify`) and, should a notice 
 most every CHECK_EVERY seconds on the next lookup: a revoked key is refused everywhere within a second.
 
 That check runs on the server's event loop, under the session store's outage guard
-(`server.postgres.outage.Outage`): with the database out of reach it costs one connection attempt per backoff,
-not one per lookup. Meanwhile the list last read keeps answering until STALE_AFTER seconds past the last check
-the database answered (a revocation is a write to that database, so none was missed before then); after that a
-lookup raises `StoreUnavailable` (a 503) until a check succeeds, so a key revoked while this replica cannot see
-the database is not let in for longer than that.
+(`server.postgres.outage.Outage`): with the database out of reach a lookup does not connect (one connection
+attempt per backoff is made on a thread of its own). Meanwhile the list last read keeps answering until
+STALE_AFTER seconds past the last check the database answered (a revocation is a write to that database, so none
+was missed before then); after that a lookup raises `StoreUnavailable` (a 503) until a check succeeds, so a key
+revoked while this replica cannot see the database is not let in for longer than that.
 
 The document is parsed with the file's own rules (`server.callers.config`); a version that does not parse is
 never written, and one damaged by hand keeps the last good table, as with the file.
@@ -184,6 +184,7 @@ class SharedCallers:
 
     def close(self) -> None:
         self._listener.close()
+        self._outage.close()
         self._db.close()
 
     def lookup(self, static_key: bytes) -> Identity | None:

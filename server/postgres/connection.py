@@ -143,8 +143,9 @@ class PgConnection:
             with self._lock:
                 self._pins -= 1
 
-    def execute(self, statements: str, bindings: Any = None, /) -> psycopg.Cursor[Any]:
-        """Run one statement (`?` placeholders); its cursor, rows fetched or iterated."""
+    def execute(self, statements: str, bindings: Any = None, /, *, resend: bool = True) -> psycopg.Cursor[Any]:
+        """Run one statement (`?` placeholders); its cursor, rows fetched or iterated. `resend=False`: a write
+        outside a transaction, not sent again when its answer is lost (it may have committed)."""
         text = statements if bindings is None else placeholders(statements)
         with self._lock:
             was_open = not self._conn.closed
@@ -152,7 +153,7 @@ class PgConnection:
                 with translated("running a statement"):
                     cursor = self._usable().execute(text, bindings)
             except EngineError:
-                if not was_open or not self._may_reconnect():  # a failed connect is not tried twice
+                if not resend or not was_open or not self._may_reconnect():  # a failed connect: not twice
                     raise
                 with translated("running a statement"):
                     cursor = self._usable().execute(text, bindings)

@@ -6,7 +6,8 @@ replicas is decided by the database, each in one statement or one transaction:
 
 - a request: its frame counter (once per session) and its request id (once per device key for a session
   lifetime) are inserted under unique keys together with the session's liveness check and `last_used`, so a
-  frame accepted on one replica is refused on every other;
+  frame accepted on one replica is refused on every other (never sent twice: a lost answer is a 503, not the
+  request's own counter found and taken for a replay);
 - a handshake: the msg1 timestamp grows per key (an upsert that only raises it), and the caps per caller and in
   total hold under an advisory lock taken by every opening;
 - response nonces: each replica leases blocks of the session's send counter (`send_next`), so two replicas never
@@ -139,11 +140,15 @@ class PgSessionStore:
         self._lock = threading.Lock()  # the cache, for the metrics collector's thread
 
     def close(self) -> None:
+        self._outage.close()
         self._db.close()
 
-    def _run(self, statement: str, bindings: tuple[object, ...]) -> Cursor[Any]:
+    def _run(self, statement: str, bindings: tuple[object, ...], *, resend: bool = True) -> Cursor[Any]:
+        """One statement outside a transaction, sent again on a new connection when its answer is lost unless
+        `resend` is false: a read, or a write that may run twice (a nonce block leased twice wastes one; a count
+        comes out short)."""
         with self._outage.guard(self._db):
-            return self._db.execute(statement, bindings)
+            return self._db.execute(statement, bindings, resend=resend)
 
     def __len__(self) -> int:
         now = self._clock()
@@ -250,7 +255,10 @@ class PgSessionStore:
         nonces = session.send_counters if isinstance(session.send_counters, _Nonces) else None
         lease = nonces.wanted() if nonces is not None else 0
         bindings = (session.id, now, now - self.idle, counter, request_id, now, now, lease, session.id)
-        row = self._run(_COMMIT, bindings).fetchone()
+        # Never sent twice: a connection lost after the database committed it but before its answer came is a
+        # 503, where the statement sent again on a new connection would find its own counter and refuse the
+        # request as a replay.
+        row = self._run(_COMMIT, bindings, resend=False).fetchone()
         live, counted, opened, send_next = row if row else (0, 0, 0, None)
         if not live:
             self._forget(session.id)
