@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import threading
 from collections.abc import Iterator, Mapping
 from types import TracebackType
@@ -56,6 +57,8 @@ SESSION_SETTINGS: dict[str, str] = {
 }
 
 
+IDLE_READS = 3  # an ended session's goodbye, then the end of its stream (`ended_while_idle`)
+
 MAX_IDENTIFIER = 63  # bytes of a PostgreSQL name; longer ones are cut, so two long index names could meet
 
 
@@ -84,6 +87,21 @@ def translated(doing: str) -> Iterator[None]:
     except psycopg.Error as exc:
         log.error("postgres: %s failed (%s)", doing, type(exc).__name__)
         raise EngineError(f"the database failed while {doing}") from exc
+
+
+def ended_while_idle(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the database ended `conn`'s session while it was idle (a restart, a terminated backend): its goodbye
+    and then the end of the stream wait to be read. Reads what waits without blocking; an ended one is closed."""
+    for _ in range(IDLE_READS):
+        if conn.closed:
+            return True
+        if not select.select([conn.pgconn.socket], [], [], 0)[0]:
+            return False
+        try:
+            conn.pgconn.consume_input()
+        except psycopg.OperationalError:  # the end of the stream: the connection is closed now
+            return True
+    return conn.closed
 
 
 def settings_statement(settings: Mapping[str, str]) -> tuple[str, list[str]]:
@@ -123,8 +141,11 @@ class PgConnection:
         """The connection is lost and nothing relies on its session: no transaction runs on it, none is pinned."""
         return self._conn.closed and not self._transactions and not self._pins
 
-    def _usable(self) -> psycopg.Connection[Any]:
-        """The connection, opened again if it was lost and it may be (`_may_reconnect`)."""
+    def _usable(self, *, checked: bool = False) -> psycopg.Connection[Any]:
+        """The connection, opened again if it was lost and it may be (`_may_reconnect`); `checked`: found lost
+        first when the database ended its session while it was idle, before a statement is sent on it."""
+        if checked and not self._conn.closed and not self._transactions and not self._pins:
+            ended_while_idle(self._conn)
         if self._may_reconnect():
             log.warning("postgres: the connection was lost; connecting again")
             self._conn = self._connect()
@@ -145,13 +166,14 @@ class PgConnection:
 
     def execute(self, statements: str, bindings: Any = None, /, *, resend: bool = True) -> psycopg.Cursor[Any]:
         """Run one statement (`?` placeholders); its cursor, rows fetched or iterated. `resend=False`: a write
-        outside a transaction, not sent again when its answer is lost (it may have committed)."""
+        outside a transaction, not sent again when its answer is lost (it may have committed); a session the
+        database ended while it was idle (a restart) is found before it is sent, and a new one used."""
         text = statements if bindings is None else placeholders(statements)
         with self._lock:
             was_open = not self._conn.closed
             try:
                 with translated("running a statement"):
-                    cursor = self._usable().execute(text, bindings)
+                    cursor = self._usable(checked=not resend).execute(text, bindings)
             except EngineError:
                 if not resend or not was_open or not self._may_reconnect():  # a failed connect: not twice
                     raise
