@@ -61,8 +61,7 @@ ERROR_TABLE: dict[type[Exception], ErrorAnswer] = {
     TooLargeError: ErrorAnswer(413, "too_large"),
     ServiceClosedError: ErrorAnswer(503, "unavailable"),
     StorageFullError: ErrorAnswer(507, "insufficient_storage"),
-    # A push writes under the mirror's lock with the hash it just read: a conflict there is the server's fault.
-    ConflictError: _INTERNAL,
+    ConflictError: ErrorAnswer(409, "conflict"),  # over sync: a file other servers kept changing (`rewritten`)
     DamagedArchiveError: _INTERNAL,  # backups and restores run from the operator's command line only
     BackupError: _INTERNAL,
     CallersFileError: _INTERNAL,  # the operator's file; never a caller's doing

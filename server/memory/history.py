@@ -10,6 +10,8 @@ reaches every laptop through the normal sync like any other write. `memory_get` 
 
 from __future__ import annotations
 
+from functools import partial
+
 from server.errors import InvalidArgumentError
 from server.indexes.storage import FileStore
 from server.memory.arguments import check_version
@@ -18,7 +20,7 @@ from server.memory.intake import redacted, refuse_secret_path
 from server.memory.reading import version_file
 from server.memory.results import HistoryOutput, RestoreOutput, VersionEntry
 from server.memory.service import ABSENT, MemoryService
-from server.mirror.current import current_file
+from server.mirror.current import Current, rewritten
 from server.mirror.history import Version
 from server.mirror.paths import normalise_memory_path, normalise_memory_prefix
 from syncproto.wire import sha256_hex
@@ -80,13 +82,7 @@ class HistoryService:
                     text = old.text if old is not None else None
                     if text is not None and self.service.redact_writes:
                         text = redacted(text, counts)  # a version kept from before redaction, or a newer rule
-                    now = current_file(mirror, path).hash  # a damaged file is replaced: only its hash is needed
-                    changed = (sha256_hex(text.encode("utf-8")) if text is not None else None) != now
-                    if changed and text is None:
-                        mirror.delete(path, caller=caller.name, expected_hash=now, change="restore")
-                    elif changed and text is not None:
-                        expected = now if now is not None else ABSENT
-                        mirror.write(path, text, caller=caller.name, expected_hash=expected, change="restore")
+                    changed = rewritten(mirror, path, partial(_put, mirror, caller.name, path, text))
                     state = mirror.state(path)
                 indexed = self.service.reindex(handle, [path]) if changed else True
             return RestoreOutput(
@@ -98,6 +94,18 @@ class HistoryService:
                 indexed=indexed,
                 redacted=counts,
             )
+
+
+def _put(mirror: FileStore, caller: str, path: str, text: str | None, found: Current) -> bool:
+    """The file at `path` made `text` (None: deleted) over the file `found` (a damaged one too: only its hash is
+    needed); whether that changed it."""
+    changed = (sha256_hex(text.encode("utf-8")) if text is not None else None) != found.hash
+    if changed and text is None:
+        mirror.delete(path, caller=caller, expected_hash=found.hash, change="restore")
+    elif changed and text is not None:
+        expected = found.hash if found.hash is not None else ABSENT
+        mirror.write(path, text, caller=caller, expected_hash=expected, change="restore")
+    return changed
 
 
 def _entry(mirror: FileStore, version: Version) -> VersionEntry:

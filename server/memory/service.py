@@ -276,20 +276,18 @@ class MemoryService:
                 expected_hash=expected_hash, idempotency_key=idempotency_key, timezone=timezone,
                 now=self.clock(), redact_writes=self.redact_writes, tags=tags, category=category,
             )  # fmt: skip
-            key, request = change.key, change.request
             handle = self.indexes.get(name)
             with handle.mirror.holding_changes():  # readers hear of the write once it is indexed
                 with handle.mirror.lock:
-                    earlier = handle.mirror.recall(caller.name, key) if key is not None else None
-                    if earlier is None:
-                        output, record = write_locked(handle, change)
-                if earlier is not None:
-                    if earlier.request != request:
+                    made = write_locked(handle, change)
+                if isinstance(made, IdempotencyRecord):  # the key's earlier write
+                    if made.request != change.request:
                         raise InvalidArgumentError(
                             "idempotency_key was already used for a different write; use a new key"
                         )
-                    replay = WriteOutput.model_validate_json(earlier.result)
-                    return self._after_write(handle, replay, earlier, replayed=True)
+                    replay = WriteOutput.model_validate_json(made.result)
+                    return self._after_write(handle, replay, made, replayed=True)
+                output, record = made
                 return self._after_write(handle, output, record, replayed=False)
 
     def _after_write(

@@ -1,5 +1,7 @@
 """The read-modify-write of `memory_write`, under the mirror's lock: what an append adds or a replace puts, the
 size check, and the idempotency record stored with the file's new state. Also the redaction of what is written.
+Servers sharing one database are not ordered by that lock: a write made over another's is made again over it
+(`server.mirror.current.rewritten`), as the lock would have ordered the two.
 
 Writing: `append` (default) adds to a file, by default today's daily log `memory/YYYY-MM-DD.md` in the caller's
 time zone; a new daily log starts with `# YYYY-MM-DD`; an entry in a daily log goes under `## HH:MM — topic`
@@ -50,7 +52,7 @@ from server.memory.arguments import (
 from server.memory.intake import redacted, refuse_secret_labels, refuse_secret_path
 from server.memory.results import WriteOutput
 from server.memory.text import Appended, clean_topic, compose_append, count_lines, entry_title
-from server.mirror.current import Current, current_file
+from server.mirror.current import Current, rewritten
 from server.mirror.mirror import ABSENT, IdempotencyRecord, MirrorFile, check_expected
 from server.mirror.paths import normalise_memory_path
 from syncproto.paths import daily_log_path
@@ -223,9 +225,20 @@ def check_section_expected(
         )
 
 
-def write_locked(handle: OpenIndex, req: WriteRequest) -> tuple[WriteOutput, IdempotencyRecord | None]:
-    """The read-modify-write of `write`, under the mirror's lock."""
-    found = current_file(handle.mirror, req.target)
+# What `write_locked` made: the record of an earlier write with the key, or this write's answer and record.
+Made = IdempotencyRecord | tuple[WriteOutput, IdempotencyRecord | None]
+
+
+def write_locked(handle: OpenIndex, req: WriteRequest) -> Made:
+    """The read-modify-write of `write`, under the mirror's lock; made again over a write another server made
+    meanwhile (`rewritten`), the key looked up again with it: that write may be this one, retried through there."""
+    return rewritten(handle.mirror, req.target, lambda found: _written(handle, req, found))
+
+
+def _written(handle: OpenIndex, req: WriteRequest, found: Current) -> Made:
+    earlier = handle.mirror.recall(req.caller, req.key) if req.key is not None else None
+    if earlier is not None:
+        return earlier
     edit = None
     if req.heading is not None:
         edit = _section(found.needs_text("a write to one section"), req, req.heading)

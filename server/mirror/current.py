@@ -9,11 +9,16 @@ it could not keep as a version (`server.mirror.mirror.Mirror`), so nothing is lo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from server.errors import InvalidArgumentError, UnsafePathError
+from server.errors import ConflictError, InvalidArgumentError, UnsafePathError
 from server.mirror.state import FileState, MirrorFile
+
+REWRITE_TRIES = 5  # times a change is made over a file that other servers keep writing between its read and its write
+
+T = TypeVar("T")
 
 
 class _Files(Protocol):
@@ -50,3 +55,20 @@ def current_file(files: _Files, path: str) -> Current:
             raise
         return Current(None, state.hash, str(exc))
     return Current(found, found.hash if found is not None else None)
+
+
+def rewritten(files: _Files, path: str, change: Callable[[Current], T]) -> T:
+    """`change` made to the file at `path` as `current_file` finds it; call under the store's lock. Servers sharing
+    one store are not ordered by it: when another wrote the file between the read and the write (the store refused the
+    hash read, ConflictError), the change is made again over that file, as one server's lock would have ordered the two,
+    REWRITE_TRIES times at most. A conflict over the file as it was read is the caller's (its expected_hash): raised."""
+    found = current_file(files, path)
+    for _ in range(REWRITE_TRIES - 1):
+        try:
+            return change(found)
+        except ConflictError:
+            now = current_file(files, path)
+            if now.hash == found.hash:
+                raise
+            found = now
+    return change(found)

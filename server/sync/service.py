@@ -2,9 +2,10 @@
 `docs/sync-protocol.md`). Blocking and thread-safe, like `MemoryService`, whose grants and indexes it uses.
 
 A push is applied change by change under the mirror's lock, so nothing else writes between reading the server's
-file and replacing it; then the changed files are indexed, so a push is searchable when it returns. What depends on
-a change alone (its path rules, the secret scan) is checked before the lock: a scan of a few MiB takes seconds, and
-every pull and push of the index waited behind it.
+file and replacing it (servers sharing one database are not ordered by it: a change another made meanwhile is merged
+with as here, `server.mirror.current.rewritten`); then the changed files are indexed, so a push is searchable when it
+returns. What depends on a change alone (its path rules, the secret scan) is checked before the lock: a scan of a few
+MiB takes seconds, and every pull and push of the index waited behind it.
 
 A pull looks for edits made directly on the server's disk (`reconcile_all`, a walk of every file) at most once per
 `DISK_LOOK_SECONDS` per index, one look shared by the pulls that ask meanwhile: 32 idle long-polls rechecking every
@@ -25,7 +26,7 @@ from server.indexes.storage import FileStore
 from server.memory.intake import refuse_secrets
 from server.memory.service import CallerContext, MemoryService
 from server.memory.text import utf8
-from server.mirror.current import Current, current_file
+from server.mirror.current import Current, rewritten
 from server.mirror.mirror import ABSENT, FileState, IdempotencyRecord, MirrorFile
 from server.mirror.paths import normalise_memory_path
 from server.sync.conflicts import conflict_path
@@ -171,16 +172,20 @@ class SyncService:
         return path
 
     def _apply(self, mirror: FileStore, caller: str, path: str, change: PushChange) -> PushResult:
-        """`change` (at its checked `path`) applied to the server's file; call under the mirror's lock."""
+        """`change` (at its checked `path`) applied to the server's file; call under the mirror's lock. Applied
+        again over a change another server made to the file meanwhile (`rewritten`): merged, as here."""
         try:
-            found = current_file(mirror, path)
-            if found.unreadable is not None:
-                return _over_unreadable(mirror, caller, path, change, found)
-            if change.content is None:
-                return _delete(mirror, caller, path, change.base, found.file)
-            return _write(mirror, caller, path, change.base, change.content, found.file)
+            return rewritten(mirror, path, lambda found: _applied(mirror, caller, path, change, found))
         except InvalidArgumentError as exc:  # the text or the server's own file is unusable
             return _rejected(change, exc)
+
+
+def _applied(mirror: FileStore, caller: str, path: str, change: PushChange, found: Current) -> PushResult:
+    if found.unreadable is not None:
+        return _over_unreadable(mirror, caller, path, change, found)
+    if change.content is None:
+        return _delete(mirror, caller, path, change.base, found.file)
+    return _write(mirror, caller, path, change.base, change.content, found.file)
 
 
 def _rejected(change: PushChange, exc: InvalidArgumentError) -> PushResult:
