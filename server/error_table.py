@@ -46,7 +46,7 @@ class ErrorAnswer:
     mcp_code: int = -32602  # INVALID_PARAMS
 
 
-_INTERNAL = ErrorAnswer(500, "internal", shown=False)
+INTERNAL = ErrorAnswer(500, "internal", shown=False)  # also a bug's answer, where one is given
 
 # Every error class the server, the engine and the protocol raise on purpose, most specific first. A class not
 # here falls back to its nearest mapped base; tests/test_errors.py checks that none has to.
@@ -62,15 +62,15 @@ ERROR_TABLE: dict[type[Exception], ErrorAnswer] = {
     ServiceClosedError: ErrorAnswer(503, "unavailable"),
     StorageFullError: ErrorAnswer(507, "insufficient_storage"),
     ConflictError: ErrorAnswer(409, "conflict"),  # over sync: a file other servers kept changing (`rewritten`)
-    DamagedArchiveError: _INTERNAL,  # backups and restores run from the operator's command line only
-    BackupError: _INTERNAL,
-    CallersFileError: _INTERNAL,  # the operator's file; never a caller's doing
-    UnknownIndexError: _INTERNAL,
-    CorruptIndexError: _INTERNAL,
-    EmbeddingUnavailableError: _INTERNAL,
-    EmbeddingError: _INTERNAL,
-    EngineError: _INTERNAL,
-    MemoryServerError: _INTERNAL,
+    DamagedArchiveError: INTERNAL,  # backups and restores run from the operator's command line only
+    BackupError: INTERNAL,
+    CallersFileError: INTERNAL,  # the operator's file; never a caller's doing
+    UnknownIndexError: INTERNAL,
+    CorruptIndexError: INTERNAL,
+    EmbeddingUnavailableError: INTERNAL,
+    EmbeddingError: INTERNAL,
+    EngineError: INTERNAL,
+    MemoryServerError: INTERNAL,
 }
 
 KNOWN_ERRORS: tuple[type[Exception], ...] = (MemoryServerError, ProtocolError)

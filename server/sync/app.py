@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from channel.authz import ChannelUser
-from server.error_table import answer_for, recognised
+from server.error_table import INTERNAL, answer_for, recognised
 from server.errors import InvalidArgumentError, PermissionDeniedError, TooLargeError
 from server.memory.caller import authorise
 from server.memory.service import CallerContext, MemoryService
@@ -56,6 +56,7 @@ _ITEMS_PER_ENTRY = 16
 # refused before json.loads, which would spend seconds on millions of tiny values holding the interpreter.
 MAX_BODY_ITEMS = 10 * _ITEMS_PER_ENTRY * max(MAX_PUSH_CHANGES, MAX_PARTS_PER_UPLOAD)
 _NO_STORE = {"cache-control": "no-store"}
+GENERIC_FAILURE = "the server could not complete this sync request"
 
 
 class ChangeFeed:
@@ -191,7 +192,9 @@ async def _in_thread(call: Callable[..., T], *args: Any) -> T:
 
 def _answering_errors(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     """The one place sync errors become HTTP answers: the service's messages are written for callers; anything
-    else gets a generic answer and a log line without the exception text (it may quote memory)."""
+    else gets a generic answer and a log line without the exception text (it may quote memory), and a bug (an
+    error nobody raised on purpose) a generic `internal` answer too, in the protocol's shape, its traceback to
+    the log."""
 
     @functools.wraps(endpoint)
     async def answered(request: Request) -> Response:
@@ -200,13 +203,14 @@ def _answering_errors(endpoint: Callable[[Request], Awaitable[Response]]) -> Cal
         except Exception as raised:
             exc = recognised(raised)
             if exc is None:
-                raise
+                log.exception("sync %s failed", request.url.path)
+                return _error(INTERNAL.status, INTERNAL.code, GENERIC_FAILURE)
             answer = answer_for(exc)
             assert answer is not None  # every known error has a row, at the latest its root's
             if answer.shown:
                 return _error(answer.status, answer.code, str(exc))
             log.error("sync %s failed: %s", request.url.path, type(exc).__name__)
-            return _error(answer.status, answer.code, "the server could not complete this sync request")
+            return _error(answer.status, answer.code, GENERIC_FAILURE)
 
     return answered
 

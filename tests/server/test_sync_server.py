@@ -543,3 +543,20 @@ async def test_memory_status_shows_each_callers_last_pull_and_push(laptops, serv
     assert by_caller["alice"].pushed_revision == 1 and by_caller["alice"].last_pull_at is None
     assert by_caller["bob"].pulled_revision == 1 and by_caller["bob"].last_push_at is None
     assert by_caller["bob"].last_pull_at is not None
+
+
+async def test_a_server_bug_in_a_sync_call_is_answered_in_the_protocols_shape_without_its_text(
+    laptops, monkeypatch, caplog
+):
+    def broken(self: SyncService, *args: Any) -> None:
+        raise RuntimeError("a bug whose text quotes memory: the staging password")
+
+    monkeypatch.setattr(SyncService, "changes", broken)
+    with caplog.at_level("ERROR", logger="server.sync.app"):
+        response = await laptops["alice"].get("/sync/changes", params={"since": 0})
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": {"code": "internal", "message": "the server could not complete this sync request"}
+    }
+    assert "password" not in response.text
+    assert any(record.exc_info for record in caplog.records)  # the traceback, for whoever fixes the bug
