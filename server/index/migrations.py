@@ -93,6 +93,7 @@ def m003_embedding_cache_used_at(db: apsw.Connection) -> None:
 
 
 RELABEL_KEY = "relabel_files"  # meta: every file is to be chunked again once (see MemoryIndex)
+RELABEL_HASH = ""  # the indexed hash of a file waiting for that (`server.index.relabel`), no file's real one
 
 
 def m004_labels(db: apsw.Connection) -> None:
@@ -110,7 +111,7 @@ def m004_labels(db: apsw.Connection) -> None:
             PRIMARY KEY(tag, chunk_id)
         ) WITHOUT ROWID;
         CREATE INDEX chunk_tags_by_chunk ON chunk_tags(chunk_id);
-        UPDATE files SET hash = '', mtime_ns = -1;
+        UPDATE files SET hash = '{RELABEL_HASH}', mtime_ns = -1;
         INSERT INTO meta(key, value) SELECT '{RELABEL_KEY}', '1' WHERE EXISTS (SELECT 1 FROM files);
         """
     )

@@ -11,7 +11,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
-from server.index.migrations import RELABEL_KEY
+from server.index.migrations import RELABEL_HASH, RELABEL_KEY
 from server.index.store import Store
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def relabel_notice(store: Store) -> str | None:
     work, finishing by itself, not changes for memory_sync to index; None when nothing waits."""
     if store.get_meta(RELABEL_KEY) is None:
         return None
-    waiting = store.connection().execute("SELECT count(*) FROM files WHERE hash = ''").fetchall()[0][0]
+    waiting = store.connection().execute("SELECT count(*) FROM files WHERE hash = ?", (RELABEL_HASH,)).fetchall()[0][0]
     if not waiting:
         return None
     files = "1 file" if waiting == 1 else f"{waiting} files"
@@ -62,7 +62,7 @@ def _relabel(index: MemoryIndex) -> None:
     try:
         root = index.root
         if root is not None and root.is_dir():
-            stale = sorted(path for path, digest in index.indexed_files().items() if not digest)
+            stale = sorted(path for path, digest in index.indexed_files().items() if digest == RELABEL_HASH)
             log.info("chunking %d files of %s again for their tags", len(stale), index.name)
             for start in range(0, len(stale), RELABEL_BATCH_FILES):
                 if index.closing.is_set():

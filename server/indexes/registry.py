@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from server.errors import EngineError
+from server.index.migrations import RELABEL_HASH
 from server.indexes.storage import Backend, FileStore, SearchIndex
 from server.mirror.state import FileState
 
@@ -177,12 +178,12 @@ class IndexRegistry:
         handle.scanned_at, handle.pending = now, len(pending)
         return len(pending)
 
-    def pending(
-        self, handle: OpenIndex, live: builtins.list[FileState], *, include_unindexable: bool = False
-    ) -> set[str]:
+    def pending(self, handle: OpenIndex, live: builtins.list[FileState], *, for_sync: bool = False) -> set[str]:
         """Paths where the mirror and the engine disagree (changed, new or removed files). A file the mirror cannot
         read (a folder or a link now) keeps its state there but is pending only while the engine still holds it:
-        the engine drops it at first sight."""
+        the engine drops it at first sight. Files the engine skipped at the content they still have, and those
+        waiting to be chunked again after an upgrade (`server.index.relabel`: its own work, finishing by itself)
+        are not, except `for_sync` (memory_sync tries the first again, and does the second now)."""
         indexed = handle.index.indexed_files()
         cannot_read = handle.mirror.unreadable
         out: set[str] = set()
@@ -191,9 +192,10 @@ class IndexRegistry:
                 if state.path in indexed:
                     out.add(state.path)
                 continue
-            if indexed.get(state.path) == state.hash:
+            digest = indexed.get(state.path)
+            if digest == state.hash:
                 continue
-            if not include_unindexable and handle.unindexable.get(state.path, ("",))[0] == state.hash:
+            if not for_sync and (digest == RELABEL_HASH or handle.unindexable.get(state.path, ("",))[0] == state.hash):
                 continue
             out.add(state.path)
         out.update(set(indexed) - {s.path for s in live})

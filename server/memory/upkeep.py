@@ -40,7 +40,7 @@ def sync_index(
         known = [*(state.path for state in live), *handle.index.indexed_files()]
         only = selected_paths(known, ScanConfig().source_of, source, prefix)
         live = [state for state in live if state.path in only]
-    pending = set() if force else registry.pending(handle, live, include_unindexable=True)
+    pending = set() if force else registry.pending(handle, live, for_sync=True)
     if only is not None:  # `live` is only the selected files: the index's others are not removed ones
         pending &= only
     total = len(live) if force else len(pending)

@@ -23,8 +23,10 @@ from server.backup.restore import restore_archive, verify_archive
 from server.cli import serve
 from server.cli.main import main
 from server.errors import BackupError
+from server.index import relabel
 from server.index.migrations import SCHEMA_VERSION as INDEX_SCHEMA
 from server.index.store import load_vec, vec_available
+from server.indexes import registry
 from server.memory.caller import CallerContext
 from server.memory.service import MemoryService
 from server.mirror.state import STATE_SCHEMA_VERSION
@@ -223,3 +225,22 @@ def test_a_memory_file_edited_by_hand_behind_an_older_server_that_kept_no_copy_f
 
     assert _folder(older) == before and _schema(older / "state.sqlite3") == OLDER
     assert not (tmp_path / "b.tar").exists()
+
+
+def test_while_an_upgraded_index_is_chunked_again_search_and_status_say_the_server_does_it_not_memory_sync(
+    older, monkeypatch
+):
+    waiting = threading.Event()  # the re-chunk after the upgrade, held back until the end of the test
+    monkeypatch.setattr(relabel, "_relabel", lambda index: waiting.wait(30))
+    monkeypatch.setattr(registry, "AUTO_INDEX_FILES", 1)  # a search indexes one changed file, not all four
+    service = MemoryService(older.parents[1], HashingEmbedder(), rescan_interval=0.0)
+    try:
+        found = service.search(ALICE, "staging host kestrel")
+        status = service.status(ALICE)
+    finally:
+        waiting.set()
+        service.close()
+    assert found.hits  # the old chunks answer meanwhile
+    assert found.notice is not None and "re-reading 4 files for their tags" in found.notice
+    assert "memory_sync" not in found.notice and found.pending_files == 0
+    assert status.pending_files == 0
