@@ -73,14 +73,14 @@ class PgFileStore(StateRecords):
         super().__init__(on_change)
         schema = schema_of(name)
         self._db = PgConnection(url, schema)
+        self._channel = schema
         try:
             migrate(self._db, schema)
             self.history = MirrorHistory(self._db, self.lock, self.version_text)
+            self._listener = ChangeListener(url, schema, self._changed, own_pid=self._db.backend_pid)
         except BaseException:
             self._db.close()
             raise
-        self._channel = schema
-        self._listener = ChangeListener(url, schema, self._changed, own_pid=self._db.backend_pid)
 
     @property
     def listening(self) -> threading.Event:

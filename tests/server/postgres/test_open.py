@@ -16,6 +16,7 @@ from server.errors import EngineError
 from server.index.engine_settings import EngineSettings
 from server.indexes.registry import IndexRegistry, OpenIndex
 from server.indexes.storage import FileStore, SearchIndex
+from server.postgres import files
 from server.postgres.backend import PgBackend
 from server.postgres.search import PgSearchIndex
 from tests.sync_support import eventually
@@ -145,3 +146,18 @@ def test_an_index_whose_open_waits_keeps_no_other_index_waiting(registry: IndexR
         opener.join(60)
     assert len(other) == 2 and other[0] is not None and other[0] is other[1]
     assert backend.opens["other"] == 1
+
+
+def test_a_file_store_whose_listener_cannot_start_closes_its_connection(postgres_url: str, tmp_path: Path) -> None:
+    def no_thread(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with psycopg.connect(postgres_url, autocommit=True) as observer:
+        application = "memory-test-listener"
+        url = f"{postgres_url}&application_name={application}"
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(files, "ChangeListener", no_thread)
+            with pytest.raises(RuntimeError):
+                files.PgFileStore(url, "proj", tmp_path / "files")
+        rows = observer.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application,))
+        assert rows.fetchall() == [(0,)]
