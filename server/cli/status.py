@@ -10,13 +10,10 @@ on its next start; one a newer version wrote is refused.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import apsw
 
@@ -28,7 +25,7 @@ from server.index.naming import FILES_FOLDER, index_dir
 from server.index.rechunk import live_database, present_database
 from server.index.stats import index_counts
 from server.index.status import CHUNKS_PER_SOURCE, IndexStatus
-from server.index.store import BUSY_TIMEOUT_MS, database_bytes, is_corruption, load_vec, vec_available
+from server.index.store import database_bytes, is_corruption, read_only, vec_available
 from server.index.vectors import space_in, vector_state
 
 OLDER = "written by an older version (schema {found}; this one knows {known}); the server upgrades it on its next start"
@@ -77,7 +74,7 @@ def read_status(data_dir: Path, name: str, embedder: Embedder | ProviderChain | 
     if not path.is_file() or path.stat().st_size == 0:
         return Report(empty, NO_DATABASE)
     try:
-        with _read_only(path, vec=vec) as db:
+        with read_only(path, vec=vec) as db:
             found = int(db.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
             if found > SCHEMA_VERSION:
                 raise EngineError(
@@ -134,32 +131,6 @@ def _description(directory: Path) -> dict[str, Any]:
         return info
     files = directory / FILES_FOLDER
     return {"root": str(files.resolve()) if files.is_dir() else None, "database": present_database(directory)}
-
-
-@contextlib.contextmanager
-def _read_only(path: Path, *, vec: bool) -> Iterator[apsw.Connection]:
-    """A read-only connection to the database at `path`. Beside a serving server it reads the WAL through the -shm
-    that server keeps. A WAL database without a -wal is open in no process: it is read as immutable, since a read-only
-    connection would create a -wal and a -shm and leave them behind (owned by whoever ran the report)."""
-    if _in_wal_mode(path) and not Path(f"{path}-wal").exists():
-        where, flags = f"file:{quote(str(path))}?immutable=1", apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-    else:
-        where, flags = str(path), apsw.SQLITE_OPEN_READONLY
-    db = apsw.Connection(where, flags=flags)
-    try:
-        db.set_busy_timeout(BUSY_TIMEOUT_MS)
-        if vec:
-            load_vec(db)
-        yield db
-    finally:
-        db.close()
-
-
-def _in_wal_mode(path: Path) -> bool:
-    """The database header's read and write versions say WAL (2), as every index database is opened."""
-    with path.open("rb") as handle:
-        header = handle.read(20)
-    return header[18:20] == b"\x02\x02"
 
 
 def print_report(report: Report) -> None:

@@ -9,8 +9,9 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import apsw
 
@@ -181,6 +182,33 @@ def database_bytes(path: Path) -> int:
         with contextlib.suppress(OSError):
             total += os.stat(f"{path}{suffix}").st_size
     return total
+
+
+@contextlib.contextmanager
+def read_only(path: Path, *, vec: bool, busy_ms: int = BUSY_TIMEOUT_MS) -> Iterator[apsw.Connection]:
+    """A read-only connection to the database at `path` (waiting up to `busy_ms` for a writer), for reports
+    (status, metrics). Beside a serving server it reads the WAL through the -shm that server keeps. A WAL database
+    without a -wal is open in no process: it is read as immutable, since a read-only connection would create a -wal
+    and a -shm and leave them behind (owned by whoever ran the report)."""
+    if in_wal_mode(path) and not Path(f"{path}-wal").exists():
+        where, flags = f"file:{quote(str(path))}?immutable=1", apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    else:
+        where, flags = str(path), apsw.SQLITE_OPEN_READONLY
+    db = apsw.Connection(where, flags=flags)
+    try:
+        db.set_busy_timeout(busy_ms)
+        if vec:
+            load_vec(db)
+        yield db
+    finally:
+        db.close()
+
+
+def in_wal_mode(path: Path) -> bool:
+    """The database header's read and write versions say WAL (2), as every index database is opened."""
+    with path.open("rb") as handle:
+        header = handle.read(20)
+    return header[18:20] == b"\x02\x02"
 
 
 def quarantine(path: Path) -> Path:

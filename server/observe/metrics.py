@@ -19,22 +19,20 @@ operator's. `server.observe.metrics_app` serves the rendering (inside the channe
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import apsw
 
-from server.index import store as index_store
 from server.index.naming import read_info
 from server.index.rechunk import live_database
 from server.index.stats import index_counts
-from server.index.store import database_bytes, vec_available
+from server.index.store import database_bytes, read_only, vec_available
 from server.mirror.state import count_live_files
 from syncproto.wire import CHANGES_PATH, PUSH_PATH
 
@@ -246,11 +244,11 @@ def _live(directory: Path) -> Path:
 def _index_size(directory: Path) -> IndexSize:
     vec = vec_available()
     live = _live(directory)
-    with _read_only(live, load_vec=vec) as db:
+    with read_only(live, vec=vec, busy_ms=BUSY_TIMEOUT_MS) as db:
         counts = index_counts(db, vec_loaded=vec)
     mirror_files = None
     if (directory / "state.sqlite3").is_file():
-        with _read_only(directory / "state.sqlite3", load_vec=False) as state:
+        with read_only(directory / "state.sqlite3", vec=False, busy_ms=BUSY_TIMEOUT_MS) as state:
             mirror_files = count_live_files(state)
     return IndexSize(
         name=directory.name,
@@ -264,18 +262,6 @@ def _index_size(directory: Path) -> IndexSize:
             "state": database_bytes(directory / "state.sqlite3"),
         },
     )
-
-
-@contextlib.contextmanager
-def _read_only(path: Path, *, load_vec: bool) -> Iterator[apsw.Connection]:
-    db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        db.set_busy_timeout(BUSY_TIMEOUT_MS)
-        if load_vec:
-            index_store.load_vec(db)
-        yield db
-    finally:
-        db.close()
 
 
 def index_families(sizes: Sequence[IndexSize]) -> list[Family]:

@@ -252,3 +252,18 @@ def test_an_index_cut_again_into_a_new_database_is_counted_from_that_database(tm
     assert live.name.startswith("index-")
     assert [size.name for size in sizes] == ["notes"]
     assert sizes[0].chunks == sum(status.chunks.values()) and sizes[0].files == status.files
+
+
+def test_index_sizes_of_indexes_no_process_has_open_leave_no_wal_files_behind(tmp_path):
+    service = MemoryService(tmp_path, HashingEmbedder())
+    try:
+        service.write(caller("team"), "Standup at nine.", path="memory/team.md")
+    finally:
+        service.close()
+    folder = tmp_path / "indexes" / "team"
+    before = sorted(path.name for path in folder.iterdir())
+
+    sizes = read_index_sizes(tmp_path, lambda _index: True)
+
+    assert [(size.name, size.files, size.mirror_files) for size in sizes] == [("team", {"memory": 1}, 1)]
+    assert sorted(path.name for path in folder.iterdir()) == before  # no -wal or -shm made by the scrape
