@@ -156,8 +156,13 @@ class Upstream:
 
 
 async def _json_answer(response: httpx2.Response, deliver: Deliver) -> Failure | None:
+    """A JSON answer delivered; one larger than the largest message the server sends (MAX_EVENT, as on a stream)
+    is a failure, not read whole into memory."""
+    body = await _read_at_most(response, MAX_EVENT + 1)
+    if len(body) > MAX_EVENT:
+        return Failure(PARSE_ERROR, f"the server's JSON answer is larger than {MAX_EVENT // 2**20} MiB")
     try:
-        message = parse(await response.aread())
+        message = parse(body)
     except NotJsonRpcError:
         return Failure(PARSE_ERROR, "the server's JSON answer is not a JSON-RPC message")
     await deliver(message)

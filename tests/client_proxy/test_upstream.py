@@ -11,6 +11,7 @@ import anyio.lowlevel
 import httpx2
 import pytest
 
+from client_proxy.forward import upstream as upstream_module
 from client_proxy.forward.forwarder import Forwarder
 from client_proxy.forward.jsonrpc import Message, parse
 from client_proxy.forward.upstream import Failure, SessionExpiredError, Upstream
@@ -311,3 +312,18 @@ async def test_a_request_whose_mcp_headers_cannot_be_encoded_gets_its_own_error_
     }
     assert written[2] == result(3, {"echo": None})
     assert [message.get("id") for _, message in script.sent if "id" in message] == [1, 3]  # id 2 never sent
+
+
+async def test_a_json_answer_larger_than_any_message_of_the_server_is_a_failure_not_read_whole(monkeypatch):
+    monkeypatch.setattr(upstream_module, "MAX_EVENT", 2**20)
+    big = result(1, {"text": "x" * 2**20})
+    up = upstream(lambda sent: httpx2.Response(200, json=big))
+    assert await collect(up, request("tools/call", 1)) == (
+        Failure(-32700, "the server's JSON answer is larger than 1 MiB"),
+        [],
+    )
+    small = result(2, {"text": "x" * 100})
+    assert await collect(upstream(lambda sent: httpx2.Response(200, json=small)), request("tools/call", 2)) == (
+        None,
+        [small],
+    )
