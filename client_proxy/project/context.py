@@ -6,6 +6,8 @@ that links out of the project, is not UTF-8 or is larger than `MAX_FILE_BYTES` i
 text stays under `MAX_OUTPUT_CHARS`: Claude Code replaces hook output past 10,000 characters by a file path and a
 preview, and a huge log must not flood the agent's context anyway. Characters are counted as Claude Code (a
 JavaScript program) counts them, in UTF-16 units (`units`): an emoji or another character past U+FFFF is two.
+Control characters are shown escaped (`client_proxy.log_escape.for_terminal`), line breaks and tabs aside: a file
+a teammate synced must not set the terminal's clipboard or rewrite its lines when the text is printed there.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Final
 from zoneinfo import ZoneInfo
 
 from client_proxy.errors import ProxyError
+from client_proxy.log_escape import for_terminal
 from syncproto.content import NotRegularFile, open_regular, read_capped
 from syncproto.paths import ROOT_FILES, daily_log_path
 from syncproto.wire import MAX_FILE_BYTES
@@ -67,7 +70,7 @@ def build_context(project: Path, today: dt.date, max_chars: int = MAX_OUTPUT_CHA
             continue
         if text is None or not text.strip():
             continue
-        sections.append(_capped(relpath, label, text, keep))
+        sections.append(_capped(relpath, label, for_terminal(text), keep))
     if not sections and not notes:
         return (
             f"Project memory is empty: no MEMORY.md and no daily log for {today} or the day before in {root}. "

@@ -450,3 +450,10 @@ def test_the_readmes_claude_mcp_add_line_launches_a_valid_run_command():
     assert options.split()[-1] == "memory" and "--transport stdio" in options
     program, *argv = shlex.split(command)
     assert program == "memory-proxy" and build_parser().parse_args(argv).func is cmd_run
+
+
+def test_terminal_escapes_in_a_synced_file_are_shown_escaped_not_sent_to_the_terminal(project):
+    write(project, "MEMORY.md", "# Memory\nclipboard \x1b]52;c;ZXZpbA==\x07 and \rline over\tkept tab\n")
+    text = build_context(project, TODAY)
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "clipboard \\x1b]52;c;ZXZpbA==\\x07 and \\rline over\tkept tab" in text
