@@ -100,8 +100,14 @@ class MemoryIndex:
 
     @property
     def root(self) -> Path | None:
-        root = self.info().get("root")
-        return Path(root) if isinstance(root, str) else None
+        """The folder last indexed (index.json); when that folder is gone, the index's own `files` folder if it is
+        one (a data folder moved, or mounted at another path: the service keeps the files there)."""
+        stored = self.info().get("root")
+        root = Path(stored) if isinstance(stored, str) else None
+        own = self.directory / FILES_FOLDER
+        if (root is None or not root.is_dir()) and own.is_dir():
+            return own.resolve()
+        return root
 
     def info(self) -> dict[str, Any]:
         path = self.directory / "index.json"
@@ -364,7 +370,7 @@ class MemoryIndex:
                 root = root.resolve()
                 if not root.is_dir():
                     raise InvalidArgumentError(f"not a folder: {root}")
-                if self.root != root:
+                if self.info().get("root") != str(root):
                     self.update_info(root=str(root))
             target = root or self.root
             if target is None:

@@ -61,13 +61,15 @@ def start_relabel(index: MemoryIndex) -> threading.Thread | None:
 def _relabel(index: MemoryIndex) -> None:
     try:
         root = index.root
-        if root is not None and root.is_dir():
-            stale = sorted(path for path, digest in index.indexed_files().items() if digest == RELABEL_HASH)
-            log.info("chunking %d files of %s again for their tags", len(stale), index.name)
-            for start in range(0, len(stale), RELABEL_BATCH_FILES):
-                if index.closing.is_set():
-                    return
-                index.index(root, paths=stale[start : start + RELABEL_BATCH_FILES], rebuild_now=False)
+        if root is None or not root.is_dir():  # marked still: the next open tries again
+            log.warning("cannot chunk %s again for its tags: the folder of its files is missing", index.name)
+            return
+        stale = sorted(path for path, digest in index.indexed_files().items() if digest == RELABEL_HASH)
+        log.info("chunking %d files of %s again for their tags", len(stale), index.name)
+        for start in range(0, len(stale), RELABEL_BATCH_FILES):
+            if index.closing.is_set():
+                return
+            index.index(root, paths=stale[start : start + RELABEL_BATCH_FILES], rebuild_now=False)
         if not index.closing.is_set():
             index.store.set_meta(RELABEL_KEY, None)
     except Exception:  # the index closed under it, or a file failed: the next open takes it up again

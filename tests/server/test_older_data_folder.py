@@ -244,3 +244,18 @@ def test_while_an_upgraded_index_is_chunked_again_search_and_status_say_the_serv
     assert found.notice is not None and "re-reading 4 files for their tags" in found.notice
     assert "memory_sync" not in found.notice and found.pending_files == 0
     assert status.pending_files == 0
+
+
+def test_a_data_folder_moved_while_upgraded_is_chunked_again_from_its_new_place(older, tmp_path):
+    moved = tmp_path / "moved"
+    older.parents[1].rename(moved)  # index.json still names the old place's files
+    service = MemoryService(moved, HashingEmbedder(), rescan_interval=0.0)
+    try:
+        handle = service.indexes.get("team")
+        thread = handle.index.relabel_thread
+        assert thread is not None
+        thread.join(30)
+        assert all(handle.index.indexed_files().values())  # every file chunked again, none left waiting
+        assert service.search(ALICE, "staging host kestrel-2").hits[0].path == "memory/hosts/2.md"
+    finally:
+        service.close()
