@@ -14,7 +14,7 @@ quality needs a real key).
 
     .venv/bin/python bench/bench_options.py [--quick] [--only PREFIX]
     (--quick: the first 100 questions of each set; --only mmr: those variants beside the one before, into
-    bench/results/options-mmr.md)
+    bench/results/options-mmr.md, a working file: options.md, from a run of every variant, is the one kept)
 """
 
 from __future__ import annotations
