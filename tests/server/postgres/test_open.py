@@ -148,16 +148,22 @@ def test_an_index_whose_open_waits_keeps_no_other_index_waiting(registry: IndexR
     assert backend.opens["other"] == 1
 
 
-def test_a_file_store_whose_listener_cannot_start_closes_its_connection(postgres_url: str, tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_a_file_store_whose_listener_cannot_start_closes_its_connection(
+    postgres_url: str, tmp_path: Path
+) -> None:
     def no_thread(*args: object, **kwargs: object) -> None:
         raise RuntimeError("can't start new thread")
 
+    application = "memory-test-listener"
     with psycopg.connect(postgres_url, autocommit=True) as observer:
-        application = "memory-test-listener"
-        url = f"{postgres_url}&application_name={application}"
+
+        def connections() -> int:
+            rows = observer.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application,))
+            return int(rows.fetchall()[0][0])
+
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(files, "ChangeListener", no_thread)
             with pytest.raises(RuntimeError):
-                files.PgFileStore(url, "proj", tmp_path / "files")
-        rows = observer.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application,))
-        assert rows.fetchall() == [(0,)]
+                files.PgFileStore(f"{postgres_url}&application_name={application}", "proj", tmp_path / "files")
+        await eventually(lambda: connections() == 0, "the store's connection to close", within=BOUND)
