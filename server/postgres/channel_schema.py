@@ -61,8 +61,11 @@ MIGRATIONS: tuple[str, ...] = (M001_CHANNEL,)
 def open_channel_db(url: str, settings: Mapping[str, str] | None = None) -> PgConnection:
     """A connection whose search path is the channel's schema, the schema created or brought up to date. Requests
     wait on its statements: a database that stalls gives errors (503s) after STATEMENT_TIMEOUT_MS, not a frozen
-    server. `settings`: more run-time parameters for it."""
-    db = PgConnection(url, SCHEMA, {"statement_timeout": str(STATEMENT_TIMEOUT_MS), **(settings or {})})
+    server, and a statement that failed is not sent again on a new connection at once, which behind a partition
+    would wait out the connect timeout on the event loop (`server.postgres.outage` connects again on a thread of
+    its own). `settings`: more run-time parameters for it."""
+    settings = {"statement_timeout": str(STATEMENT_TIMEOUT_MS), **(settings or {})}
+    db = PgConnection(url, SCHEMA, settings, resend=False)
     try:
         migrate(db, SCHEMA, MIGRATIONS)
     except BaseException:

@@ -117,15 +117,19 @@ class PgConnection:
     work relies on what the session holds (`pinned`). A connection that cannot be made is not tried twice in one
     call (each attempt may wait the whole connect timeout)."""
 
-    def __init__(self, url: str, schema: str | None = None, settings: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, schema: str | None = None, settings: Mapping[str, str] | None = None, *, resend: bool = True
+    ) -> None:
         """`settings`: run-time parameters (`statement_timeout`...) set, over SESSION_SETTINGS, on every
-        connection made, the first and any made again after one was lost."""
-        self._url, self._schema = url, schema
+        connection made, the first and any made again after one was lost. `resend=False`: no statement or BEGIN
+        is sent again at once on a new connection after it failed (`execute`); the next call connects again."""
+        self._url, self._schema, self._resend = url, schema, resend
         self._settings = {**SESSION_SETTINGS, **(settings or {})}
         self._lock = threading.RLock()
         self._transactions: list[contextlib.AbstractContextManager[Any]] = []
         self._pins = 0
         self._changes = 0
+        self._closed = False
         self._conn = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -138,8 +142,9 @@ class PgConnection:
         return conn
 
     def _may_reconnect(self) -> bool:
-        """The connection is lost and nothing relies on its session: no transaction runs on it, none is pinned."""
-        return self._conn.closed and not self._transactions and not self._pins
+        """The connection is lost and nothing relies on its session: no transaction runs on it, none is pinned,
+        and it was not closed on purpose."""
+        return self._conn.closed and not self._transactions and not self._pins and not self._closed
 
     def _usable(self, *, checked: bool = False) -> psycopg.Connection[Any]:
         """The connection, opened again if it was lost and it may be (`_may_reconnect`); `checked`: found lost
@@ -164,11 +169,13 @@ class PgConnection:
             with self._lock:
                 self._pins -= 1
 
-    def execute(self, statements: str, bindings: Any = None, /, *, resend: bool = True) -> psycopg.Cursor[Any]:
-        """Run one statement (`?` placeholders); its cursor, rows fetched or iterated. `resend=False`: a write
-        outside a transaction, not sent again when its answer is lost (it may have committed); a session the
-        database ended while it was idle (a restart) is found before it is sent, and a new one used."""
+    def execute(self, statements: str, bindings: Any = None, /, *, resend: bool | None = None) -> psycopg.Cursor[Any]:
+        """Run one statement (`?` placeholders); its cursor, rows fetched or iterated. `resend=False` (the
+        connection's own setting when None): not sent again on a new connection when it failed, as a write outside
+        a transaction whose answer was lost (it may have committed); a session the database ended while it was
+        idle (a restart) is found before the statement is sent, and a new one used."""
         text = statements if bindings is None else placeholders(statements)
+        resend = self._resend if resend is None else resend
         with self._lock:
             was_open = not self._conn.closed
             try:
@@ -201,12 +208,12 @@ class PgConnection:
         try:
             return self._begin_once()
         except EngineError:
-            if not was_open or not self._may_reconnect():
+            if not self._resend or not was_open or not self._may_reconnect():
                 raise
             return self._begin_once()
 
     def _begin_once(self) -> contextlib.AbstractContextManager[Any]:
-        transaction = self._usable().transaction()
+        transaction = self._usable(checked=not self._resend).transaction()
         with translated("starting a transaction"):
             transaction.__enter__()
         return transaction
@@ -227,5 +234,7 @@ class PgConnection:
         return None if conn.closed else conn.info.backend_pid
 
     def close(self) -> None:
+        """Close the connection for good: a statement after it fails (EngineError) rather than connect again."""
         with self._lock:
+            self._closed = True
             self._conn.close()

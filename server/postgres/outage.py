@@ -62,7 +62,7 @@ class Outage:
             attempt = self._reconnecting = threading.Thread(
                 target=self._reconnect, args=(db,), name="postgres-reconnect", daemon=True
             )
-        attempt.start()
+            attempt.start()  # under the lock: `close` must not find it made but not started
         attempt.join(RECONNECT_WAIT_SECONDS)
         with self._lock:
             return not self._lost

@@ -143,12 +143,10 @@ class PgSessionStore:
         self._outage.close()
         self._db.close()
 
-    def _run(self, statement: str, bindings: tuple[object, ...], *, resend: bool = True) -> Cursor[Any]:
-        """One statement outside a transaction, sent again on a new connection when its answer is lost unless
-        `resend` is false: a read, or a write that may run twice (a nonce block leased twice wastes one; a count
-        comes out short)."""
+    def _run(self, statement: str, bindings: tuple[object, ...]) -> Cursor[Any]:
+        """One statement outside a transaction, never sent twice (`open_channel_db`)."""
         with self._outage.guard(self._db):
-            return self._db.execute(statement, bindings, resend=resend)
+            return self._db.execute(statement, bindings)
 
     def __len__(self) -> int:
         now = self._clock()
@@ -258,7 +256,7 @@ class PgSessionStore:
         # Never sent twice: a connection lost after the database committed it but before its answer came is a
         # 503, where the statement sent again on a new connection would find its own counter and refuse the
         # request as a replay.
-        row = self._run(_COMMIT, bindings, resend=False).fetchone()
+        row = self._run(_COMMIT, bindings).fetchone()
         live, counted, opened, send_next = row if row else (0, 0, 0, None)
         if not live:
             self._forget(session.id)

@@ -16,7 +16,8 @@ import pytest
 
 from channel.errors import StoreUnavailable
 from channel.keys import PrivateKey
-from server.postgres.connection import CONNECT_OPTIONS
+from server.errors import EngineError
+from server.postgres.connection import CONNECT_OPTIONS, PgConnection
 from server.postgres.outage import OUTAGE_FIRST_SECONDS, OUTAGE_MAX_SECONDS
 from server.postgres.sessions import PgSessionStore
 from tests.channel.test_session import Clock
@@ -178,3 +179,11 @@ def test_while_connecting_hangs_a_call_due_to_reconnect_is_refused_at_once_and_c
         assert store.timestamp_is_fresh(key, 2)
     finally:
         store.close()
+
+
+def test_a_closed_connection_is_not_opened_again_by_a_late_statement(postgres_url):
+    db = PgConnection(postgres_url)
+    db.close()
+    with pytest.raises(EngineError):
+        db.execute("SELECT 1")
+    assert db.backend_pid() is None
