@@ -21,12 +21,12 @@ import time
 import weakref
 from dataclasses import dataclass, field, replace
 
-from server.errors import InvalidArgumentError
+from server.errors import ConflictError, InvalidArgumentError
 from server.indexes.storage import FileStore
 from server.memory.intake import refuse_secrets
 from server.memory.service import CallerContext, MemoryService
 from server.memory.text import utf8
-from server.mirror.current import Current, rewritten
+from server.mirror.current import REWRITE_TRIES, Current, rewritten
 from server.mirror.mirror import ABSENT, FileState, IdempotencyRecord, MirrorFile
 from server.mirror.paths import normalise_memory_path
 from server.sync.conflicts import conflict_path
@@ -188,6 +188,26 @@ def _applied(mirror: FileStore, caller: str, path: str, change: PushChange, foun
     return _write(mirror, caller, path, change.base, change.content, found.file)
 
 
+def _kept_apart(
+    mirror: FileStore, caller: str, path: str, content: str, record: IdempotencyRecord
+) -> tuple[str, FileState]:
+    """The pushed text kept under a new conflict copy's name beside `path`: its name and state. A server sharing
+    the database that takes the same name first (the same caller, the same second) moves it to the next name, as
+    one server's lock would have, REWRITE_TRIES times at most."""
+    for tries_left in range(REWRITE_TRIES, 0, -1):
+        copy = conflict_path(path, caller, mirror.clock(), lambda p: mirror.read(p) is not None)
+        try:
+            state = mirror.write(
+                copy, content, caller=caller, expected_hash=ABSENT, change="conflict", record=_answer(record, copy)
+            )
+        except ConflictError:
+            if tries_left == 1:
+                raise
+            continue
+        return copy, state
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
 def _rejected(change: PushChange, exc: InvalidArgumentError) -> PushResult:
     return PushResult(change.path, "rejected", None, 0, message=str(exc))
 
@@ -271,10 +291,7 @@ def _write(
             log.info("sync: merging %s would exceed the size cap; keeping a conflict copy", path)
         else:
             return PushResult(path, "merged", state.hash, state.revision, content=merged)
-    copy = conflict_path(path, caller, mirror.clock(), lambda p: mirror.read(p) is not None)
-    kept = mirror.write(
-        copy, content, caller=caller, expected_hash=ABSENT, change="conflict", record=_answer(record, copy)
-    )
+    copy, kept = _kept_apart(mirror, caller, path, content, record)
     log.info("sync: conflicting edits of %s; %s kept the pushed text", path, copy)
     return PushResult(
         path,

@@ -206,3 +206,28 @@ def test_a_restore_and_an_append_through_two_replicas_at_once_are_both_made(
         assert stored.text.startswith("the first text") and "the second text" not in stored.text, n  # restored
         newest = history.history(ALICE, path=path).versions[:2]  # in either order: each made over the other
         assert sorted((entry.change, entry.updated_by) for entry in newest) == [("restore", "alice"), ("write", "bob")]
+
+
+def test_conflicting_pushes_of_one_caller_through_two_replicas_in_one_second_each_keep_a_conflict_copy(
+    replicas: tuple[MemoryService, MemoryService],
+) -> None:
+    one, two = replicas
+    laptops = SyncService(one), SyncService(two)
+    base_text = "# Notes\n\nline one\n"
+    base = sha256_hex(base_text.encode())
+    for n in range(ROUNDS):
+        path = f"memory/copied-{n}.md"
+        made = one.write(ALICE, base_text, path=path, mode="replace", expected_hash="absent")
+        one.write(
+            ALICE, base_text.replace("one", "one by the server"), path=path, mode="replace", expected_hash=made.hash
+        )
+        edits = [base_text.replace("one", f"one by laptop {k}") for k in (1, 2)]
+        outcomes = at_once(
+            *(partial(laptop.push, ALICE, [PushChange(path, base, edit)]) for laptop, edit in zip(laptops, edits, strict=True))
+        )  # fmt: skip
+        assert refusals(outcomes) == [], n
+        copies = [result.conflict_path for _, results in outcomes for result in results]  # type: ignore[union-attr]
+        assert len(set(copies)) == 2 and all(copies), n  # both kept, under two names (the clock stands still)
+        for copy, edit in zip(copies, edits, strict=True):
+            stored = one.read(ALICE, copy)
+            assert stored is not None and stored.text == edit, n
