@@ -253,6 +253,7 @@ class PgSearchIndex:
         for start in range(0, len(paths), RECHUNK_FILES):
             if self._rebuild_stop.is_set():
                 return
+            db.execute("SELECT 1")  # the rebuild lock still held: fails once `db`'s pinned session is gone
             batch = paths[start : start + RECHUNK_FILES]
             with self._indexing(wait=True):
                 self._indexer().run(force=True, paths=batch)

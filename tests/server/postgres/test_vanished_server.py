@@ -18,9 +18,13 @@ import psycopg
 import pytest
 
 from server.errors import EngineError
+from server.index.chunker import ChunkerConfig
 from server.index.embeddings.base import InputKind
+from server.index.engine_settings import EngineSettings
+from server.postgres import search
 from server.postgres.connection import SESSION_SETTINGS, PgConnection, schema_of
 from server.postgres.queries import lock_revision
+from server.postgres.search import PgSearchIndex
 from tests.fakes.embedder import HashingEmbedder
 from tests.postgres_support import database_url, fresh_database, start_postgres_on_tcp
 from tests.server.postgres.conftest import Opened
@@ -28,6 +32,10 @@ from tests.server.postgres.test_partition import Partition, iptables_usable
 
 BOUND_SECONDS = 30  # every wait here ends by then, whatever happens
 
+REBUILD_HOLDER = (
+    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    " AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('index_proj:rebuild', 0)"
+)
 ADVISORY_HOLDERS = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = " + (
     "(SELECT oid FROM pg_database WHERE datname = current_database())"
 )
@@ -153,3 +161,40 @@ def test_a_server_cut_off_by_the_network_loses_its_indexing_lock_once_the_databa
         finally:
             partition.heal()
             gone.close()
+
+
+class CountingModel(PausedModel):
+    """A paused model that also counts the batches of documents it embedded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches = 0
+
+    def embed(self, texts: Sequence[str], *, kind: InputKind = "document"):  # type: ignore[no-untyped-def]
+        self.batches += kind == "document"
+        return super().embed(texts, kind=kind)
+
+
+def test_a_rechunk_whose_rebuild_lock_went_with_its_session_stops_at_its_next_turn(
+    open_index: Callable[..., Opened], postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, store = open_index(HashingEmbedder(), "first")
+    for n in range(3):
+        store.write(f"memory/f{n}.md", f"# note {n}\n\n" + " ".join(f"w{n}x{j}" for j in range(120)), caller="t")
+    first.index(rebuild_now=False)
+    monkeypatch.setattr(search, "RECHUNK_FILES", 1)
+    model = CountingModel()
+    recut = PgSearchIndex(postgres_url, "proj", model, EngineSettings(chunker=ChunkerConfig(max_tokens=96)))
+    try:
+        rebuild = recut.start_background_rebuild()
+        assert rebuild is not None and model.inside.wait(BOUND_SECONDS)  # inside its first turn
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            holders = admin.execute(REBUILD_HOLDER).fetchall()
+        assert len(holders) == 1
+        terminate(postgres_url, [holders[0][0]])  # its rebuild connection cut: the lock went with it
+        model.go.set()
+        rebuild.join(BOUND_SECONDS)
+        assert not rebuild.is_alive() and model.batches == 1  # no file cut again after the lock was gone
+    finally:
+        model.go.set()
+        recut.close()
