@@ -222,9 +222,7 @@ def test_conflicting_pushes_of_one_caller_through_two_replicas_in_one_second_eac
             ALICE, base_text.replace("one", "one by the server"), path=path, mode="replace", expected_hash=made.hash
         )
         edits = [base_text.replace("one", f"one by laptop {k}") for k in (1, 2)]
-        outcomes = at_once(
-            *(partial(laptop.push, ALICE, [PushChange(path, base, edit)]) for laptop, edit in zip(laptops, edits, strict=True))
-        )  # fmt: skip
+        outcomes = at_once(*(partial(laptops[k].push, ALICE, [PushChange(path, base, edits[k])]) for k in (0, 1)))
         assert refusals(outcomes) == [], n
         copies = [result.conflict_path for _, results in outcomes for result in results]  # type: ignore[union-attr]
         assert len(set(copies)) == 2 and all(copies), n  # both kept, under two names (the clock stands still)
