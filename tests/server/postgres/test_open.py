@@ -91,14 +91,13 @@ async def test_an_open_that_fails_after_the_backend_opened_leaves_no_listener_an
     registry.get("proj")
     with psycopg.connect(postgres_url, autocommit=True) as observer:
 
-        def connections() -> int:
-            row = observer.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            ).fetchone()
-            assert row is not None
-            return int(row[0])
+        def connections() -> set[int]:
+            rows = observer.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return {int(pid) for (pid,) in rows}
 
-        before = connections()
+        before = connections()  # a connection among them may close meanwhile (work of "proj" ending): no matter
 
         def lost(self: PgSearchIndex) -> bool:
             raise EngineError("the database failed while connecting")
@@ -107,7 +106,7 @@ async def test_an_open_that_fails_after_the_backend_opened_leaves_no_listener_an
         with pytest.raises(EngineError, match="failed while connecting"):
             registry.open("other")
         await eventually(lambda: not listeners("other"), "the failed open's listener to stop", within=BOUND)
-        await eventually(lambda: connections() == before, "the failed open's connections to close", within=BOUND)
+        await eventually(lambda: connections() <= before, "the failed open's connections to close", within=BOUND)
         monkeypatch.undo()
         assert registry.get("other").index.name == "other"  # opened at the next try
         assert len(listeners("other")) == 1
