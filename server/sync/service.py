@@ -137,21 +137,23 @@ class SyncService:
             fault_point("sync.push.received")
             checked = [self._checked(change) for change in changes]  # before the lock: a scan may take seconds
             with mirror.holding_changes():  # long-polls wake once, after the files are searchable
-                with mirror.lock:
-                    for change, path in zip(changes, checked, strict=True):
-                        if isinstance(path, PushResult):  # refused already
-                            result = path
-                        else:
-                            result = self._apply(mirror, caller.name, path, change)
-                        fault_point("sync.push.applied")
-                        results.append(result)
-                        if result.status in ("applied", "merged", "deleted") and result.path not in written:
-                            written.append(result.path)
-                        if result.conflict_path is not None:
-                            written.append(result.conflict_path)
-                if written:
-                    self.service.reindex(handle, written)
-                    fault_point("sync.push.indexed")
+                try:
+                    with mirror.lock:
+                        for change, path in zip(changes, checked, strict=True):
+                            if isinstance(path, PushResult):  # refused already
+                                result = path
+                            else:
+                                result = self._apply(mirror, caller.name, path, change)
+                            fault_point("sync.push.applied")
+                            results.append(result)
+                            if result.status in ("applied", "merged", "deleted") and result.path not in written:
+                                written.append(result.path)
+                            if result.conflict_path is not None:
+                                written.append(result.conflict_path)
+                finally:  # also when a later change failed: the ones stored are searchable, as a resend skips them
+                    if written:
+                        self.service.reindex(handle, written)
+                        fault_point("sync.push.indexed")
             revision = mirror.revision()
             mirror.record_sync(caller.name, "push", revision)
             counts: dict[str, int] = {}

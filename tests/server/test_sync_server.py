@@ -17,6 +17,7 @@ import httpx2
 import pytest
 
 from channel.authz import Access, ChannelUser
+from server.errors import StorageFullError
 from server.index.embeddings.base import InputKind, Vectors
 from server.index.engine_settings import EngineSettings
 from server.index.scan import ScanConfig
@@ -24,6 +25,7 @@ from server.memory.service import CallerContext, MemoryService
 from server.mirror.mirror import sha256_hex
 from server.sync import service as sync_service
 from server.sync.service import SyncService
+from syncproto.messages import PushChange
 from syncproto.wire import MAX_FILE_BYTES, MAX_PUSH_BYTES, MAX_PUSH_CHANGES
 from tests.fakes.embedder import HashingEmbedder
 from tests.inner_app import inner_clients
@@ -560,3 +562,22 @@ async def test_a_server_bug_in_a_sync_call_is_answered_in_the_protocols_shape_wi
     }
     assert "password" not in response.text
     assert any(record.exc_info for record in caplog.records)  # the traceback, for whoever fixes the bug
+
+
+def test_a_push_that_fails_part_way_leaves_the_changes_it_stored_indexed(service, monkeypatch):
+    sync = SyncService(service)
+    applied = sync._apply
+
+    def full_at_second(mirror: Any, caller: str, path: str, change: PushChange) -> Any:
+        if path == "memory/second.md":
+            raise StorageFullError("the server's disk is full")
+        return applied(mirror, caller, path, change)
+
+    monkeypatch.setattr(sync, "_apply", full_at_second)
+    changes = [
+        PushChange("memory/first.md", None, "stored before the failure\n"),
+        PushChange("memory/second.md", None, "x\n"),
+    ]
+    with pytest.raises(StorageFullError):
+        sync.push(CallerContext("alice", "SHA256:alice", {INDEX: "rw"}, INDEX, "rw"), changes)
+    assert "memory/first.md" in service.indexes.get(INDEX).index.indexed_files()
