@@ -100,12 +100,13 @@ class MemoryIndex:
 
     @property
     def root(self) -> Path | None:
-        """The folder last indexed (index.json); when that folder is gone, the index's own `files` folder if it is
-        one (a data folder moved, or mounted at another path: the service keeps the files there)."""
+        """The folder last indexed (index.json; None before the first run); when that folder is gone, the index's
+        own `files` folder if it is one (a data folder moved, or mounted at another path: the service keeps the
+        files there)."""
         stored = self.info().get("root")
         root = Path(stored) if isinstance(stored, str) else None
         own = self.directory / FILES_FOLDER
-        if (root is None or not root.is_dir()) and own.is_dir():
+        if root is not None and not root.is_dir() and own.is_dir():
             return own.resolve()
         return root
 
