@@ -126,10 +126,11 @@ def open_file_store(backend: str, request: pytest.FixtureRequest, directory: Pat
 
 
 def cut_all(url: str) -> int:
-    """Cut every other connection to the database at `url`; how many there were."""
+    """Cut every other connection to the database at `url`; how many there were. Returns once their processes
+    are gone, as after a restart: each one's goodbye has reached its client by then."""
     with psycopg.connect(url, autocommit=True) as admin:
         row = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchone()
     return int(row[0]) if row else 0

@@ -51,7 +51,9 @@ def reachable(postgres_server: str, postgres_url: str) -> Iterator[Callable[[boo
             change = sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}")
             admin.execute(change.format(sql.Identifier(database), sql.Literal(allowed)))
             if not allowed:
-                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,))
+                admin.execute(  # returns once they are gone, each one's goodbye sent
+                    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = %s", (database,)
+                )
 
     yield allow
     allow(True)
