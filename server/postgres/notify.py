@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from server.mirror.queries import Query
-from server.postgres.connection import CONNECT_OPTIONS
+from server.postgres.connection import CONNECT_OPTIONS, SESSION_SETTINGS, settings_statement
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ class ChangeListener:
 
     def _listen(self) -> None:
         conn = self._conn = psycopg.connect(self._url, autocommit=True, **CONNECT_OPTIONS)
+        conn.execute(*settings_statement(SESSION_SETTINGS))  # the database lets go of it when this server vanishes
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         self._connections += 1
         self.listening.set()

@@ -23,12 +23,14 @@ from server.index.embeddings.base import InputKind
 from server.index.engine_settings import EngineSettings
 from server.postgres import search
 from server.postgres.connection import SESSION_SETTINGS, PgConnection, schema_of
+from server.postgres.notify import ChangeListener
 from server.postgres.queries import lock_revision
 from server.postgres.search import PgSearchIndex
 from tests.fakes.embedder import HashingEmbedder
 from tests.postgres_support import database_url, fresh_database, start_postgres_on_tcp
 from tests.server.postgres.conftest import Opened
 from tests.server.postgres.test_partition import Partition, iptables_usable
+from tests.sync_support import eventually
 
 BOUND_SECONDS = 30  # every wait here ends by then, whatever happens
 
@@ -36,6 +38,7 @@ REBUILD_HOLDER = (
     "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
     " AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('index_proj:rebuild', 0)"
 )
+LISTENING = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'"
 ADVISORY_HOLDERS = "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = " + (
     "(SELECT oid FROM pg_database WHERE datname = current_database())"
 )
@@ -136,15 +139,20 @@ def postgres_on_tcp() -> Iterator[tuple[str, str]]:
         yield urls
 
 
-def test_a_server_cut_off_by_the_network_loses_its_indexing_lock_once_the_database_stops_hearing_from_it(
-    postgres_on_tcp: tuple[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The cut-off server's connection is idle (it embeds between statements), not inside a transaction: only the
-    # database's keepalive probes tell it the peer is gone, after idle + interval x count seconds, and no sooner
-    # than the TCP user timeout (Linux lets that decide once it is set).
+@pytest.fixture
+def quick_probes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database gives up on a silent peer after idle + interval x count seconds, and no sooner than the TCP user
+    timeout (Linux lets that decide once it is set): 1 + 1 x 2 s and 2 s here, the product's 30 + 10 x 3 s and 15 s."""
     shorter = {"tcp_keepalives_idle": "1", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "2"}
     for name, value in {**shorter, "tcp_user_timeout": "2000"}.items():
-        monkeypatch.setitem(SESSION_SETTINGS, name, value)  # the product's 30 + 10 x 3 s and 15 s
+        monkeypatch.setitem(SESSION_SETTINGS, name, value)
+
+
+def test_a_server_cut_off_by_the_network_loses_its_indexing_lock_once_the_database_stops_hearing_from_it(
+    postgres_on_tcp: tuple[str, str], quick_probes: None
+) -> None:
+    # The cut-off server's connection is idle (it embeds between statements), not inside a transaction: only the
+    # database's keepalive probes tell it the peer is gone.
     tcp_url, socket_url = postgres_on_tcp
     with fresh_database(tcp_url) as url:
         gone = PgConnection(url)
@@ -161,6 +169,29 @@ def test_a_server_cut_off_by_the_network_loses_its_indexing_lock_once_the_databa
         finally:
             partition.heal()
             gone.close()
+
+
+@pytest.mark.anyio
+async def test_a_server_cut_off_by_the_network_leaves_no_listening_connection_behind(
+    postgres_on_tcp: tuple[str, str], quick_probes: None
+) -> None:
+    tcp_url, socket_url = postgres_on_tcp
+    with fresh_database(tcp_url) as url:
+        listener = ChangeListener(url, "index_proj", lambda: None, own_pid=lambda: None)
+        partition = Partition(int(urlsplit(url).port or 0))
+        local = database_url(socket_url, urlsplit(url).path.lstrip("/"))
+        try:
+            with psycopg.connect(local, autocommit=True) as observer:  # over the socket: not cut off
+
+                def listening() -> int:
+                    return int(observer.execute(LISTENING).fetchall()[0][0])
+
+                await eventually(lambda: listening() == 1, "the listener to listen", within=BOUND_SECONDS)
+                partition.cut()
+                await eventually(lambda: listening() == 0, "the listener's session to end", within=BOUND_SECONDS)
+        finally:
+            partition.heal()
+            listener.close()
 
 
 class CountingModel(PausedModel):
