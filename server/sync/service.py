@@ -14,6 +14,7 @@ A pull looks for edits made directly on the server's disk (`reconcile_all`, a wa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -196,18 +197,17 @@ def _kept_apart(
     """The pushed text kept under a new conflict copy's name beside `path`: its name and state. A server sharing
     the database that takes the same name first (the same caller, the same second) moves it to the next name, as
     one server's lock would have, REWRITE_TRIES times at most."""
-    for tries_left in range(REWRITE_TRIES, 0, -1):
+
+    def keep() -> tuple[str, FileState]:
         copy = conflict_path(path, caller, mirror.clock(), lambda p: mirror.read(p) is not None)
-        try:
-            state = mirror.write(
-                copy, content, caller=caller, expected_hash=ABSENT, change="conflict", record=_answer(record, copy)
-            )
-        except ConflictError:
-            if tries_left == 1:
-                raise
-            continue
-        return copy, state
-    raise AssertionError("unreachable: the last try returns or raises")
+        return copy, mirror.write(
+            copy, content, caller=caller, expected_hash=ABSENT, change="conflict", record=_answer(record, copy)
+        )
+
+    for _ in range(REWRITE_TRIES - 1):
+        with contextlib.suppress(ConflictError):
+            return keep()
+    return keep()
 
 
 def _rejected(change: PushChange, exc: InvalidArgumentError) -> PushResult:
