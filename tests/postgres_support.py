@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import subprocess
 import tempfile
 import uuid
 import warnings
@@ -134,3 +135,29 @@ def cut_all(url: str) -> int:
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def iptables_usable() -> bool:
+    """Root and a working iptables, which `Partition` needs."""
+    if shutil.which("iptables") is None:
+        return False
+    return subprocess.run(["iptables", "-S", "INPUT"], capture_output=True, check=False).returncode == 0
+
+
+class Partition:
+    """Every packet to and from `port` on the loopback dropped, until `heal`."""
+
+    def __init__(self, port: int) -> None:
+        self.rules = [["-p", "tcp", "-i", "lo", f"--{side}", str(port), "-j", "DROP"] for side in ("dport", "sport")]
+        self.active = False
+
+    def cut(self) -> None:
+        for rule in self.rules:
+            subprocess.run(["iptables", "-I", "INPUT", *rule], check=True)
+        self.active = True
+
+    def heal(self) -> None:
+        if self.active:
+            for rule in self.rules:
+                subprocess.run(["iptables", "-D", "INPUT", *rule], check=False)
+            self.active = False

@@ -6,8 +6,6 @@ relay's port in front of the test's PostgreSQL (root and a working iptables are 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
@@ -21,36 +19,11 @@ from server.postgres.connection import CONNECT_OPTIONS, PgConnection
 from server.postgres.outage import OUTAGE_MAX_SECONDS
 from server.postgres.sessions import PgSessionStore
 from tests.faults.relay import Relay
+from tests.postgres_support import Partition, iptables_usable
 
 USER_TIMEOUT_MS = 2_000  # the product's 15 s, shortened for the test
 
-
-def iptables_usable() -> bool:
-    if shutil.which("iptables") is None:
-        return False
-    return subprocess.run(["iptables", "-S", "INPUT"], capture_output=True, check=False).returncode == 0
-
-
 pytestmark = pytest.mark.skipif(not iptables_usable(), reason="needs root and a working iptables")
-
-
-class Partition:
-    """Every packet to and from `port` on the loopback dropped, until `heal`."""
-
-    def __init__(self, port: int) -> None:
-        self.rules = [["-p", "tcp", "-i", "lo", f"--{side}", str(port), "-j", "DROP"] for side in ("dport", "sport")]
-        self.active = False
-
-    def cut(self) -> None:
-        for rule in self.rules:
-            subprocess.run(["iptables", "-I", "INPUT", *rule], check=True)
-        self.active = True
-
-    def heal(self) -> None:
-        if self.active:
-            for rule in self.rules:
-                subprocess.run(["iptables", "-D", "INPUT", *rule], check=False)
-            self.active = False
 
 
 @pytest.fixture

@@ -27,9 +27,8 @@ from server.postgres.notify import ChangeListener
 from server.postgres.queries import lock_revision
 from server.postgres.search import PgSearchIndex
 from tests.fakes.embedder import HashingEmbedder
-from tests.postgres_support import database_url, fresh_database, start_postgres_on_tcp
+from tests.postgres_support import Partition, database_url, fresh_database, iptables_usable, start_postgres_on_tcp
 from tests.server.postgres.conftest import Opened
-from tests.server.postgres.test_partition import Partition, iptables_usable
 from tests.sync_support import eventually
 
 BOUND_SECONDS = 30  # every wait here ends by then, whatever happens
