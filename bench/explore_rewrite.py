@@ -27,7 +27,7 @@ import apsw
 import numpy as np
 from explore_prf import Ranker, prepare_locomo, product_params, replay_row
 
-from server.index.common_terms import TermCounts
+from server.index.common_terms import TermCounts, fts_counter
 from server.index.embeddings.local import LocalEmbedder
 from server.index.shared_names import query_texts
 
@@ -52,7 +52,7 @@ def as_statement(question: str) -> str:
 def name_blind(text: str, db: apsw.Connection, held: TermCounts) -> str:
     """`text` without the names `db`'s chunks share. The product embeds it beside `text` and takes the mean of both
     vectors: the "rewrite share 0.5" row."""
-    return query_texts(text, lambda: held.count(db, "", key=" chunks"), lambda term: held.count(db, term))[-1]
+    return query_texts(text, *held.remembering(*fts_counter(db)))[-1]
 
 
 def without_names(texts: list[str], dbs: list[str]) -> list[str]:

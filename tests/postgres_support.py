@@ -161,3 +161,19 @@ class Partition:
             for rule in self.rules:
                 subprocess.run(["iptables", "-D", "INPUT", *rule], check=False)
             self.active = False
+
+
+# The postings as versions 2 to 6 kept them: without their chunk's length (version 7 added it), rows kept.
+OLD_POSTINGS = """
+CREATE TABLE old_terms AS SELECT lexeme, chunk_id, tf FROM chunk_terms;
+DROP TABLE chunk_terms;
+CREATE TABLE chunk_terms(
+    lexeme TEXT NOT NULL,
+    chunk_id BIGINT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+    tf REAL NOT NULL,
+    PRIMARY KEY(lexeme, chunk_id)
+);
+CREATE INDEX chunk_terms_by_chunk ON chunk_terms(chunk_id);
+INSERT INTO chunk_terms SELECT * FROM old_terms;
+DROP TABLE old_terms;
+"""

@@ -16,7 +16,9 @@ them. Below the floor nothing changes. Speed at 1k..1M chunks: bench/bench_scale
 
 Document frequencies come from counting each word's matches (a cost in proportion to them, so the common words
 are the dear ones) and are kept per index for COUNTS_TTL seconds: an index does not change its vocabulary's
-shares quickly.
+shares quickly. The rule is one for both backends: SQLite counts FTS5's rows here (`fts_counter`), PostgreSQL its
+keyword postings (`server.postgres.search`), whose keyword side costs in proportion to the matches as well
+(bench/bench_pg_keyword_scale.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ MIN_CHUNKS = 50_000  # below this the whole match is cheap enough (about 12 ms a
 MAX_MATCHES = 20_000  # past this many matches the next rarer word is not added (the match costs per row)
 COUNTS_TTL = 600.0
 MAX_COUNTS = 50_000  # words remembered per index; the table is cleared when it is full
+
+
+Counter = tuple[Callable[[], int], Callable[[str], int]]  # the index's chunks; the chunks holding a word
 
 
 class TermCounts:
@@ -61,52 +66,62 @@ class TermCounts:
             self._counts[name] = (value, now)
         return value
 
-    def count(self, db: apsw.Connection, term: str, *, key: str | None = None) -> int:
-        """Rows of chunks_fts matching `term` (a word of `query_terms`); `key` names the count of all chunks."""
-        if key is None:
-            return self.remembered(
-                term, lambda: _scalar(db, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", f'"{term}"')
-            )
-        return self.remembered(key, lambda: _scalar(db, "SELECT count(*) FROM chunks"))
+    def remembering(self, chunks: Callable[[], int], holding: Callable[[str], int]) -> Counter:
+        """`chunks` and `holding` (one backend's counts, each a query) answered from memory while fresh."""
+        return (
+            lambda: self.remembered(" chunks", chunks),  # a space is never in a word
+            lambda term: self.remembered(term, lambda: holding(term)),
+        )
 
-    def rare_terms(self, db: apsw.Connection, terms: list[str]) -> list[str]:
-        """`terms` without those in more than COMMON_SHARE of the chunks (the rarest stays when all are)."""
-        total = self.count(db, "", key=" chunks")
-        if total < MIN_CHUNKS or not terms:
-            return terms
-        counts = {term: self.count(db, term) for term in terms}
-        chosen: set[str] = set()
-        matches = 0  # at most: the rows matching more than one word count once
-        for term in sorted(terms, key=lambda term: (counts[term], terms.index(term))):  # the rarest first
-            if chosen and (counts[term] > COMMON_SHARE * total or matches + counts[term] > MAX_MATCHES):
-                break
-            chosen.add(term)
-            matches += counts[term]
-        return [term for term in terms if term in chosen]
+
+def rare_terms(terms: list[str], chunks: Callable[[], int], holding: Callable[[str], int]) -> list[str]:
+    """`terms` (words of `query_terms`) without those in more than COMMON_SHARE of the index's `chunks()` (the
+    rarest stays when all are), taken rarest first while their summed `holding(term)` stays under MAX_MATCHES."""
+    if not terms:
+        return terms
+    total = chunks()
+    if total < MIN_CHUNKS:
+        return terms
+    counts = {term: holding(term) for term in terms}
+    chosen: set[str] = set()
+    matches = 0  # at most: the rows matching more than one word count once
+    for term in sorted(terms, key=lambda term: (counts[term], terms.index(term))):  # the rarest first
+        if chosen and (counts[term] > COMMON_SHARE * total or matches + counts[term] > MAX_MATCHES):
+            break
+        chosen.add(term)
+        matches += counts[term]
+    return [term for term in terms if term in chosen]
 
 
 def _scalar(db: apsw.Connection, sql: str, *bindings: str) -> int:
     return int(db.execute(sql, bindings).fetchall()[0][0])  # type: ignore[arg-type]
 
 
+def fts_counter(db: apsw.Connection) -> Counter:
+    """The SQLite engine's counts: its chunks, and the rows of chunks_fts matching a word."""
+    return (
+        lambda: _scalar(db, "SELECT count(*) FROM chunks"),
+        lambda term: _scalar(db, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", f'"{term}"'),
+    )
+
+
 _BY_STORE: weakref.WeakKeyDictionary[Store, TermCounts] = weakref.WeakKeyDictionary()
 _REGISTRY_LOCK = threading.Lock()
 
 
-def _counts_of(store: Store) -> TermCounts:
+def _counted(store: Store, db: apsw.Connection) -> Counter:
     with _REGISTRY_LOCK:
         counts = _BY_STORE.get(store)
         if counts is None:
             counts = _BY_STORE[store] = TermCounts()
-    return counts
+    return counts.remembering(*fts_counter(db))
 
 
 def keyword_match(store: Store, db: apsw.Connection, terms: list[str]) -> str | None:
     """The FTS5 MATCH string for `terms` with the index's common words left out, None when there are no terms."""
-    return terms_expression(_counts_of(store).rare_terms(db, terms))
+    return terms_expression(rare_terms(terms, *_counted(store, db)))
 
 
 def query_texts(store: Store, db: apsw.Connection, query: str) -> list[str]:
     """The texts `query`'s vector is the mean of: as asked, and without the names the chunks share (`shared_names`)."""
-    counts = _counts_of(store)
-    return texts_of(query, lambda: counts.count(db, "", key=" chunks"), lambda term: counts.count(db, term))
+    return texts_of(query, *_counted(store, db))

@@ -205,8 +205,9 @@ def m006_fts5_terms(db: PgConnection) -> None:
     """Every chunk's keyword terms and length computed again from its text, as indexing now computes them: FTS5's
     own tokenizer and porter stemmer (`search_queries.chunk_terms`), where versions 2 to 5 cut words with a SQL
     regular expression and stemmed them with Snowball, so that accents, marks and some words never matched what
-    the SQLite engine matches. In Python with indexing's own function, so the rows are what fresh indexing writes
-    (a later change of the terms needs a migration of its own); in batches of RETERM_BATCH chunks."""
+    the SQLite engine matches. In Python with indexing's own function, so the rows are what fresh indexing wrote
+    then (a later change of the terms needs a migration of its own); in batches of RETERM_BATCH chunks. Its
+    statements are its own: indexing's write the columns of the version it migrates to."""
     after = 0
     while True:
         rows = db.execute(
@@ -225,10 +226,37 @@ def m006_fts5_terms(db: PgConnection) -> None:
             counts += weights
             lengths.append(length)
         ids = [int(row[0]) for row in rows]
-        for query in sq.replace_terms(ids, lengths, chunk_ids, lexemes, counts):
-            db.execute(*query)
+        db.execute("DELETE FROM chunk_terms WHERE chunk_id = ANY(?::bigint[])", (ids,))
+        db.execute(  # the rows as version 6 holds them (version 7 adds each chunk's length)
+            "INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT * FROM unnest(?::text[], ?::bigint[], ?::real[])",
+            (lexemes, chunk_ids, counts),
+        )
+        db.execute(
+            "UPDATE chunks c SET terms = x.terms FROM unnest(?::bigint[], ?::int[]) AS x(id, terms) WHERE c.id = x.id",
+            (ids, lengths),
+        )
         after = ids[-1]
     db.execute(*sq.recount_stats())
+
+
+# Each posting carries its chunk's length, and the primary key's index carries the posting's count and that length:
+# the keyword side reads a word's postings from the index alone, where it read a heap page for each and then the
+# chunk's row for its length. A SciFact claim's keyword search at 100k chunks: 160 -> 18 ms warm, the same ranking
+# (bench/results/pg_keyword_scale.md). The table is copied whole, not updated in place (that would leave a dead
+# row for every live one). Minutes at a million chunks, once.
+M007_POSTINGS_WITH_LENGTHS = """
+CREATE TABLE chunk_postings AS
+    SELECT t.lexeme, t.chunk_id, t.tf, c.terms AS chunk_length FROM chunk_terms t JOIN chunks c ON c.id = t.chunk_id;
+DROP TABLE chunk_terms;
+ALTER TABLE chunk_postings RENAME TO chunk_terms;
+ALTER TABLE chunk_terms ALTER COLUMN lexeme SET NOT NULL, ALTER COLUMN chunk_id SET NOT NULL,
+    ALTER COLUMN tf SET NOT NULL, ALTER COLUMN chunk_length SET NOT NULL;
+ALTER TABLE chunk_terms ADD CONSTRAINT chunk_terms_pkey PRIMARY KEY (lexeme, chunk_id) INCLUDE (tf, chunk_length);
+ALTER TABLE chunk_terms ADD CONSTRAINT chunk_terms_chunk_id_fkey FOREIGN KEY (chunk_id) REFERENCES chunks(id)
+    ON DELETE CASCADE;
+CREATE INDEX chunk_terms_by_chunk ON chunk_terms(chunk_id);
+ANALYZE chunk_terms;
+"""
 
 
 Migration = str | Callable[[PgConnection], None]  # SQL text, or a step in Python on the migrating connection
@@ -240,6 +268,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     M004_HNSW_EF256,
     M005_BYTE_PATHS_SHORT_LEXEMES,
     m006_fts5_terms,
+    M007_POSTINGS_WITH_LENGTHS,
 )
 
 

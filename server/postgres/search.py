@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from server.errors import EmbeddingError, EngineError
-from server.index.common_terms import TermCounts
+from server.index.common_terms import Counter, TermCounts, rare_terms
 from server.index.embeddings.base import Embedder, Tokenizer
 from server.index.embeddings.chain import GuardedEmbedder, ProviderChain, as_chain
 from server.index.engine_settings import EngineSettings
@@ -98,7 +98,7 @@ class PgSearchIndex:
         self._rebuild_stop = threading.Event()
         self.rebuilding_elsewhere = False  # another replica holds the rebuild lock
         self._tried_at = 0.0  # time.monotonic() of the last try for the rebuild lock
-        self._term_counts = TermCounts()  # document frequencies of query names (`_query_texts`)
+        self._term_counts = TermCounts()  # document frequencies of query words (`_counted`)
         self._writer = PgConnection(url, self.schema)
         try:
             migrate(self._writer, self.schema)
@@ -378,10 +378,11 @@ class PgSearchIndex:
         served = self._serving(db)  # read once: the notice says why only when vectors are not served
         notice = None if served is not None else self.vector_state(db)[1]
         candidates = max(options.limit * self.settings.search.candidate_multiplier, MIN_CANDIDATES)
-        words = query_terms(query) if options.mode != "vector" else []
+        counted = self._counted(db)
+        words = rare_terms(query_terms(query), *counted) if options.mode != "vector" else []
         terms = [lexemes for lexemes in map(sq.query_lexemes, words) if lexemes]  # each word as FTS5 cuts it
         vector, notice, embed_ms = embed_query(
-            served[1] if served else None, lambda: self._query_texts(db, query), options.mode, notice
+            served[1] if served else None, lambda: query_texts(query, *counted), options.mode, notice
         )
         literal = sq.vector_literal(vector) if vector is not None else None
         similarities: dict[int, float] = {}
@@ -404,14 +405,12 @@ class PgSearchIndex:
         )  # fmt: skip
         return hits, mode, join_notices(notice, more), embed_ms
 
-    def _query_texts(self, db: PgConnection, query: str) -> list[str]:
-        """The texts `query`'s vector is the mean of: as asked, and without the names the chunks share
-        (`server.index.shared_names`)."""
-        counts = self._term_counts
-        return query_texts(
-            query,
-            lambda: counts.remembered(" chunks", lambda: _scalar(db, sq.keyword_chunks_sql())),
-            lambda term: counts.remembered(term, lambda: _scalar(db, sq.term_chunks_sql(term))),
+    def _counted(self, db: PgConnection) -> Counter:
+        """The index's chunks and the chunks holding a word, remembered a while: what leaves the common words out
+        of the keyword side (`server.index.common_terms`) and the shared names out of the query's vector
+        (`server.index.shared_names`), as on SQLite."""
+        return self._term_counts.remembering(
+            lambda: _scalar(db, sq.keyword_chunks_sql()), lambda term: _scalar(db, sq.term_chunks_sql(term))
         )
 
     def status(self) -> IndexStatus:

@@ -4,13 +4,14 @@ same aliases: chunks `c`, their files `f` (here the table `indexed_files`), a ve
 
 Keyword ranking is BM25 as FTS5 computes it (k1 1.2, b 0.75, IDF `ln((N - n + 0.5) / (n + 0.5))` floored at 1e-6,
 the heading weighted 0.5 beside the text), from statistics kept in tables: each chunk's lexemes with their counts
-(`chunk_terms`), each chunk's length, and the number of chunks and their total length (`keyword_stats`). The
-lexemes are FTS5's own tokens, from its tokenizer and porter stemmer (`server.index.fts_tokens`), computed in Python
-for the chunks and for the query alike, so both backends cut, fold and stem the same words and find the same
-chunks. A query word FTS5 cuts into several tokens (`max_file_bytes`) is a phrase there; here, without positions,
-a chunk must hold all its tokens, and the word scores the sum of theirs. A term's document frequency is counted
-from its postings, which the query reads anyway. `bench/bench_pg_keyword.py` compared the ranking functions;
-`bench/bench_pg_search.py` measures this one.
+and the chunk's length (`chunk_terms`, whose primary key's index holds all three, so a word's postings are read
+from the index alone), and the number of chunks and their total length (`keyword_stats`). The lexemes are FTS5's
+own tokens, from its tokenizer and porter stemmer (`server.index.fts_tokens`), computed in Python for the chunks and
+for the query alike, so both backends cut, fold and stem the same words and find the same chunks. A query word FTS5
+cuts into several tokens (`max_file_bytes`) is a phrase there; here, without positions, a chunk must hold all its
+tokens, and the word scores the sum of theirs. A term's document frequency is counted from its postings, which the
+query reads anyway. `bench/bench_pg_keyword.py` compared the ranking functions; `bench/bench_pg_search.py` measures
+this one, `bench/bench_pg_keyword_scale.py` its cost at 100k and 1M chunks.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ WITH v AS (SELECT ?::bigint AS file_id, ?::int AS ordinal, ?::int AS start_line,
 c AS (INSERT INTO chunks(file_id, ordinal, start_line, end_line, heading, context, text, hash, tokens, tags,
         category, terms)
     SELECT * FROM v RETURNING id),
-t AS (INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT w.lexeme, c.id, w.tf FROM c,
+t AS (INSERT INTO chunk_terms(lexeme, chunk_id, tf, chunk_length) SELECT w.lexeme, c.id, w.tf, v.terms FROM c, v,
         unnest(?::text[], ?::real[]) AS w(lexeme, tf)),
 g AS (INSERT INTO chunk_tags(tag, chunk_id) SELECT DISTINCT tag, c.id FROM c, unnest(?::text[]) tag)
 SELECT id FROM c
@@ -189,8 +190,10 @@ def replace_terms(
     return [
         ("DELETE FROM chunk_terms WHERE chunk_id = ANY(?::bigint[])", (ids,)),
         (
-            "INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT * FROM unnest(?::text[], ?::bigint[], ?::real[])",
-            (lexemes, chunk_ids, counts),
+            "INSERT INTO chunk_terms(lexeme, chunk_id, tf, chunk_length) SELECT w.lexeme, w.chunk_id, w.tf, x.terms"
+            " FROM unnest(?::text[], ?::bigint[], ?::real[]) AS w(lexeme, chunk_id, tf)"
+            " JOIN unnest(?::bigint[], ?::int[]) AS x(id, terms) ON x.id = w.chunk_id",
+            (lexemes, chunk_ids, counts, ids, lengths),
         ),
         (
             "UPDATE chunks c SET terms = x.terms FROM unnest(?::bigint[], ?::int[]) AS x(id, terms) WHERE c.id = x.id",
@@ -327,13 +330,13 @@ def keyword_sql(terms: list[list[str]], filters: Filters, limit: int, also: list
     sql = f"""
 WITH q AS (SELECT term, lexeme, count(*) OVER (PARTITION BY term) AS parts
     FROM unnest(?::int[], ?::text[]) AS q(term, lexeme)),
-p AS (SELECT t.chunk_id, t.lexeme, t.tf, count(*) OVER (PARTITION BY t.lexeme) AS df
+p AS (SELECT t.chunk_id, t.lexeme, t.tf, t.chunk_length, count(*) OVER (PARTITION BY t.lexeme) AS df
     FROM chunk_terms t WHERE t.lexeme = ANY(?::text[])),
 s AS (SELECT greatest(chunks, 1)::float8 AS n, greatest(terms, 1)::float8 / greatest(chunks, 1) AS avgdl
     FROM keyword_stats),
 m AS (SELECT p.chunk_id, sum(greatest(ln(greatest((s.n - p.df + 0.5) / (p.df + 0.5), 1e-9)), 1e-6)
-            * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * c.terms / s.avgdl))) AS score
-    FROM p JOIN q ON q.lexeme = p.lexeme JOIN chunks c ON c.id = p.chunk_id CROSS JOIN s
+            * p.tf * {K1 + 1} / (p.tf + {K1} * (1 - {B} + {B} * p.chunk_length / s.avgdl))) AS score
+    FROM p JOIN q ON q.lexeme = p.lexeme CROSS JOIN s
     GROUP BY p.chunk_id, q.term, q.parts HAVING count(*) = q.parts),
 scored AS MATERIALIZED (SELECT chunk_id AS id, -sum(score) AS rank FROM m GROUP BY chunk_id)
 ({best} ORDER BY rank, id LIMIT ?)

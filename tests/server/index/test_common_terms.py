@@ -1,4 +1,5 @@
-"""Words in a large share of the chunks leave the keyword query of a large index (real SQLite FTS5)."""
+"""Words in a large share of the chunks leave the keyword query of a large index (real SQLite FTS5; the same on
+PostgreSQL: `tests/server/postgres/test_search.py`)."""
 
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MemoryIndex:
     opened.close()
 
 
+def rare(index: MemoryIndex, terms: list[str]) -> list[str]:
+    return common_terms.rare_terms(terms, *common_terms.fts_counter(index.store.connection()))
+
+
 def test_words_in_most_chunks_leave_the_keyword_query_but_the_rarest_stays(index):
-    counts = common_terms.TermCounts()
-    db = index.store.connection()
-    assert counts.rare_terms(db, ["service", "zanzibar", "deploy"]) == ["zanzibar"]
-    assert counts.rare_terms(db, ["service", "deploy"]) == ["deploy"]  # all common: the rarest stays
-    assert counts.rare_terms(db, ["nowhere"]) == ["nowhere"]
+    assert rare(index, ["service", "zanzibar", "deploy"]) == ["zanzibar"]
+    assert rare(index, ["service", "deploy"]) == ["deploy"]  # all common: the rarest stays
+    assert rare(index, ["nowhere"]) == ["nowhere"]
 
 
 def test_a_keyword_search_of_a_large_index_finds_the_rare_word_among_common_ones(index):
@@ -43,26 +46,23 @@ def test_a_keyword_search_of_a_large_index_finds_the_rare_word_among_common_ones
 
 def test_a_small_index_keeps_every_word(index, monkeypatch):
     monkeypatch.setattr(common_terms, "MIN_CHUNKS", 1000)
-    counts = common_terms.TermCounts()
-    assert counts.rare_terms(index.store.connection(), ["service", "zanzibar"]) == ["service", "zanzibar"]
+    assert rare(index, ["service", "zanzibar"]) == ["service", "zanzibar"]
 
 
 def test_counts_are_remembered_for_a_while_then_read_again(index):
     now = [0.0]
-    counts = common_terms.TermCounts(clock=lambda: now[0])
     db = index.store.connection()
-    assert counts.count(db, "zanzibar") == 1
+    chunks, holding = common_terms.TermCounts(clock=lambda: now[0]).remembering(*common_terms.fts_counter(db))
+    assert (chunks(), holding("zanzibar")) == (40, 1)
     db.execute("DELETE FROM chunks WHERE text LIKE '%zanzibar%'")
-    assert counts.count(db, "zanzibar") == 1
+    assert (chunks(), holding("zanzibar")) == (40, 1)
     now[0] = common_terms.COUNTS_TTL + 1
-    assert counts.count(db, "zanzibar") == 0
+    assert (chunks(), holding("zanzibar")) == (39, 0)
 
 
 def test_words_are_taken_rarest_first_only_while_their_matches_stay_under_the_bound(index, monkeypatch):
     monkeypatch.setattr(common_terms, "COMMON_SHARE", 1.0)
     monkeypatch.setattr(common_terms, "MAX_MATCHES", 10)
-    counts = common_terms.TermCounts()
-    db = index.store.connection()
-    assert counts.rare_terms(db, ["deploy", "zanzibar"]) == ["zanzibar"]  # 1 + 14 matches would pass 10
+    assert rare(index, ["deploy", "zanzibar"]) == ["zanzibar"]  # 1 + 14 matches would pass 10
     monkeypatch.setattr(common_terms, "MAX_MATCHES", 15)
-    assert counts.rare_terms(db, ["deploy", "zanzibar"]) == ["deploy", "zanzibar"]
+    assert rare(index, ["deploy", "zanzibar"]) == ["deploy", "zanzibar"]

@@ -23,6 +23,7 @@ from server.postgres.search import PgSearchIndex
 from server.postgres.search_queries import MAX_LEXEME_CHARS
 from server.postgres.search_vectors import meta, read_space
 from tests.fakes.embedder import HashingEmbedder
+from tests.postgres_support import OLD_POSTINGS
 from tests.server.postgres.conftest import Opened
 
 NOTES = {
@@ -132,6 +133,7 @@ def test_an_index_schema_version_4_made_gets_byte_ordered_paths_and_cut_lexemes(
         admin.execute(f'SET search_path TO "{schema_of("proj")}", public')
         for table in ("files", "history", "indexed_files"):
             admin.execute(f'ALTER TABLE {table} ALTER COLUMN path TYPE TEXT COLLATE "default"')
+        admin.execute(OLD_POSTINGS)
         chunk = admin.execute("SELECT min(id) FROM chunks").fetchone()
         assert chunk is not None
         for word in (long_a, long_b):
@@ -251,8 +253,12 @@ def test_the_keyword_statistics_follow_the_chunks(open_index: Callable[..., Open
         db.execute(f'SET search_path TO "{schema_of("proj")}"')
         kept = db.execute("SELECT chunks, terms FROM keyword_stats").fetchone()
         counted = db.execute("SELECT count(*), sum(terms) FROM chunks").fetchone()
+        wrong_lengths = db.execute(
+            "SELECT count(*) FROM chunk_terms t JOIN chunks c ON c.id = t.chunk_id WHERE t.chunk_length <> c.terms"
+        ).fetchone()
     assert kept is not None and counted is not None
     assert (kept[0], kept[1]) == (counted[0], counted[1])
+    assert wrong_lengths == (0,)  # every posting carries its chunk's length
 
 
 def test_new_chunk_settings_cut_every_file_again_once(open_index: Callable[..., Opened], postgres_url: str) -> None:
@@ -336,6 +342,25 @@ def test_names_every_chunk_holds_are_left_out_of_half_the_query_vector_as_on_sql
     assert len(embedder.queries) == 2
 
 
+def test_words_in_most_chunks_leave_the_keyword_query_of_a_large_index_as_on_sqlite(
+    open_index: Callable[..., Opened], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from server.index import common_terms
+
+    monkeypatch.setattr(common_terms, "MIN_CHUNKS", 10)  # 'large' from 10 chunks (tests/server/index/test_common_terms)
+    monkeypatch.setattr(common_terms, "COUNTS_TTL", 0.0)  # counted at every search
+    index, store = open_index(HashingEmbedder())
+    for n in range(40):
+        extra = " deploy" if n % 3 == 0 else ""
+        rare = " zanzibar" if n == 17 else ""
+        store.write(f"memory/n{n:02}.md", f"# Note {n}\n\nservice note{n}{extra}{rare}\n", caller="alice")
+    index.index()
+    assert paths_of(index, "service zanzibar", limit=3, mode="keyword") == ["memory/n17.md"]
+    assert len(paths_of(index, "service deploy", limit=20, mode="keyword")) == 14  # all common: the rarest stays
+    monkeypatch.setattr(common_terms, "MIN_CHUNKS", 1000)
+    assert len(paths_of(index, "service zanzibar", limit=3, mode="keyword")) == 3  # a small index keeps every word
+
+
 def test_a_search_naming_a_month_finds_that_months_log_first_as_on_sqlite(open_index: Callable[..., Opened]) -> None:
     from tests.server.index.test_periods import CAMPING
 
@@ -374,10 +399,12 @@ def test_an_indexing_run_marks_its_pending_count_and_later_counts_look_only_at_c
         index.close()
 
 
-# What versions 2 to 5 stored: words cut by a SQL regular expression, Snowball stems, lexemes cut at 200 characters.
+# What versions 2 to 5 stored: words cut by a SQL regular expression, Snowball stems, lexemes cut at 200 characters
+# (in postings without their chunk's length, `OLD_POSTINGS`).
 _OLD_LEXEME = "left(coalesce((ts_lexize('memory_stem', w))[1], w), 200)"
 _OLD_WORDS = "regexp_split_to_table(lower({}), '[^[:alnum:]]+') w"
 STORE_THE_OLD_WAY = f"""
+{OLD_POSTINGS}
 DELETE FROM chunk_terms;
 INSERT INTO chunk_terms(lexeme, chunk_id, tf) SELECT lexeme, id, sum(weight) FROM (
     SELECT c.id, {_OLD_LEXEME} AS lexeme, 1.0 AS weight FROM chunks c, {_OLD_WORDS.format("c.text")} WHERE w <> ''
@@ -394,7 +421,9 @@ def _keyword_state(postgres_url: str) -> tuple[list[tuple[object, ...]], ...]:
     with psycopg.connect(postgres_url) as db:
         db.execute(f'SET search_path TO "{schema_of("proj")}"')
         return (
-            db.execute("SELECT lexeme, chunk_id, tf FROM chunk_terms ORDER BY chunk_id, lexeme").fetchall(),
+            db.execute(  # each posting's chunk length as well, when the version has it
+                "SELECT lexeme, chunk_id, tf, to_jsonb(t)->'chunk_length' FROM chunk_terms t ORDER BY chunk_id, lexeme"
+            ).fetchall(),
             db.execute("SELECT id, terms FROM chunks ORDER BY id").fetchall(),
             db.execute("SELECT chunks, terms FROM keyword_stats").fetchall(),
         )
@@ -418,6 +447,22 @@ def test_an_index_stored_with_the_old_words_holds_exactly_what_fresh_indexing_st
     lexemes = {row[0] for row in migrated[0]}
     assert {"cafe", "uber", "x²", "istanbul", "byte"} <= lexemes and "café" not in lexemes
     assert paths_of(upgraded, "cafe", mode="keyword") == ["memory/cafe.md"]
+
+
+def test_an_index_version_6_made_gets_its_chunks_lengths_in_every_posting_and_ranks_the_same(
+    open_index: Callable[..., Opened], postgres_url: str
+) -> None:
+    index, store = open_index(HashingEmbedder())
+    write_all(store, {**NOTES, "memory/more.md": "# Noodles\n\nNoodle soup, noodle shop, noodles at noon.\n"})
+    index.index()
+    fresh, ranked = _keyword_state(postgres_url), index.search("noodle shop", build_options(mode="keyword")).hits
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'SET search_path TO "{schema_of("proj")}", public')
+        admin.execute(OLD_POSTINGS + "UPDATE schema_version SET version = 6;")
+    upgraded, _ = open_index(HashingEmbedder(), "two")
+    assert _keyword_state(postgres_url) == fresh
+    again = upgraded.search("noodle shop", build_options(mode="keyword")).hits
+    assert [(h.path, h.score) for h in again] == [(h.path, h.score) for h in ranked] and len(ranked) == 2
 
 
 def test_a_model_answering_a_zero_vector_has_nothing_stored_and_its_chunk_waits(

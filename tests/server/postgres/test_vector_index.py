@@ -20,6 +20,7 @@ from server.postgres.migrations import MIGRATIONS, migrate
 from server.postgres.search import PgSearchIndex
 from server.postgres.search_vectors import MAX_EF_SEARCH, MIN_EF_SEARCH, ef_search, read_space
 from tests.fakes.embedder import HashingEmbedder
+from tests.postgres_support import OLD_POSTINGS
 from tests.server.postgres.conftest import Opened
 from tests.server.postgres.test_search import NOTES, paths_of, write_all
 
@@ -117,6 +118,7 @@ def test_an_index_an_older_schema_made_is_built_again_in_place(
         admin.execute(
             f"CREATE INDEX {space.table}_hnsw ON {space.table} USING hnsw (embedding vector_cosine_ops){options}"
         )
+        admin.execute(OLD_POSTINGS)  # as versions before 7 kept them
         admin.execute(f"UPDATE schema_version SET version = {version}")
     assert "ef_construction='256'" not in indexes_of(postgres_url, space.table)[f"{space.table}_hnsw"]
     upgraded, _ = open_index(HashingEmbedder(), "two")
