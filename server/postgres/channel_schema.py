@@ -15,6 +15,11 @@ from server.postgres.migrations import migrate
 
 SCHEMA = "channel"
 CALLERS_CHANNEL = "memory_callers"  # NOTIFY'd when the callers change
+# The channel's statements run on the event loop (`server.postgres.sessions`): none holds it longer than this. A
+# statement the database does not answer ends at the statement timeout, and one behind a silent partition when its
+# bytes stay unacknowledged as long (libpq's TCP user timeout, where other connections keep the 15 s of
+# `connection.TCP_USER_TIMEOUT_MS`). The channel's statements are a few hundred bytes each: a network that
+# acknowledges none of them for seconds is down, not slow.
 STATEMENT_TIMEOUT_MS = 5000
 
 M001_CHANNEL = """
@@ -60,12 +65,12 @@ MIGRATIONS: tuple[str, ...] = (M001_CHANNEL,)
 
 def open_channel_db(url: str, settings: Mapping[str, str] | None = None) -> PgConnection:
     """A connection whose search path is the channel's schema, the schema created or brought up to date. Requests
-    wait on its statements: a database that stalls gives errors (503s) after STATEMENT_TIMEOUT_MS, not a frozen
-    server, and a statement that failed is not sent again on a new connection at once, which behind a partition
-    would wait out the connect timeout on the event loop (`server.postgres.outage` connects again on a thread of
-    its own). `settings`: more run-time parameters for it."""
+    wait on its statements: a database that stalls or a network that drops them gives errors (503s) after
+    STATEMENT_TIMEOUT_MS, not a server frozen longer, and a statement that failed is not sent again on a new
+    connection at once, which behind a partition would wait out the connect timeout on the event loop
+    (`server.postgres.outage` connects again on a thread of its own). `settings`: more run-time parameters."""
     settings = {"statement_timeout": str(STATEMENT_TIMEOUT_MS), **(settings or {})}
-    db = PgConnection(url, SCHEMA, settings, resend=False)
+    db = PgConnection(url, SCHEMA, settings, resend=False, connect={"tcp_user_timeout": STATEMENT_TIMEOUT_MS})
     try:
         migrate(db, SCHEMA, MIGRATIONS)
     except BaseException:

@@ -118,13 +118,21 @@ class PgConnection:
     call (each attempt may wait the whole connect timeout)."""
 
     def __init__(
-        self, url: str, schema: str | None = None, settings: Mapping[str, str] | None = None, *, resend: bool = True
+        self,
+        url: str,
+        schema: str | None = None,
+        settings: Mapping[str, str] | None = None,
+        *,
+        resend: bool = True,
+        connect: Mapping[str, Any] | None = None,
     ) -> None:
         """`settings`: run-time parameters (`statement_timeout`...) set, over SESSION_SETTINGS, on every
         connection made, the first and any made again after one was lost. `resend=False`: no statement or BEGIN
-        is sent again at once on a new connection after it failed (`execute`); the next call connects again."""
+        is sent again at once on a new connection after it failed (`execute`); the next call connects again.
+        `connect`: libpq's options over CONNECT_OPTIONS (`tcp_user_timeout`...)."""
         self._url, self._schema, self._resend = url, schema, resend
         self._settings = {**SESSION_SETTINGS, **(settings or {})}
+        self._connect_options = dict(connect or {})
         self._lock = threading.RLock()
         self._transactions: list[contextlib.AbstractContextManager[Any]] = []
         self._pins = 0
@@ -134,7 +142,7 @@ class PgConnection:
 
     def _connect(self) -> psycopg.Connection[Any]:
         with translated("connecting"):
-            conn = psycopg.connect(self._url, autocommit=True, **CONNECT_OPTIONS)
+            conn = psycopg.connect(self._url, autocommit=True, **{**CONNECT_OPTIONS, **self._connect_options})
             if self._schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
                 # public: where pgvector's type and operators are (`migrations.M002_SEARCH`)
                 conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self._schema)))
