@@ -89,16 +89,32 @@ def translated(doing: str) -> Iterator[None]:
         raise EngineError(f"the database failed while {doing}") from exc
 
 
-def ended_while_idle(conn: psycopg.Connection[Any]) -> bool:
+class Farewell:
+    """A connection's notice handler that hears the database say goodbye: the FATAL message a session ended while
+    idle is sent (a restart, a terminated backend), which libpq passes on as a notice."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def __call__(self, diagnostic: psycopg.errors.Diagnostic) -> None:
+        if diagnostic.severity_nonlocalized in ("FATAL", "PANIC"):
+            self.said = True
+
+
+def ended_while_idle(conn: psycopg.Connection[Any], farewell: Farewell) -> bool:
     """Whether the database ended `conn`'s session while it was idle (a restart, a terminated backend): its goodbye
-    and then the end of the stream wait to be read. Reads what waits without blocking; an ended one is closed."""
+    (heard by `farewell`, the connection's notice handler) and then the end of the stream wait to be read. Reads
+    what waits without blocking; an ended one is closed, even when the end of its stream has not come yet."""
     for _ in range(IDLE_READS):
+        if farewell.said and not conn.closed:
+            conn.close()
         if conn.closed:
             return True
         if not select.select([conn.pgconn.socket], [], [], 0)[0]:
             return False
         try:
             conn.pgconn.consume_input()
+            conn.pgconn.is_busy()  # parses what was read: a goodbye reaches `farewell` now
         except psycopg.OperationalError:  # the end of the stream: the connection is closed now
             return True
     return conn.closed
@@ -138,11 +154,14 @@ class PgConnection:
         self._pins = 0
         self._changes = 0
         self._closed = False
+        self._farewell = Farewell()  # the current connection's (`_connect`)
         self._conn = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
         with translated("connecting"):
             conn = psycopg.connect(self._url, autocommit=True, **{**CONNECT_OPTIONS, **self._connect_options})
+            self._farewell = Farewell()
+            conn.add_notice_handler(self._farewell)
             if self._schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
                 # public: where pgvector's type and operators are (`migrations.M002_SEARCH`)
                 conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self._schema)))
@@ -158,7 +177,7 @@ class PgConnection:
         """The connection, opened again if it was lost and it may be (`_may_reconnect`); `checked`: found lost
         first when the database ended its session while it was idle, before a statement is sent on it."""
         if checked and not self._conn.closed and not self._transactions and not self._pins:
-            ended_while_idle(self._conn)
+            ended_while_idle(self._conn, self._farewell)
         if self._may_reconnect():
             log.warning("postgres: the connection was lost; connecting again")
             self._conn = self._connect()

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
+import psycopg
 import pytest
 
 from channel.errors import StoreUnavailable
@@ -34,7 +35,9 @@ class Relay:
 
     `lose_answer_to(marker)`: the answer to the next statement whose text holds `marker` is thrown away and its
     connection closed (the statement ran; `lost` is set). `silence()`: the connections relayed are cut and new ones
-    are accepted but never answered, as behind a partition that drops packets; `heal()` ends that."""
+    are accepted but never answered, as behind a partition that drops packets; `heal()` ends that. `hold_ends()`:
+    a connection the database ends has its last bytes passed on but not its end (`holding` is set) until
+    `release_ends()`."""
 
     def __init__(self, upstream: str) -> None:
         self._upstream = upstream
@@ -46,6 +49,9 @@ class Relay:
         self._lock = threading.Lock()
         self._relayed: list[socket.socket] = []
         self._held: list[socket.socket] = []
+        self._hold_ends = False
+        self.holding = threading.Event()
+        self._released = threading.Event()
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
 
@@ -57,6 +63,12 @@ class Relay:
             self._silent = True
             for end in self._relayed:
                 _shut(end)
+
+    def hold_ends(self) -> None:
+        self._hold_ends = True
+
+    def release_ends(self) -> None:
+        self._released.set()
 
     def heal(self) -> None:
         with self._lock:
@@ -108,6 +120,10 @@ class Relay:
                     self._marker = None
                     lose.set()
                 sink.sendall(data)
+            else:  # the source ended its stream
+                if answers and self._hold_ends:
+                    self.holding.set()
+                    self._released.wait(30)
         _shut(source)
         _shut(sink)
 
@@ -179,6 +195,25 @@ def test_while_connecting_hangs_a_call_due_to_reconnect_is_refused_at_once_and_c
         assert store.timestamp_is_fresh(key, 2)
     finally:
         store.close()
+
+
+def test_a_session_the_database_ended_is_found_by_its_goodbye_before_the_end_of_its_stream_arrives(
+    relayed, postgres_url
+):
+    # A restart's goodbye reaches the connection first, the end of its stream a moment later. A statement sent in
+    # between, never sent twice on the channel's connection, was lost into the ended session: a 503 for a request
+    # that never reached the database, where a new connection answers it.
+    relay, url = relayed
+    db = PgConnection(url, resend=False)
+    try:
+        relay.hold_ends()
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", (db.backend_pid(),))
+        assert relay.holding.wait(10), "the goodbye was passed on, the end of the stream held"
+        assert db.execute("SELECT 2").fetchall() == [(2,)]
+    finally:
+        relay.release_ends()
+        db.close()
 
 
 def test_a_closed_connection_is_not_opened_again_by_a_late_statement(postgres_url):
