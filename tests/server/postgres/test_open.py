@@ -97,6 +97,9 @@ async def test_an_open_that_fails_after_the_backend_opened_leaves_no_listener_an
             )
             return {int(pid) for (pid,) in rows}
 
+        listening = "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN \"index_proj\"'"
+        # "proj"'s listener connects on a thread of its own: counted among those before only once it has
+        await eventually(lambda: observer.execute(listening).fetchall() == [(1,)], "proj to listen", within=BOUND)
         before = connections()  # a connection among them may close meanwhile (work of "proj" ending): no matter
 
         def lost(self: PgSearchIndex) -> bool:
