@@ -182,26 +182,6 @@ def insert_chunk(values: tuple[object, ...], tags: list[str]) -> Query:
     return INSERT_CHUNK, (*values, length, lexemes, counts, tags)
 
 
-def replace_terms(
-    ids: list[int], lengths: list[int], chunk_ids: list[int], lexemes: list[str], counts: list[float]
-) -> list[Query]:
-    """The keyword terms of the chunks `ids` written again: their lengths (`lengths`, in the order of `ids`) and
-    their rows (`lexemes` and `counts`, each row's chunk in `chunk_ids`), as `chunk_terms` makes them."""
-    return [
-        ("DELETE FROM chunk_terms WHERE chunk_id = ANY(?::bigint[])", (ids,)),
-        (
-            "INSERT INTO chunk_terms(lexeme, chunk_id, tf, chunk_length) SELECT w.lexeme, w.chunk_id, w.tf, x.terms"
-            " FROM unnest(?::text[], ?::bigint[], ?::real[]) AS w(lexeme, chunk_id, tf)"
-            " JOIN unnest(?::bigint[], ?::int[]) AS x(id, terms) ON x.id = w.chunk_id",
-            (lexemes, chunk_ids, counts, ids, lengths),
-        ),
-        (
-            "UPDATE chunks c SET terms = x.terms FROM unnest(?::bigint[], ?::int[]) AS x(id, terms) WHERE c.id = x.id",
-            (ids, lengths),
-        ),
-    ]
-
-
 def recount_stats() -> Query:
     """The keyword statistics counted again from every chunk."""
     return (
