@@ -9,6 +9,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -84,14 +85,24 @@ def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, apsw.FullError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))
 
 
+class _Held:
+    """A thread's connection, in the thread's local storage: when the thread ends, its storage goes and with it this,
+    whose finalizer closes the connection (`Store._let_go`)."""
+
+    def __init__(self, db: apsw.Connection) -> None:
+        self.db = db
+
+
 class Store:
-    """Hands out one configured connection per thread to the database at `path`."""
+    """Hands out one configured connection per thread to the database at `path`, closed when the thread ends: the
+    server's work runs on worker threads that come and go (anyio retires one idle for 10 s), and each left its
+    connection open, two file descriptors and up to a page cache each, until the server ran out of descriptors."""
 
     def __init__(self, path: Path, *, load_vec: bool = True) -> None:
         self.path = path
         self.vec_loaded = load_vec and vec_available()
         self._local = threading.local()
-        self._connections: list[apsw.Connection] = []
+        self._connections: set[apsw.Connection] = set()  # open, each of a live thread: close() closes them
         self._lock = threading.Lock()
         self.on_close: list[Callable[[], None]] = []  # called by close(), before the connections close
         self.closed = False  # then no thread opens a connection: the path may name a new database by now
@@ -107,17 +118,30 @@ class Store:
     def connection(self) -> apsw.Connection:
         if self.closed:
             raise apsw.ConnectionClosedError(f"the index database {self.path.name} was closed")
-        db: apsw.Connection | None = getattr(self._local, "db", None)
-        if db is None:
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is None:
             # Opened under the lock close() takes, so none opens while close() and the quarantine that follows it
             # move the files: one opened then met the files half moved ("disk I/O error") or an old WAL at the path.
             with self._lock:
                 if self.closed:
                     raise apsw.ConnectionClosedError(f"the index database {self.path.name} was closed")
-                db = self._open()
-                self._connections.append(db)
-            self._local.db = db
-        return db
+                held = _Held(self._open())
+                self._connections.add(held.db)
+            weakref.finalize(held, Store._let_go, self._connections, self._lock, held.db)
+            self._local.held = held
+        return held.db
+
+    @staticmethod
+    def _let_go(connections: set[apsw.Connection], lock: threading.Lock, db: apsw.Connection) -> None:
+        """The connection of a thread that ended, closed (unless close() took it first)."""
+        with lock:
+            if db not in connections:
+                return
+            connections.discard(db)
+        try:
+            db.close()
+        except apsw.Error as exc:  # a finalizer's error goes nowhere but stderr: say it in the log
+            log.warning("closing an index connection of an ended thread failed: %s", type(exc).__name__)
 
     def _open(self) -> apsw.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +164,8 @@ class Store:
         for hook in self.on_close:
             hook()
         with self._lock:  # after any connection being opened now, which is then closed with the rest
-            connections, self._connections = self._connections, []
+            connections = list(self._connections)
+            self._connections.clear()
         for db in connections:
             try:
                 db.close()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import threading
 
 import apsw
@@ -143,3 +144,35 @@ def test_a_connection_being_opened_as_the_store_closes_is_closed_with_the_rest(t
     (db,) = opened
     with pytest.raises(apsw.ConnectionClosedError):
         db.execute("SELECT 1")
+
+
+def _open_files(path) -> int:
+    """This process's file descriptors on the database at `path` and its WAL and shared-memory files."""
+    fds = os.listdir("/proc/self/fd")
+    return sum(1 for fd in fds if os.path.realpath(f"/proc/self/fd/{fd}").startswith(str(path)))
+
+
+def test_a_threads_connection_is_closed_when_the_thread_ends(tmp_path):
+    # The server's work runs on worker threads that come and go (anyio retires one idle for 10 s): each left its
+    # connection open, and a server under bursty use ran out of file descriptors within hours.
+    store = Store(tmp_path / "i.sqlite3")
+
+    def work() -> None:
+        store.connection().execute("SELECT count(*) FROM files").fetchall()
+
+    def in_a_thread() -> None:
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+
+    work()
+    in_a_thread()
+    # SQLite keeps a closed connection's descriptor while another connection of the process holds the file's locks,
+    # and opens the next connection on it: one more than this thread's own, whatever the number of threads.
+    settled = _open_files(store.path)
+    for _ in range(20):
+        in_a_thread()
+    assert _open_files(store.path) == settled
+    assert len(store._connections) == 1  # this thread's, which close() still closes
+    store.close()
+    assert _open_files(store.path) == 0
