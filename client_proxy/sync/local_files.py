@@ -137,6 +137,8 @@ class LocalFiles:
                         found.absent.add(rel)
                 except (UnsafePathError, UnsyncableError) as exc:
                     self._skip(found, rel, str(exc))
+        for rel in [rel for rel in self._cache if rel not in found.files]:  # gone: a proxy running for months
+            del self._cache[rel]  # kept an entry for every file ever deleted
         return found
 
     def _candidates(self, found: Scan) -> Iterable[tuple[str, str | None]]:

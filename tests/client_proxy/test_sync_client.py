@@ -383,6 +383,21 @@ def test_the_hash_cache_trusts_size_and_mtime_only_once_they_are_old_enough(proj
     assert LocalFiles(project, max_bytes=100).scan().files["memory/a.md"].hash == h("two\n")
 
 
+def test_a_deleted_file_leaves_the_hash_cache_so_one_of_its_size_and_time_is_read_again(project):
+    # The cache kept an entry for every file ever deleted (a long-running proxy's memory grew with them), and a
+    # file put back with the same size and time (a restore keeping times) got the hash the deleted one had.
+    path = project / "memory" / "a.md"
+    path.write_text("one\n")
+    files = LocalFiles(project, max_bytes=100, clock_ns=later_clock)
+    assert files.scan().files["memory/a.md"].hash == h("one\n")
+    info = path.stat()
+    path.unlink()
+    assert "memory/a.md" not in files.scan().files
+    path.write_text("two\n")
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert files.scan().files["memory/a.md"].hash == h("two\n")
+
+
 def test_a_file_written_to_while_it_is_read_counts_as_just_saved(project, monkeypatch):
     # An in-place save that begins after the file was opened: what was read may be a part, so it must wait like
     # a file saved just now, although its time when opened was a minute old.
