@@ -126,6 +126,14 @@ def settings_statement(settings: Mapping[str, str]) -> tuple[str, list[str]]:
     return f"SELECT {calls}", [part for item in settings.items() for part in item]
 
 
+def session(url: str, settings: Mapping[str, str], options: Mapping[str, Any] | None = None) -> psycopg.Connection[Any]:
+    """A new connection in autocommit mode, made with libpq's `options` over CONNECT_OPTIONS, its run-time
+    `settings` set (SESSION_SETTINGS at least: the database lets go of it when this server vanishes)."""
+    conn = psycopg.connect(url, autocommit=True, **{**CONNECT_OPTIONS, **(options or {})})
+    conn.execute(*settings_statement(settings))
+    return conn
+
+
 class PgConnection:
     """A connection in autocommit mode, its search path set to one schema; every call is serialised. A connection
     lost (the database restarted, a proxy cut it) is opened again: a statement outside a transaction (a read:
@@ -154,18 +162,17 @@ class PgConnection:
         self._pins = 0
         self._changes = 0
         self._closed = False
-        self._farewell = Farewell()  # the current connection's (`_connect`)
+        self._farewell: Farewell  # the current connection's notice handler (`_connect`)
         self._conn = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
         with translated("connecting"):
-            conn = psycopg.connect(self._url, autocommit=True, **{**CONNECT_OPTIONS, **self._connect_options})
+            conn = session(self._url, self._settings, self._connect_options)
             self._farewell = Farewell()
             conn.add_notice_handler(self._farewell)
             if self._schema is not None:  # created by `server.postgres.migrations.migrate`, under its lock
                 # public: where pgvector's type and operators are (`migrations.M002_SEARCH`)
                 conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self._schema)))
-            conn.execute(*settings_statement(self._settings))
         return conn
 
     def _may_reconnect(self) -> bool:

@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from server.mirror.queries import Query
-from server.postgres.connection import CONNECT_OPTIONS, SESSION_SETTINGS, settings_statement
+from server.postgres.connection import SESSION_SETTINGS, session
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,7 @@ class ChangeListener:
             self._stop.wait(RETRY_SECONDS)
 
     def _listen(self) -> None:
-        conn = self._conn = psycopg.connect(self._url, autocommit=True, **CONNECT_OPTIONS)
-        conn.execute(*settings_statement(SESSION_SETTINGS))  # the database lets go of it when this server vanishes
+        conn = self._conn = session(self._url, SESSION_SETTINGS)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         self._connections += 1
         self.listening.set()
