@@ -197,35 +197,35 @@ def way(name: str) -> None:
     common_terms.MIN_CHUNKS = FLOOR if name == "now" else 1 << 62
 
 
-def timed_searches(index: PgSearchIndex, claims: list[str], ways: tuple[str, ...]) -> dict[str, list[float]]:
+Timed = tuple[dict[str, list[float]], dict[str, list[list[str]]]]  # per way: milliseconds, each search's hits
+
+
+def timed_searches(index: PgSearchIndex, claims: list[str], ways: tuple[str, ...]) -> Timed:
     """Each claim searched each way in turn (after a warm-up pass): milliseconds, and the hits' citations."""
     options = build_options(limit=10, mode="keyword", min_score=0)
     for name in ways:
         way(name)
         for claim in claims:
             index.search(claim, options)
-    out: dict[str, list[float]] = {name: [] for name in ways}
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    best: dict[str, list[list[str]]] = {name: [] for name in ways}
     for claim in claims:
         for name in ways:
             way(name)
             started = time.perf_counter()
             hits = index.search(claim, options).hits
-            out[name].append(1000 * (time.perf_counter() - started))
-            BEST.setdefault(name, []).append([hit.citation for hit in hits])
+            times[name].append(1000 * (time.perf_counter() - started))
+            best[name].append([hit.citation for hit in hits])
     way("now")
-    return out
-
-
-BEST: dict[str, list[list[str]]] = {}
+    return times, best
 
 
 def measure(url: str, size: int, claims: list[str], before_queries: int) -> dict[str, float | int]:
     name = f"keywords{size}"
     index = PgSearchIndex(url, name, None, EngineSettings())
-    BEST.clear()
     try:
         row: dict[str, float | int] = {"chunks": size, "load_s": round(grow(url, index.schema, size), 1)}
-        timings = timed_searches(index, claims, ("every word", "now"))
+        timings, best = timed_searches(index, claims, ("every word", "now"))
         with index._reader() as db:
             held = index._counted(db)
             kept = [len(common_terms.rare_terms(query_terms(claim), *held)) for claim in claims]
@@ -233,15 +233,17 @@ def measure(url: str, size: int, claims: list[str], before_queries: int) -> dict
             db.execute(f'SET search_path TO "{index.schema}"')
             db.execute(VERSION_6_POSTINGS)
             db.execute("VACUUM ANALYZE chunk_terms")
-        timings |= timed_searches(index, claims[:before_queries], ("before",))
+        old_times, old_best = timed_searches(index, claims[:before_queries], ("before",))
+        timings |= old_times
+        best |= old_best
         for name, values in timings.items():
             row[f"p50 {name}"] = round(median(values), 1)
             row[f"p95 {name}"] = round(percentile(values, 95), 1)
         row["words"] = round(sum(len(query_terms(c)) for c in claims) / len(claims), 2)
         row["words_kept"] = round(sum(kept) / len(claims), 2)
-        pairs = zip(BEST["every word"], BEST["now"], strict=True)
+        pairs = zip(best["every word"], best["now"], strict=True)
         row["top10_same"] = round(sum(len(set(a) & set(b)) / max(len(a), 1) for a, b in pairs) / len(claims), 3)
-        same = sum(a == b for a, b in zip(BEST["before"], BEST["every word"], strict=False))
+        same = sum(a == b for a, b in zip(best["before"], best["every word"], strict=False))
         row["before_same_hits"] = same  # the old statement on the old postings ranks as the new does
         row["before_queries"] = len(timings["before"])
         return row
